@@ -1,0 +1,51 @@
+"""gpuviz: a Jupyter-integrated GPU memory profiler and visualizer.
+
+Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysis
+(replay, timelines) -> views -> front-ends (CLI, magics, widgets, reports).
+"""
+
+from gpuviz.analysis.replay import Replay, replay
+from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
+from gpuviz.base.errors import GpuvizError, InvalidFreeError, InvariantError, LogFormatError, OutOfMemoryError
+from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
+from gpuviz.base.units import format_bytes, parse_bytes
+from gpuviz.capture.bfc import AllocatorStats, BFCAllocator
+from gpuviz.capture.marks import activate, current_log, default_log, mark, span
+from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOutOfMemory
+from gpuviz.log.eventlog import Event, EventLog
+from gpuviz.log.fileio import load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllocatorStats",
+    "BFCAllocator",
+    "ChunkState",
+    "Event",
+    "EventLog",
+    "GpuvizError",
+    "HeapState",
+    "InvalidFreeError",
+    "InvariantError",
+    "LogFormatError",
+    "OutOfMemoryError",
+    "Replay",
+    "SIM_BASE",
+    "SegmentState",
+    "SimUpstream",
+    "Upstream",
+    "UpstreamOutOfMemory",
+    "activate",
+    "current_log",
+    "default_log",
+    "format_bytes",
+    "internal_waste",
+    "load",
+    "mark",
+    "parse_bytes",
+    "peak",
+    "replay",
+    "resample",
+    "span",
+    "timeline_series",
+]

@@ -1,0 +1,3 @@
+from gpuviz.frontends.cli import main
+
+raise SystemExit(main())

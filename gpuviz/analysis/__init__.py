@@ -1,0 +1,1 @@
+"""Analysis: pure functions of an EventLog (no I/O, no plotting)."""

@@ -1,0 +1,169 @@
+"""Timeline series: bytes in use, requested, pool, largest free chunk and fragmentation.
+
+All series are computed with NumPy from the log's columns (cumulative sums over the
+allocator events of one device), never with a Python loop per event. Running sums start
+at zero at the first event of the log given: a view that starts mid-run counts from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import Kind
+
+__all__ = ["TimelineSeries", "ResampledSeries", "Peak", "Waste", "timeline_series", "resample", "peak", "internal_waste"]
+
+_ALLOCATOR_KINDS = [int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM)]
+METRICS = ("bytes_in_use", "bytes_requested", "pool_bytes", "largest_free", "fragmentation")
+
+
+@dataclass(frozen=True)
+class TimelineSeries:
+    """One value per allocator event of ``device`` (sizes in bytes, times in ns).
+
+    ``index`` holds each event's position in the log, ``seq`` its sequence number.
+    """
+
+    device: str
+    index: np.ndarray
+    seq: np.ndarray
+    time_ns: np.ndarray
+    bytes_in_use: np.ndarray
+    bytes_requested: np.ndarray
+    pool_bytes: np.ndarray
+    largest_free: np.ndarray
+    fragmentation: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+    @property
+    def internal_waste(self) -> np.ndarray:
+        """Bytes handed out beyond what was asked for (size - requested), per event."""
+        return self.bytes_in_use - self.bytes_requested
+
+
+@dataclass(frozen=True)
+class ResampledSeries:
+    """A series reduced to at most N time buckets, keeping each bucket's min and max.
+
+    ``time_ns[i]`` is the start of bucket i; ``minimum[m][i]`` / ``maximum[m][i]`` the
+    extremes of metric m over the events in it, so short spikes survive downsampling.
+    """
+
+    device: str
+    time_ns: np.ndarray
+    minimum: dict[str, np.ndarray]
+    maximum: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The highest bytes in use of a device: ``bytes`` at log position ``index``."""
+
+    device: str
+    bytes: int
+    index: int
+    seq: int
+    time_ns: int
+
+
+@dataclass(frozen=True)
+class Waste:
+    """Internal waste (chunk size - requested bytes of live allocations), in bytes."""
+
+    device: str
+    at_end: int
+    at_peak: int
+    maximum: int
+
+
+def _single_device(log: EventLog, device: str | None) -> tuple[str, int]:
+    if device is not None:
+        return device, log.device_index(device)
+    cols = log.columns
+    present = np.unique(cols["device"][np.isin(cols["kind"], _ALLOCATOR_KINDS)])
+    if len(present) == 1:
+        index = int(present[0])
+        return log.devices[index].name, index
+    if len(present) == 0 and len(log.devices) == 1:
+        return log.devices[0].name, 0
+    raise ValueError(f"the log has allocator events of several devices ({', '.join(log.device_names)}); pass device=")
+
+
+def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
+    """The per-event timeline of one device's allocator."""
+    name, device_id = _single_device(log, device)
+    cols = log.columns
+    positions = np.flatnonzero((cols["device"] == device_id) & np.isin(cols["kind"], _ALLOCATOR_KINDS))
+    kind = cols["kind"][positions]
+    size = cols["size"][positions]
+    requested = cols["requested"][positions]
+    is_alloc = kind == Kind.ALLOC
+    is_free = kind == Kind.FREE
+    zero = np.zeros_like(size)
+    in_use = np.cumsum(np.where(is_alloc, size, np.where(is_free, -size, zero)))
+    in_req = np.cumsum(np.where(is_alloc, requested, np.where(is_free, -requested, zero)))
+    pool = np.cumsum(
+        np.where(kind == Kind.SEGMENT_ALLOC, size, np.where(kind == Kind.SEGMENT_FREE, -size, zero))
+    )
+    largest = np.maximum(cols["largest_free"][positions], 0)
+    free = pool - in_use
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fragmentation = np.where(free > 0, (free - largest) / np.where(free > 0, free, 1), 0.0)
+    return TimelineSeries(
+        device=name,
+        index=positions,
+        seq=cols["seq"][positions],
+        time_ns=cols["time_ns"][positions],
+        bytes_in_use=in_use,
+        bytes_requested=in_req,
+        pool_bytes=pool,
+        largest_free=largest,
+        fragmentation=fragmentation,
+    )
+
+
+def resample(series: TimelineSeries, points: int = 1000) -> ResampledSeries:
+    """Reduce ``series`` to at most ``points`` equal time buckets, keeping min and max of each.
+
+    Buckets without events are left out (the series is constant between events).
+    """
+    if points < 1:
+        raise ValueError(f"points must be >= 1, got {points}")
+    t = series.time_ns
+    values = {m: getattr(series, m) for m in METRICS}
+    if len(t) <= points:
+        return ResampledSeries(series.device, t.copy(), {m: v.copy() for m, v in values.items()}, {m: v.copy() for m, v in values.items()})
+    t0, t1 = int(t[0]), int(t[-1])
+    width = max(1.0, (t1 - t0) / points)
+    bucket = np.minimum(((t - t0) / width).astype(np.int64), points - 1)
+    starts = np.flatnonzero(np.concatenate(([True], bucket[1:] != bucket[:-1])))
+    return ResampledSeries(
+        device=series.device,
+        time_ns=(t0 + bucket[starts] * width).astype(np.int64),
+        minimum={m: np.minimum.reduceat(v, starts) for m, v in values.items()},
+        maximum={m: np.maximum.reduceat(v, starts) for m, v in values.items()},
+    )
+
+
+def peak(log: EventLog, device: str | None = None) -> Peak:
+    """Where the device's bytes in use were highest (the first time, on ties)."""
+    series = timeline_series(log, device)
+    if not len(series):
+        return Peak(series.device, 0, -1, -1, 0)
+    i = int(np.argmax(series.bytes_in_use))
+    return Peak(series.device, int(series.bytes_in_use[i]), int(series.index[i]), int(series.seq[i]), int(series.time_ns[i]))
+
+
+def internal_waste(log: EventLog, device: str | None = None) -> Waste:
+    """Internal waste of live allocations at the end, at the peak, and at its maximum."""
+    series = timeline_series(log, device)
+    if not len(series):
+        return Waste(series.device, 0, 0, 0)
+    waste = series.internal_waste
+    i = int(np.argmax(series.bytes_in_use))
+    return Waste(series.device, int(waste[-1]), int(waste[i]), int(waste.max()))

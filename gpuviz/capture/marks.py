@@ -1,0 +1,66 @@
+"""Marks: user and front-end annotations (a point, or a named span with begin and end).
+
+``mark("step 3")`` and ``with span("forward"):`` write to the given log, else to the
+innermost log activated with ``with activate(log):``, else to the process default log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import MarkPhase
+
+__all__ = ["mark", "span", "activate", "current_log", "default_log"]
+
+_state = threading.local()
+_default: list[EventLog] = []
+_default_lock = threading.Lock()
+
+
+def default_log() -> EventLog:
+    """The process-wide log that the device runtime and unqualified marks record into."""
+    with _default_lock:
+        if not _default:
+            _default.append(EventLog())
+        return _default[0]
+
+
+def set_default_log(log: EventLog) -> None:
+    with _default_lock:
+        _default[:] = [log]
+
+
+def current_log() -> EventLog:
+    """The innermost log activated on this thread, else the default log."""
+    stack: list[EventLog] = getattr(_state, "stack", [])
+    return stack[-1] if stack else default_log()
+
+
+@contextmanager
+def activate(log: EventLog) -> Iterator[EventLog]:
+    """Make ``log`` the target of unqualified marks on this thread for the ``with`` block."""
+    stack: list[EventLog] = _state.__dict__.setdefault("stack", [])
+    stack.append(log)
+    try:
+        yield log
+    finally:
+        stack.pop()
+
+
+def mark(label: str, *, log: EventLog | None = None) -> None:
+    """Record a point annotation ``label`` (e.g. ``"step 3"``)."""
+    (log or current_log()).mark(label)
+
+
+@contextmanager
+def span(label: str, *, log: EventLog | None = None) -> Iterator[None]:
+    """Record a named span: a begin mark now and an end mark when the block exits."""
+    target = log or current_log()
+    target.mark(label, phase=MarkPhase.BEGIN)
+    try:
+        yield
+    finally:
+        target.mark(label, phase=MarkPhase.END)

@@ -1,0 +1,103 @@
+"""Recorders: the observers an allocator reports its decisions to.
+
+The allocator (the policy) calls ``emit`` for every decision; a ``Recorder`` stamps the
+event with time, thread and optionally the caller's stack and appends it to an EventLog;
+a ``NullRecorder`` drops it. Recording on or off is the choice of observer, not a flag
+inside the policy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Protocol
+
+from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
+
+__all__ = ["Observer", "Recorder", "NullRecorder", "capture_stack", "STACK_DEPTH"]
+
+STACK_DEPTH = 8
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class Observer(Protocol):
+    stacks: bool
+
+    def emit(
+        self, kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
+    ) -> None: ...
+
+    def tag_id(self, tag: str | None) -> int: ...
+
+    def stack_id(self) -> int: ...
+
+
+def capture_stack(log: EventLog, *, depth: int = STACK_DEPTH, skip: tuple[str, ...] = ()) -> int:
+    """Intern the caller's stack (innermost first, frames inside gpuviz or ``skip`` left out)."""
+    frame = sys._getframe(1)
+    frames: list[Frame] = []
+    prefixes = (_PACKAGE_DIR, *skip)
+    while frame is not None and len(frames) < depth:
+        code = frame.f_code
+        filename = code.co_filename
+        if not filename.startswith(prefixes):
+            frames.append(Frame(filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return log.intern_stack(tuple(frames))
+
+
+class Recorder:
+    """Appends an allocator's events for one device to an EventLog."""
+
+    def __init__(self, log: EventLog, device: int, *, stacks: bool = False) -> None:
+        self.log = log
+        self.device = device
+        self.stacks = stacks
+        self._append = log.append
+
+    def emit(
+        self, kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
+    ) -> None:
+        self._append(
+            (
+                time.perf_counter_ns(),
+                kind,
+                0,
+                self.device,
+                NO_INDEX,
+                threading.get_ident(),
+                address,
+                size,
+                requested,
+                segment,
+                largest_free,
+                0,
+                tag,
+                stack,
+            )
+        )
+
+    def tag_id(self, tag: str | None) -> int:
+        return NO_INDEX if tag is None else self.log.intern_string(tag)
+
+    def stack_id(self) -> int:
+        return capture_stack(self.log) if self.stacks else NO_INDEX
+
+
+class NullRecorder:
+    """Records nothing (recording off)."""
+
+    stacks = False
+
+    def emit(
+        self, kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
+    ) -> None:
+        return None
+
+    def tag_id(self, tag: str | None) -> int:
+        return NO_INDEX
+
+    def stack_id(self) -> int:
+        return NO_INDEX

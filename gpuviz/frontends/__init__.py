@@ -1,0 +1,1 @@
+"""Front-ends: CLI, IPython magics, widgets. Thin layers over the same functions."""

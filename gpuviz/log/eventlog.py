@@ -1,0 +1,394 @@
+"""EventLog: all events of a run, columnar, plus side tables (devices, strings, stacks).
+
+Rows are staged in one flat ``array('q')`` (no Python object per event) and moved into
+NumPy column batches every ``flush_rows`` events, on ``flush()``, or, when recording to a
+file, at least every ``flush_interval_s`` seconds by a background thread. Readers see
+flushed and staged rows alike: every read flushes first.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, MarkPhase, kind_code
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpuviz.log.fileio import LogWriter
+
+__all__ = ["EventLog", "Event", "DeviceInfo", "Frame", "NO_INDEX"]
+
+NO_INDEX = -1
+_ROW = len(ROW_COLUMNS)
+_MARK = KIND_NAMES.index("mark")
+
+
+class Frame(NamedTuple):
+    """One frame of a recorded Python stack."""
+
+    filename: str
+    lineno: int
+    function: str
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device of the log: its name (``"GPU:0"``) and the options of its allocator."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Event(NamedTuple):
+    """One event, decoded for reading (names instead of table indices)."""
+
+    seq: int
+    time_ns: int
+    kind: str
+    flags: int
+    device: str | None
+    peer: str | None
+    thread: int
+    address: int
+    size: int
+    requested: int
+    segment: int
+    largest_free: int
+    duration_ns: int
+    tag: str | None
+    stack: int
+
+
+class EventLog:
+    """All events of a run.
+
+    ``len(log)``; ``log[i]`` -> ``Event``; ``log[a:b]`` and ``log.filter(...)`` -> a read-only
+    ``EventLog`` view that keeps the original ``seq`` numbers; ``log["size"]`` -> a column.
+    ``EventLog(path)`` records incrementally to an Arrow file as well.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        flush_rows: int = 4096,
+        flush_interval_s: float = 0.1,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        if flush_rows < 1:
+            raise ValueError(f"flush_rows must be >= 1, got {flush_rows}")
+        self._lock = threading.Lock()
+        self._staged = array("q")
+        self._flush_len = flush_rows * _ROW
+        self._batches: list[dict[str, np.ndarray]] = []
+        self._n_flushed = 0
+        self._readonly = False
+        self.strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self.stacks: list[tuple[Frame, ...]] = []
+        self._stack_ids: dict[tuple[Frame, ...], int] = {}
+        self.devices: list[DeviceInfo] = []
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.truncated = False
+        self._writer: LogWriter | None = None
+        self._stop_flusher: threading.Event | None = None
+        if path is not None:
+            self.record_to(path, flush_interval_s=flush_interval_s)
+
+    # ----------------------------------------------------------------- recording
+    def append(self, row: tuple[int, ...]) -> None:
+        """Stage one event: the fields of ``ROW_COLUMNS`` in order (all ints)."""
+        with self._lock:
+            staged = self._staged
+            staged.extend(row)
+            if len(staged) >= self._flush_len:
+                self._flush_locked()
+
+    def intern_string(self, text: str) -> int:
+        """Index of ``text`` in the string table, adding it if new."""
+        index = self._string_ids.get(text)
+        if index is None:
+            with self._lock:
+                index = self._string_ids.get(text)
+                if index is None:
+                    index = len(self.strings)
+                    self.strings.append(text)
+                    self._string_ids[text] = index
+        return index
+
+    def intern_stack(self, frames: tuple[Frame, ...]) -> int:
+        """Index of ``frames`` in the stack table, adding it if new."""
+        index = self._stack_ids.get(frames)
+        if index is None:
+            with self._lock:
+                index = self._stack_ids.get(frames)
+                if index is None:
+                    index = len(self.stacks)
+                    self.stacks.append(frames)
+                    self._stack_ids[frames] = index
+        return index
+
+    def add_device(self, name: str, **options: Any) -> int:
+        """Index of device ``name``, registering it (with its allocator options) if new."""
+        with self._lock:
+            for index, info in enumerate(self.devices):
+                if info.name == name:
+                    if options:
+                        self.devices[index] = DeviceInfo(name, {**info.options, **options})
+                    return index
+            self.devices.append(DeviceInfo(name, dict(options)))
+            return len(self.devices) - 1
+
+    def mark(self, label: str, *, phase: MarkPhase = MarkPhase.POINT, time_ns: int | None = None) -> None:
+        """Record a ``mark`` event (a user or front-end annotation) with ``label`` as its tag."""
+        import time
+
+        self._check_writable()
+        tag = self.intern_string(str(label))
+        now = time.perf_counter_ns() if time_ns is None else time_ns
+        self.append(
+            (now, _MARK, int(phase), NO_INDEX, NO_INDEX, threading.get_ident(), 0, 0, 0, -1, -1, 0, tag, -1)
+        )
+
+    def flush(self) -> None:
+        """Move staged rows into column batches (and to the file when recording to one)."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        staged = self._staged
+        if not staged:
+            return
+        rows = np.frombuffer(staged, dtype=np.int64).reshape(-1, _ROW)
+        n = rows.shape[0]
+        batch = {"seq": np.arange(self._n_flushed, self._n_flushed + n, dtype=np.int64)}
+        for i, name in enumerate(ROW_COLUMNS):
+            batch[name] = rows[:, i].astype(DTYPES[name])
+        self._staged = array("q")
+        self._batches.append(batch)
+        self._n_flushed += n
+        if self._writer is not None:
+            self._writer.write(self, batch)
+
+    def record_to(self, path: str | Path, *, flush_interval_s: float = 0.1) -> None:
+        """Also write this log to ``path`` (Arrow IPC stream), flushing at least every interval.
+
+        Events already recorded are written first, so the file always holds the whole log.
+        """
+        from gpuviz.log.fileio import LogWriter
+
+        self._check_writable()
+        if self._writer is not None:
+            raise RuntimeError(f"this log already records to {self._writer.path}")
+        if flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
+        writer = LogWriter(path)
+        with self._lock:
+            self._flush_locked()
+            for batch in self._batches:
+                writer.write(self, batch)
+            self._writer = writer
+        stop = threading.Event()
+        self._stop_flusher = stop
+        ref = weakref.ref(self)
+        thread = threading.Thread(
+            target=_flush_periodically, args=(ref, stop, flush_interval_s), name="gpuviz-log-flusher", daemon=True
+        )
+        thread.start()
+
+    def close(self) -> None:
+        """Flush and close the file this log records to (no-op when not recording to a file)."""
+        if self._stop_flusher is not None:
+            self._stop_flusher.set()
+        with self._lock:
+            self._flush_locked()
+            if self._writer is not None:
+                self._writer.close(self)
+                self._writer = None
+
+    def __del__(self) -> None:
+        stop = getattr(self, "_stop_flusher", None)
+        if stop is not None:
+            stop.set()
+
+    def _check_writable(self) -> None:
+        if self._readonly:
+            raise TypeError("this EventLog is a read-only view (a slice, filter or loaded file)")
+
+    # ------------------------------------------------------------------- reading
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """All columns as NumPy arrays (a shared, read-only snapshot; do not modify)."""
+        with self._lock:
+            self._flush_locked()
+            if not self._batches:
+                return {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()}
+            if len(self._batches) > 1:
+                merged = {name: np.concatenate([b[name] for b in self._batches]) for name in DTYPES}
+                self._batches = [merged]
+            return self._batches[0]
+
+    def column(self, name: str) -> np.ndarray:
+        if name not in DTYPES:
+            raise KeyError(f"no column {name!r}; columns are {', '.join(DTYPES)}")
+        return self.columns[name]
+
+    def __len__(self) -> int:
+        return self._n_flushed + len(self._staged) // _ROW
+
+    def __iter__(self) -> Iterator[Event]:
+        cols = self.columns
+        lists = [cols[name].tolist() for name, _ in COLUMNS]
+        for values in zip(*lists, strict=True):
+            yield self._decode(values)
+
+    def __getitem__(self, key: int | slice | str) -> Any:
+        if isinstance(key, str):
+            return self.column(key)
+        cols = self.columns
+        n = len(cols["seq"])
+        if isinstance(key, slice):
+            return self._view({name: array_[key] for name, array_ in cols.items()})
+        if isinstance(key, (int, np.integer)):
+            index = int(key)
+            if not -n <= index < n:
+                raise IndexError(f"event index {index} out of range for a log of {n} events")
+            return self._decode(tuple(cols[name][index].item() for name, _ in COLUMNS))
+        raise TypeError(f"EventLog indices must be int, slice or column name, not {type(key).__name__}")
+
+    def _decode(self, values: tuple[Any, ...]) -> Event:
+        seq, time_ns, kind, flags, device, peer, thread, address, size, requested, segment, largest, dur, tag, stack = (
+            values
+        )
+        return Event(
+            seq,
+            time_ns,
+            KIND_NAMES[kind],
+            flags,
+            self.devices[device].name if device >= 0 else None,
+            self.devices[peer].name if peer >= 0 else None,
+            thread,
+            address,
+            size,
+            requested,
+            segment,
+            largest,
+            dur,
+            self.strings[tag] if tag >= 0 else None,
+            stack,
+        )
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    def device_index(self, device: str) -> int:
+        """Index of a device name in the device table; ``ValueError`` naming the known ones."""
+        for index, info in enumerate(self.devices):
+            if info.name == device:
+                return index
+        known = ", ".join(self.device_names) or "none"
+        raise ValueError(f"device {device!r} is not in this log (devices: {known})")
+
+    def filter(
+        self,
+        *,
+        kind: str | Iterable[str] | None = None,
+        device: str | None = None,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        tag: str | None = None,
+    ) -> EventLog:
+        """A view of the events matching every given criterion.
+
+        ``kind``: one kind name or several; ``device``: a device name; ``start_ns``/``end_ns``:
+        the half-open time range ``[start_ns, end_ns)`` in ns; ``tag``: an exact tag string.
+        """
+        cols = self.columns
+        mask = np.ones(len(cols["seq"]), dtype=bool)
+        if kind is not None:
+            kinds = [kind] if isinstance(kind, str) else list(kind)
+            mask &= np.isin(cols["kind"], [kind_code(k) for k in kinds])
+        if device is not None:
+            mask &= cols["device"] == self.device_index(device)
+        if start_ns is not None:
+            mask &= cols["time_ns"] >= start_ns
+        if end_ns is not None:
+            mask &= cols["time_ns"] < end_ns
+        if tag is not None:
+            tag_id = self._string_ids.get(tag)
+            mask &= cols["tag"] == (tag_id if tag_id is not None else -2)
+        return self._view({name: array_[mask] for name, array_ in cols.items()})
+
+    def _view(self, columns: dict[str, np.ndarray]) -> EventLog:
+        view = EventLog.__new__(EventLog)
+        view._lock = threading.Lock()
+        view._staged = array("q")
+        view._flush_len = self._flush_len
+        view._batches = [columns]
+        view._n_flushed = len(columns["seq"])
+        view._readonly = True
+        view.strings = self.strings
+        view._string_ids = self._string_ids
+        view.stacks = self.stacks
+        view._stack_ids = self._stack_ids
+        view.devices = self.devices
+        view.meta = self.meta
+        view.truncated = self.truncated
+        view._writer = None
+        view._stop_flusher = None
+        return view
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per event; kind, device, peer and tag as names (categoricals/strings)."""
+        import pandas as pd
+
+        cols = self.columns
+        frame = pd.DataFrame({name: cols[name] for name, _ in COLUMNS})
+        frame["kind"] = pd.Categorical.from_codes(cols["kind"].astype(np.int64), categories=list(KIND_NAMES))
+        names = self.device_names
+        for column in ("device", "peer"):
+            frame[column] = pd.Categorical.from_codes(cols[column].astype(np.int64), categories=names) if names else None
+        strings = np.array([*self.strings, None], dtype=object)
+        frame["tag"] = strings[cols["tag"]]
+        return frame
+
+    # ---------------------------------------------------------------------- files
+    def save(self, path: str | Path) -> None:
+        """Write the whole log to ``path`` as a gpuviz Arrow IPC stream file."""
+        from gpuviz.log.fileio import save
+
+        save(self, path)
+
+    def to_parquet(self, path: str | Path) -> None:
+        """Write the events (with names decoded) as a Parquet file for big-data tools."""
+        from gpuviz.log.fileio import to_parquet
+
+        to_parquet(self, path)
+
+    def __repr__(self) -> str:
+        devices = ", ".join(self.device_names) or "no devices"
+        return f"<EventLog {len(self)} events, {devices}>"
+
+
+def _flush_periodically(ref: weakref.ref[EventLog], stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        log = ref()
+        if log is None:
+            return
+        try:
+            log.flush()
+        except Exception:  # the flusher must never kill the process; the next flush retries
+            import logging
+
+            logging.getLogger("gpuviz").exception("flushing the event log to its file failed")
+        del log
