@@ -18,8 +18,21 @@ def events(alloc: BFCAllocator) -> list[tuple[str, int, int]]:
 
 @pytest.mark.parametrize(
     ("size", "expected"),
-    [(1, 0), (256, 0), (511, 0), (512, 1), (1023, 1), (1024, 2), (2047, 2), (2048, 3),
-     (128 * MiB, 19), (256 * MiB - 1, 19), (256 * MiB, 20), (512 * MiB, 20), (1 << 40, 20)],
+    [
+        (1, 0),
+        (256, 0),
+        (511, 0),
+        (512, 1),
+        (1023, 1),
+        (1024, 2),
+        (2047, 2),
+        (2048, 3),
+        (128 * MiB, 19),
+        (256 * MiB - 1, 19),
+        (256 * MiB, 20),
+        (512 * MiB, 20),
+        (1 << 40, 20),
+    ],
 )
 def test_bin_of_each_size(size: int, expected: int) -> None:
     assert bin_for_size(size) == expected
@@ -82,7 +95,11 @@ def test_growth_regions_after_128_allocations_of_4mib() -> None:
     error = info.value
     assert error.fragmentation is True
     assert (error.requested, error.free, error.largest_free_chunk, error.reservable) == (
-        508 * MiB, 508 * MiB, 252 * MiB, 0)
+        508 * MiB,
+        508 * MiB,
+        252 * MiB,
+        0,
+    )
     assert "fragmentation" in str(error)
     assert alloc.state() == before
     assert alloc.log[-1].kind == "oom" and alloc.log[-1].size == 508 * MiB

@@ -76,7 +76,7 @@ class Replay:
         cols = log.columns
         self._n = len(cols["seq"])
         heap = np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])
-        self._heap_devices = sorted(set(np.unique(cols["device"][heap]).tolist()))
+        self._heap_devices: list[int] = sorted(set(np.unique(cols["device"][heap]).tolist()))
 
     @property
     def devices(self) -> list[str]:
@@ -86,7 +86,7 @@ class Replay:
     def _device_id(self, device: str | None) -> int:
         if device is None:
             if len(self._heap_devices) == 1:
-                return self._heap_devices[0]
+                return int(self._heap_devices[0])
             if not self._heap_devices:
                 if len(self.log.devices) == 1:
                     return 0
@@ -122,7 +122,12 @@ class Replay:
     @staticmethod
     def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int]]:
         return zip(
-            p.kinds[start:stop], p.addresses[start:stop], p.sizes[start:stop], p.requested[start:stop], p.tags[start:stop]
+            p.kinds[start:stop],
+            p.addresses[start:stop],
+            p.sizes[start:stop],
+            p.requested[start:stop],
+            p.tags[start:stop],
+            strict=True,
         )
 
     def state_at(self, index: int = -1, *, device: str | None = None) -> HeapState:

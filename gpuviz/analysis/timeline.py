@@ -14,9 +14,20 @@ import numpy as np
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["TimelineSeries", "ResampledSeries", "Peak", "Waste", "timeline_series", "resample", "peak", "internal_waste"]
+__all__ = [
+    "TimelineSeries",
+    "ResampledSeries",
+    "Peak",
+    "Waste",
+    "timeline_series",
+    "resample",
+    "peak",
+    "internal_waste",
+]
 
-_ALLOCATOR_KINDS = [int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM)]
+_ALLOCATOR_KINDS = [
+    int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM)
+]
 METRICS = ("bytes_in_use", "bytes_requested", "pool_bytes", "largest_free", "fragmentation")
 
 
@@ -43,7 +54,8 @@ class TimelineSeries:
     @property
     def internal_waste(self) -> np.ndarray:
         """Bytes handed out beyond what was asked for (size - requested), per event."""
-        return self.bytes_in_use - self.bytes_requested
+        waste: np.ndarray = self.bytes_in_use - self.bytes_requested
+        return waste
 
 
 @dataclass(frozen=True)
@@ -107,9 +119,7 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
     zero = np.zeros_like(size)
     in_use = np.cumsum(np.where(is_alloc, size, np.where(is_free, -size, zero)))
     in_req = np.cumsum(np.where(is_alloc, requested, np.where(is_free, -requested, zero)))
-    pool = np.cumsum(
-        np.where(kind == Kind.SEGMENT_ALLOC, size, np.where(kind == Kind.SEGMENT_FREE, -size, zero))
-    )
+    pool = np.cumsum(np.where(kind == Kind.SEGMENT_ALLOC, size, np.where(kind == Kind.SEGMENT_FREE, -size, zero)))
     largest = np.maximum(cols["largest_free"][positions], 0)
     free = pool - in_use
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -137,7 +147,9 @@ def resample(series: TimelineSeries, points: int = 1000) -> ResampledSeries:
     t = series.time_ns
     values = {m: getattr(series, m) for m in METRICS}
     if len(t) <= points:
-        return ResampledSeries(series.device, t.copy(), {m: v.copy() for m, v in values.items()}, {m: v.copy() for m, v in values.items()})
+        return ResampledSeries(
+            series.device, t.copy(), {m: v.copy() for m, v in values.items()}, {m: v.copy() for m, v in values.items()}
+        )
     t0, t1 = int(t[0]), int(t[-1])
     width = max(1.0, (t1 - t0) / points)
     bucket = np.minimum(((t - t0) / width).astype(np.int64), points - 1)
@@ -156,7 +168,9 @@ def peak(log: EventLog, device: str | None = None) -> Peak:
     if not len(series):
         return Peak(series.device, 0, -1, -1, 0)
     i = int(np.argmax(series.bytes_in_use))
-    return Peak(series.device, int(series.bytes_in_use[i]), int(series.index[i]), int(series.seq[i]), int(series.time_ns[i]))
+    return Peak(
+        series.device, int(series.bytes_in_use[i]), int(series.index[i]), int(series.seq[i]), int(series.time_ns[i])
+    )
 
 
 def internal_waste(log: EventLog, device: str | None = None) -> Waste:

@@ -61,10 +61,7 @@ class OutOfMemoryError(GpuvizError, MemoryError):
 
     def _message(self) -> str:
         fb = format_bytes
-        head = (
-            f"{self.device}: out of memory allocating {fb(self.requested)} "
-            f"(rounded to {self.rounded} bytes)."
-        )
+        head = f"{self.device}: out of memory allocating {fb(self.requested)} (rounded to {self.rounded} bytes)."
         facts = (
             f" Free in the pool: {fb(self.free)}; largest free chunk: {fb(self.largest_free_chunk)};"
             f" still reservable from the device: {fb(self.reservable)}; memory limit: {fb(self.limit)}."

@@ -52,9 +52,7 @@ def parse_bytes(value: int | str, *, name: str = "size") -> int:
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(
-            f"{name}: unknown unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)"
-        )
+        raise ValueError(f"{name}: unknown unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)")
     return int(float(number) * factor) if "." in number else int(number) * factor
 
 

@@ -75,12 +75,12 @@ class AllocatorStats:
 
 
 def _as_size(nbytes: object) -> int:
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
-        try:
-            operator.index(nbytes)  # other integer-like types
-        except TypeError:
-            raise TypeError(f"allocation size must be an integer number of bytes, not {type(nbytes).__name__}") from None
-    value = operator.index(nbytes)  # type: ignore[call-overload]
+    try:
+        if isinstance(nbytes, bool):
+            raise TypeError
+        value = operator.index(nbytes)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"allocation size must be an integer number of bytes, not {type(nbytes).__name__}") from None
     if value < 0:
         raise ValueError(f"allocation size must not be negative, got {value}")
     return value
@@ -223,11 +223,12 @@ class BFCAllocator:
 
     def _grow_and_take(self, nbytes: int, rounded: int, stack: int) -> int:
         """Reserve a new segment (after GC if allowed) and take the best fit, or raise OOM."""
-        if rounded <= self.memory_limit:
-            if self._extend(rounded, stack) or (self.garbage_collection and self._collect_for(rounded, stack)):
-                address = self._free.take_best_fit(rounded)
-                if address is not None:
-                    return address
+        grown = rounded <= self.memory_limit and (
+            self._extend(rounded, stack) or (self.garbage_collection and self._collect_for(rounded, stack))
+        )
+        address = self._free.take_best_fit(rounded) if grown else None
+        if address is not None:
+            return address
         raise self._out_of_memory(nbytes, rounded, stack)
 
     def _extend(self, rounded: int, stack: int) -> bool:
@@ -485,7 +486,9 @@ class BFCAllocator:
                             raise InvariantError(f"chunk {chunk.address:#x} requested {chunk.requested}")
                     else:
                         if previous is not None and not previous.in_use:
-                            raise InvariantError(f"adjacent free chunks at {previous.address:#x} and {chunk.address:#x}")
+                            raise InvariantError(
+                                f"adjacent free chunks at {previous.address:#x} and {chunk.address:#x}"
+                            )
                         if chunk.requested or chunk.tag is not None:
                             raise InvariantError(f"free chunk {chunk.address:#x} carries allocation data")
                         free_keys.append(chunk.key)
@@ -504,7 +507,9 @@ class BFCAllocator:
             if in_use != self._bytes_in_use:
                 raise InvariantError(f"bytes_in_use is {self._bytes_in_use}, chunks in use add up to {in_use}")
             if pool != self._pool_bytes or pool > self.memory_limit:
-                raise InvariantError(f"pool_bytes {self._pool_bytes}, segments add up to {pool}, limit {self.memory_limit}")
+                raise InvariantError(
+                    f"pool_bytes {self._pool_bytes}, segments add up to {pool}, limit {self.memory_limit}"
+                )
             if self._peak_bytes_in_use < in_use or self._peak_pool_bytes < pool:
                 raise InvariantError("a peak is below its current value")
             if self._pending:
@@ -513,7 +518,5 @@ class BFCAllocator:
     def __repr__(self) -> str:
         s = self.stats()
         return (
-            f"<BFCAllocator {self.device}: {s.bytes_in_use} bytes in use, pool {s.pool_bytes}"
-            f" of limit {s.bytes_limit}>"
+            f"<BFCAllocator {self.device}: {s.bytes_in_use} bytes in use, pool {s.pool_bytes} of limit {s.bytes_limit}>"
         )
-

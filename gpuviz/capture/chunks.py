@@ -73,7 +73,7 @@ class Segment:
 class Chunk:
     """A contiguous piece of a segment, wholly free or wholly in use."""
 
-    __slots__ = ("address", "size", "requested", "in_use", "tag", "tag_id", "prev", "next", "segment")
+    __slots__ = ("address", "in_use", "next", "prev", "requested", "segment", "size", "tag", "tag_id")
 
     def __init__(self, address: int, size: int, segment: Segment) -> None:
         self.address = address

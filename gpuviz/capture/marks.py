@@ -52,13 +52,13 @@ def activate(log: EventLog) -> Iterator[EventLog]:
 
 def mark(label: str, *, log: EventLog | None = None) -> None:
     """Record a point annotation ``label`` (e.g. ``"step 3"``)."""
-    (log or current_log()).mark(label)
+    (log if log is not None else current_log()).mark(label)
 
 
 @contextmanager
 def span(label: str, *, log: EventLog | None = None) -> Iterator[None]:
     """Record a named span: a begin mark now and an end mark when the block exits."""
-    target = log or current_log()
+    target = log if log is not None else current_log()
     target.mark(label, phase=MarkPhase.BEGIN)
     try:
         yield

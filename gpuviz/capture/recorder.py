@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from types import FrameType
 from typing import Protocol
 
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
@@ -36,7 +37,7 @@ class Observer(Protocol):
 
 def capture_stack(log: EventLog, *, depth: int = STACK_DEPTH, skip: tuple[str, ...] = ()) -> int:
     """Intern the caller's stack (innermost first, frames inside gpuviz or ``skip`` left out)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     frames: list[Frame] = []
     prefixes = (_PACKAGE_DIR, *skip)
     while frame is not None and len(frames) < depth:

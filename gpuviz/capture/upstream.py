@@ -7,6 +7,7 @@ the CuPy upstream calls cudaMalloc/cudaFree.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import threading
 from bisect import bisect_right, insort
@@ -99,10 +100,8 @@ class SimUpstream:
             self.reserved -= size
             region = self._maps.pop(address, None)
         if region is not None:
-            try:
+            with contextlib.suppress(BufferError):  # a caller still holds a view; the map goes with it
                 region.close()
-            except BufferError:  # a caller still holds a view of it; the map goes with the last view
-                pass
 
     def regions(self) -> list[tuple[int, int]]:
         """``(address, size)`` of every reserved region, by address."""

@@ -98,6 +98,7 @@ class EventLog:
         self._stack_ids: dict[tuple[Frame, ...], int] = {}
         self.devices: list[DeviceInfo] = []
         self.meta: dict[str, Any] = dict(meta or {})
+        self.header: dict[str, Any] = {}  # a loaded file's header (clock, units, versions)
         self.truncated = False
         self._writer: LogWriter | None = None
         self._stop_flusher: threading.Event | None = None
@@ -155,9 +156,7 @@ class EventLog:
         self._check_writable()
         tag = self.intern_string(str(label))
         now = time.perf_counter_ns() if time_ns is None else time_ns
-        self.append(
-            (now, _MARK, int(phase), NO_INDEX, NO_INDEX, threading.get_ident(), 0, 0, 0, -1, -1, 0, tag, -1)
-        )
+        self.append((now, _MARK, int(phase), NO_INDEX, NO_INDEX, threading.get_ident(), 0, 0, 0, -1, -1, 0, tag, -1))
 
     def flush(self) -> None:
         """Move staged rows into column batches (and to the file when recording to one)."""
@@ -191,7 +190,7 @@ class EventLog:
             raise RuntimeError(f"this log already records to {self._writer.path}")
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
-        writer = LogWriter(path)
+        writer = LogWriter(path, self)
         with self._lock:
             self._flush_locked()
             for batch in self._batches:
@@ -212,7 +211,7 @@ class EventLog:
         with self._lock:
             self._flush_locked()
             if self._writer is not None:
-                self._writer.close(self)
+                self._writer.close()
                 self._writer = None
 
     def __del__(self) -> None:
@@ -343,6 +342,7 @@ class EventLog:
         view._stack_ids = self._stack_ids
         view.devices = self.devices
         view.meta = self.meta
+        view.header = self.header
         view.truncated = self.truncated
         view._writer = None
         view._stop_flusher = None
@@ -353,11 +353,11 @@ class EventLog:
         import pandas as pd
 
         cols = self.columns
-        frame = pd.DataFrame({name: cols[name] for name, _ in COLUMNS})
-        frame["kind"] = pd.Categorical.from_codes(cols["kind"].astype(np.int64), categories=list(KIND_NAMES))
-        names = self.device_names
+        frame: pd.DataFrame = pd.DataFrame({name: cols[name] for name, _ in COLUMNS})
+        frame["kind"] = pd.Categorical.from_codes(cols["kind"].astype(np.int64), categories=pd.Index(KIND_NAMES))
+        names = pd.Index(self.device_names, dtype=object)
         for column in ("device", "peer"):
-            frame[column] = pd.Categorical.from_codes(cols[column].astype(np.int64), categories=names) if names else None
+            frame[column] = pd.Categorical.from_codes(cols[column].astype(np.int64), categories=names)
         strings = np.array([*self.strings, None], dtype=object)
         frame["tag"] = strings[cols["tag"]]
         return frame

@@ -52,14 +52,16 @@ def _devices_json(devices: list[DeviceInfo]) -> list[dict[str, Any]]:
 class LogWriter:
     """Writes an EventLog's batches to one file as they are flushed."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, log: EventLog) -> None:
         self.path = Path(path)
         self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed in close()
-        self._stream: ipc.RecordBatchStreamWriter | None = None
         self._strings = 0
         self._stacks = 0
         self._devices: list[dict[str, Any]] = []
         self._meta = "{}"
+        self._stream = self._open_stream(log)
+        # the header and the side tables reach the disk at once, before any event
+        self.write(log, {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()})
 
     def _open_stream(self, log: EventLog) -> ipc.RecordBatchStreamWriter:
         header = {
@@ -70,17 +72,15 @@ class LogWriter:
             "devices": _devices_json(log.devices),
             "meta": log.meta,
         }
-        metadata = {
+        metadata: dict[str | bytes, str | bytes] = {
             "gpuviz.magic": FORMAT_MAGIC,
             "gpuviz.format_version": str(FORMAT_VERSION),
             "gpuviz.header": json.dumps(header, default=str),
         }
-        return ipc.new_stream(self._file, ARROW_SCHEMA.with_metadata(metadata))
+        return ipc.new_stream(self._file, ARROW_SCHEMA.with_metadata(metadata))  # type: ignore[arg-type]
 
     def write(self, log: EventLog, batch: dict[str, np.ndarray]) -> None:
         """Append one batch of rows, with whatever side-table entries are new since the last one."""
-        if self._stream is None:
-            self._stream = self._open_stream(log)
         delta: dict[str, Any] = {"strings": log.strings[self._strings :]}
         delta["stacks"] = [[list(frame) for frame in stack] for stack in log.stacks[self._stacks :]]
         devices = _devices_json(log.devices)
@@ -90,18 +90,15 @@ class LogWriter:
         if meta != self._meta:
             delta["meta"] = json.loads(meta)
         record = pa.RecordBatch.from_arrays([pa.array(batch[name]) for name, _ in COLUMNS], schema=ARROW_SCHEMA)
-        self._stream.write_batch(record, custom_metadata={"gpuviz.delta": json.dumps(delta, default=str)})
+        self._stream.write_batch(record, custom_metadata={b"gpuviz.delta": json.dumps(delta, default=str).encode()})
         self._file.flush()
         self._strings += len(delta["strings"])
         self._stacks += len(delta["stacks"])
         self._devices = devices
         self._meta = meta
 
-    def close(self, log: EventLog | None = None) -> None:
-        if self._stream is None and log is not None:
-            self._stream = self._open_stream(log)
-        if self._stream is not None:
-            self._stream.close()
+    def close(self) -> None:
+        self._stream.close()
         self._file.close()
 
 
@@ -109,12 +106,12 @@ def save(log: EventLog, path: str | Path) -> None:
     """Write ``log`` to ``path`` (replacing it) in batches of at most 65536 rows."""
     columns = log.columns
     n = len(columns["seq"])
-    writer = LogWriter(path)
+    writer = LogWriter(path, log)
     try:
-        for start in range(0, max(n, 1), _SAVE_BATCH_ROWS):
+        for start in range(0, n, _SAVE_BATCH_ROWS):
             writer.write(log, {name: col[start : start + _SAVE_BATCH_ROWS] for name, col in columns.items()})
     finally:
-        writer.close(log)
+        writer.close()
 
 
 def _apply_delta(log: EventLog, delta: dict[str, Any]) -> None:
@@ -162,7 +159,7 @@ def load(path: str | Path) -> EventLog:
         header = json.loads(metadata[b"gpuviz.header"])
         log = EventLog(meta=header.get("meta") or {})
         _apply_delta(log, {"devices": header.get("devices", [])})
-        log.meta["gpuviz.header"] = {k: v for k, v in header.items() if k not in ("devices", "meta")}
+        log.header = {k: v for k, v in header.items() if k not in ("devices", "meta")}
         batches: list[dict[str, np.ndarray]] = []
         while True:
             try:
@@ -171,12 +168,19 @@ def load(path: str | Path) -> EventLog:
                 break
             except (pa.ArrowInvalid, OSError, EOFError, ValueError) as exc:
                 log.truncated = True
-                logger.warning("%s is truncated; loaded the %d complete batches before the cut (%s)", path, len(batches), exc)
+                logger.warning(
+                    "%s is truncated; loaded the %d complete batches before the cut (%s)", path, len(batches), exc
+                )
                 break
             delta = json.loads(custom[b"gpuviz.delta"]) if custom and b"gpuviz.delta" in custom else {}
             _apply_delta(log, delta)
             if record.num_rows:
-                batches.append({name: record.column(i).to_numpy().astype(DTYPES[name], copy=False) for i, (name, _) in enumerate(COLUMNS)})
+                batches.append(
+                    {
+                        name: record.column(i).to_numpy().astype(DTYPES[name], copy=False)
+                        for i, (name, _) in enumerate(COLUMNS)
+                    }
+                )
     log._batches = batches
     log._n_flushed = sum(len(b["seq"]) for b in batches)
     log._readonly = True
@@ -193,5 +197,7 @@ def to_parquet(log: EventLog, path: str | Path) -> None:
         "gpuviz.format_version": str(FORMAT_VERSION),
         "gpuviz.devices": json.dumps(_devices_json(log.devices), default=str),
     }
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **{k.encode(): v.encode() for k, v in extra.items()}})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), **{k.encode(): v.encode() for k, v in extra.items()}}
+    )
     pq.write_table(table, path)

@@ -26,9 +26,13 @@ def summary_text(log: EventLog) -> str:
         ooms = int(((cols["kind"] == Kind.OOM) & (cols["device"] == log.device_index(device))).sum())
         lines.append(f"{device}:")
         lines.append(f"  peak in use      {format_bytes(top.bytes)} at event {top.seq}")
-        lines.append(f"  pool (reserved)  {format_bytes(int(series.pool_bytes.max()))} at most, {format_bytes(state.pool_bytes)} at the end")
-        lines.append(f"  in use at end    {format_bytes(state.bytes_in_use)} in {sum(c.in_use for c in state.chunks())} chunks")
+        most = format_bytes(int(series.pool_bytes.max()))
+        lines.append(f"  pool (reserved)  {most} at most, {format_bytes(state.pool_bytes)} at the end")
+        lines.append(
+            f"  in use at end    {format_bytes(state.bytes_in_use)} in {sum(c.in_use for c in state.chunks())} chunks"
+        )
         lines.append(f"  internal waste   {format_bytes(waste.at_peak)} at the peak")
-        lines.append(f"  fragmentation    {state.fragmentation:.1%} at the end (largest free chunk {format_bytes(state.largest_free_chunk)})")
+        largest = format_bytes(state.largest_free_chunk)
+        lines.append(f"  fragmentation    {state.fragmentation:.1%} at the end (largest free chunk {largest})")
         lines.append(f"  out-of-memory    {ooms} event(s)")
     return "\n".join(lines)
