@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ import numpy as np
 from gpuviz.base.errors import InvalidFreeError, InvariantError, OutOfMemoryError
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.base.units import MiB, parse_bytes
-from gpuviz.capture.chunks import Chunk, FreeIndex, Segment, rounded_bytes
+from gpuviz.capture.chunks import _MASK, _SHIFT, Chunk, FreeIndex, Segment, rounded_bytes
 from gpuviz.capture.recorder import NullRecorder, Observer, Recorder
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import EventLog
@@ -153,6 +154,7 @@ class BFCAllocator:
         self._chunks: dict[int, Chunk] = {}
         self._segments: dict[int, Segment] = {}
         self._free = FreeIndex()
+        self._keys = self._free.keys  # the same list, for the inlined hot paths
         self._next_segment_bytes = INITIAL_SEGMENT_BYTES if growth else rounded_bytes(limit)
         self._num_allocs = 0
         self._bytes_in_use = 0
@@ -168,12 +170,12 @@ class BFCAllocator:
         Raises ``OutOfMemoryError`` when the request cannot be met under the memory limit,
         ``TypeError``/``ValueError`` for a size that is not a non-negative integer.
         """
-        if type(nbytes) is not int or nbytes < 0:
+        if type(nbytes) is not int or nbytes <= 0:
             nbytes = _as_size(nbytes)
-        if tag is not None and not isinstance(tag, str):
+            if nbytes == 0:
+                return 0
+        if tag is not None and type(tag) is not str:
             raise TypeError(f"tag must be a string or None, not {type(tag).__name__}")
-        if nbytes == 0:
-            return 0
         rounded = 256 if nbytes <= 256 else (nbytes + 255) & ~255
         with self._lock:
             if self._busy:
@@ -182,19 +184,21 @@ class BFCAllocator:
             try:
                 return self._allocate_locked(nbytes, rounded, tag)
             finally:
-                self._drain_pending()
+                if self._pending:
+                    self._drain_pending()
                 self._busy = False
 
     def _allocate_locked(self, nbytes: int, rounded: int, tag: str | None) -> int:
+        # The hot path: FreeIndex operations are inlined on its key list (see chunks.py).
         observer = self._observer
-        stack = observer.stack_id()
-        address = self._free.take_best_fit(rounded)
-        if address is None:
-            address = self._grow_and_take(nbytes, rounded, stack)
+        stack = observer.stack_id() if observer.stacks else -1
+        keys = self._keys
+        i = bisect_left(keys, rounded << _SHIFT)
+        address = keys.pop(i) & _MASK if i < len(keys) else self._grow_and_take(nbytes, rounded, stack)
         chunk = self._chunks[address]
-        free = self._free
         emit = observer.emit
         size = chunk.size
+        segment_base = chunk.segment.base
         if size >= rounded << 1 or size - rounded >= MAX_INTERNAL_FRAGMENTATION:
             remainder = Chunk(address + rounded, size - rounded, chunk.segment)
             following = chunk.next
@@ -204,10 +208,10 @@ class BFCAllocator:
                 following.prev = remainder
             chunk.next = remainder
             chunk.size = size = rounded
-            self._chunks[remainder.address] = remainder
-            free.insert(remainder)
-            emit(_SPLIT, address, rounded, 0, chunk.segment.base, free.largest(), -1, stack)
-        tag_id = observer.tag_id(tag)
+            self._chunks[address + rounded] = remainder
+            insort(keys, remainder.size << _SHIFT | remainder.address)
+            emit(_SPLIT, address, rounded, 0, segment_base, keys[-1] >> _SHIFT, -1, stack)
+        tag_id = -1 if tag is None else observer.tag_id(tag)
         chunk.in_use = True
         chunk.requested = nbytes
         chunk.tag = tag
@@ -218,7 +222,7 @@ class BFCAllocator:
             self._peak_bytes_in_use = in_use
         if size > self._largest_alloc_size:
             self._largest_alloc_size = size
-        emit(_ALLOC, address, size, nbytes, chunk.segment.base, free.largest(), tag_id, stack)
+        emit(_ALLOC, address, size, nbytes, segment_base, keys[-1] >> _SHIFT if keys else 0, tag_id, stack)
         return address
 
     def _grow_and_take(self, nbytes: int, rounded: int, stack: int) -> int:
@@ -312,7 +316,8 @@ class BFCAllocator:
             try:
                 self._free_locked(address)
             finally:
-                self._drain_pending()
+                if self._pending:
+                    self._drain_pending()
                 self._busy = False
 
     def _drain_pending(self) -> None:
@@ -325,13 +330,14 @@ class BFCAllocator:
                 logger.exception("%s: a deferred free failed", self.device)
 
     def _free_locked(self, address: int) -> None:
+        # The hot path: FreeIndex operations are inlined on its key list (see chunks.py).
         chunk = self._chunks.get(address)
         if chunk is None or not chunk.in_use:
             raise InvalidFreeError(self._explain_bad_free(address, chunk))
         observer = self._observer
-        stack = observer.stack_id()
+        stack = observer.stack_id() if observer.stacks else -1
         emit = observer.emit
-        free = self._free
+        keys = self._keys
         chunks = self._chunks
         size = chunk.size
         segment_base = chunk.segment.base
@@ -342,30 +348,32 @@ class BFCAllocator:
         chunk.requested = 0
         chunk.tag = None
         chunk.tag_id = -1
-        largest = free.largest()
+        largest = keys[-1] >> _SHIFT if keys else 0
         emit(_FREE, address, size, requested, segment_base, size if size > largest else largest, tag_id, stack)
         following = chunk.next
         if following is not None and not following.in_use:
-            free.remove(following)
-            chunk.size += following.size
+            key = following.size << _SHIFT | following.address
+            del keys[bisect_left(keys, key)]
+            size = chunk.size = size + following.size
             chunk.next = after = following.next
             if after is not None:
                 after.prev = chunk
             del chunks[following.address]
-            largest = free.largest()
-            emit(_MERGE, address, chunk.size, 0, segment_base, max(chunk.size, largest), -1, stack)
+            largest = keys[-1] >> _SHIFT if keys else 0
+            emit(_MERGE, address, size, 0, segment_base, size if size > largest else largest, -1, stack)
         previous = chunk.prev
         if previous is not None and not previous.in_use:
-            free.remove(previous)
-            previous.size += chunk.size
+            key = previous.size << _SHIFT | previous.address
+            del keys[bisect_left(keys, key)]
+            size = previous.size = previous.size + size
             previous.next = after = chunk.next
             if after is not None:
                 after.prev = previous
             del chunks[address]
             chunk = previous
-            largest = free.largest()
-            emit(_MERGE, chunk.address, chunk.size, 0, segment_base, max(chunk.size, largest), -1, stack)
-        free.insert(chunk)
+            largest = keys[-1] >> _SHIFT if keys else 0
+            emit(_MERGE, chunk.address, size, 0, segment_base, size if size > largest else largest, -1, stack)
+        insort(keys, size << _SHIFT | chunk.address)
 
     def _explain_bad_free(self, address: int, chunk: Chunk | None) -> str:
         where = f"{self.device}: cannot free {address:#x}"

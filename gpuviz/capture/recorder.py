@@ -12,14 +12,21 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
+from gpuviz.log.schema import ROW_STRUCT
 
 __all__ = ["Observer", "Recorder", "NullRecorder", "capture_stack", "STACK_DEPTH"]
 
 STACK_DEPTH = 8
+_pack = ROW_STRUCT.pack
+EmitFn = Callable[[int, int, int, int, int, int, int, int], None]
+"""emit(kind, address, size, requested, segment, largest_free, tag, stack)"""
+_now = time.perf_counter_ns
+_thread = threading.get_ident
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -49,26 +56,22 @@ def capture_stack(log: EventLog, *, depth: int = STACK_DEPTH, skip: tuple[str, .
     return log.intern_stack(tuple(frames))
 
 
-class Recorder:
-    """Appends an allocator's events for one device to an EventLog."""
-
-    def __init__(self, log: EventLog, device: int, *, stacks: bool = False) -> None:
-        self.log = log
-        self.device = device
-        self.stacks = stacks
-        self._append = log.append
+def _make_emit(log: EventLog, device: int) -> EmitFn:
+    staged, limit = log.row_sink()
+    extend = staged.extend
+    flush = log.flush
 
     def emit(
-        self, kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
+        kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
     ) -> None:
-        self._append(
-            (
-                time.perf_counter_ns(),
+        extend(
+            _pack(
+                _now(),
                 kind,
                 0,
-                self.device,
+                device,
                 NO_INDEX,
-                threading.get_ident(),
+                _thread(),
                 address,
                 size,
                 requested,
@@ -79,6 +82,24 @@ class Recorder:
                 stack,
             )
         )
+        if len(staged) >= limit:
+            flush()
+
+    return emit
+
+
+class Recorder:
+    """Appends an allocator's events for one device to an EventLog.
+
+    Each event is stamped with ``time.perf_counter_ns()`` and the recording thread, packed
+    with ``ROW_STRUCT`` and added to the log's staging buffer in one call.
+    """
+
+    def __init__(self, log: EventLog, device: int, *, stacks: bool = False) -> None:
+        self.log = log
+        self.device = device
+        self.stacks = stacks
+        self.emit: EmitFn = _make_emit(log, device)  # a closure: no attribute lookups per event
 
     def tag_id(self, tag: str | None) -> int:
         return NO_INDEX if tag is None else self.log.intern_string(tag)

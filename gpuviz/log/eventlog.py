@@ -1,16 +1,20 @@
 """EventLog: all events of a run, columnar, plus side tables (devices, strings, stacks).
 
-Rows are staged in one flat ``array('q')`` (no Python object per event) and moved into
-NumPy column batches every ``flush_rows`` events, on ``flush()``, or, when recording to a
-file, at least every ``flush_interval_s`` seconds by a background thread. Readers see
-flushed and staged rows alike: every read flushes first.
+Rows are packed (``schema.ROW_STRUCT``) into one ``bytearray`` (no Python object per
+event) and moved into NumPy column batches every ``flush_rows`` events, on ``flush()``,
+or, when recording to a file, at least every ``flush_interval_s`` seconds by a
+background thread. Readers see flushed and staged rows alike: every read flushes first.
+
+Appending takes no lock: a row is added by one ``bytearray.extend`` call, and a flush
+takes whole rows off the front with one slice and one ``del``; each of these is a single
+C-level operation on the bytearray, so concurrent appends are never lost or torn.
+Flushes are serialised by the log's lock.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, MarkPhase, kind_code
+from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["EventLog", "Event", "DeviceInfo", "Frame", "NO_INDEX"]
 
 NO_INDEX = -1
-_ROW = len(ROW_COLUMNS)
+_ROW = ROW_STRUCT.size
+_pack = ROW_STRUCT.pack
 _MARK = KIND_NAMES.index("mark")
 
 
@@ -87,7 +92,7 @@ class EventLog:
         if flush_rows < 1:
             raise ValueError(f"flush_rows must be >= 1, got {flush_rows}")
         self._lock = threading.Lock()
-        self._staged = array("q")
+        self._staged = bytearray()
         self._flush_len = flush_rows * _ROW
         self._batches: list[dict[str, np.ndarray]] = []
         self._n_flushed = 0
@@ -108,11 +113,17 @@ class EventLog:
     # ----------------------------------------------------------------- recording
     def append(self, row: tuple[int, ...]) -> None:
         """Stage one event: the fields of ``ROW_COLUMNS`` in order (all ints)."""
-        with self._lock:
-            staged = self._staged
-            staged.extend(row)
-            if len(staged) >= self._flush_len:
-                self._flush_locked()
+        self._check_writable()
+        staged = self._staged
+        staged.extend(_pack(*row))
+        if len(staged) >= self._flush_len:
+            self.flush()
+
+    def row_sink(self) -> tuple[bytearray, int]:
+        """The staging buffer and its flush threshold in bytes, for recorders that pack rows
+        themselves (``ROW_STRUCT``) and call ``flush()`` once the buffer reaches the threshold."""
+        self._check_writable()
+        return self._staged, self._flush_len
 
     def intern_string(self, text: str) -> int:
         """Index of ``text`` in the string table, adding it if new."""
@@ -165,14 +176,16 @@ class EventLog:
 
     def _flush_locked(self) -> None:
         staged = self._staged
-        if not staged:
+        nbytes = len(staged)
+        if not nbytes:
             return
-        rows = np.frombuffer(staged, dtype=np.int64).reshape(-1, _ROW)
-        n = rows.shape[0]
+        data = bytes(staged[:nbytes])
+        del staged[:nbytes]
+        rows = np.frombuffer(data, dtype=ROW_DTYPE)
+        n = len(rows)
         batch = {"seq": np.arange(self._n_flushed, self._n_flushed + n, dtype=np.int64)}
-        for i, name in enumerate(ROW_COLUMNS):
-            batch[name] = rows[:, i].astype(DTYPES[name])
-        self._staged = array("q")
+        for name in ROW_COLUMNS:
+            batch[name] = rows[name].astype(DTYPES[name])
         self._batches.append(batch)
         self._n_flushed += n
         if self._writer is not None:
@@ -331,7 +344,7 @@ class EventLog:
     def _view(self, columns: dict[str, np.ndarray]) -> EventLog:
         view = EventLog.__new__(EventLog)
         view._lock = threading.Lock()
-        view._staged = array("q")
+        view._staged = bytearray()
         view._flush_len = self._flush_len
         view._batches = [columns]
         view._n_flushed = len(columns["seq"])

@@ -36,6 +36,7 @@ the chunk at ``address`` with ``size`` bytes, absorbing its free upper neighbour
 
 from __future__ import annotations
 
+import struct
 from enum import IntEnum
 
 import numpy as np
@@ -48,6 +49,8 @@ __all__ = [
     "COLUMNS",
     "ROW_COLUMNS",
     "DTYPES",
+    "ROW_STRUCT",
+    "ROW_DTYPE",
     "FORMAT_MAGIC",
     "FORMAT_VERSION",
     "kind_code",
@@ -119,3 +122,11 @@ def kind_code(kind: str | Kind | int) -> int:
     if not 0 <= code < len(KIND_NAMES):
         raise ValueError(f"unknown event kind code {code}")
     return code
+
+
+# One staged row: the ROW_COLUMNS packed little-endian without padding. ``ROW_STRUCT``
+# packs a row on the recording path; ``ROW_DTYPE`` reads packed rows back as columns.
+_FORMAT_CODES = {"int64": "q", "uint8": "B", "int8": "b", "int16": "h", "int32": "i"}
+ROW_STRUCT = struct.Struct("<" + "".join(_FORMAT_CODES[dt] for _, dt in COLUMNS[1:]))
+ROW_DTYPE = np.dtype([(name, "<" + np.dtype(dt).str[1:]) for name, dt in COLUMNS[1:]])
+assert ROW_DTYPE.itemsize == ROW_STRUCT.size
