@@ -55,12 +55,13 @@ def bench_pairs(n_pairs: int, repeats: int) -> None:
 def build_log(n_events: int) -> tuple[EventLog, float]:
     log = EventLog()
     alloc = BFCAllocator(SimUpstream("64GiB"), growth=True, log=log)
-    ops = mixed_workload(n_events // 3)
+    ops = mixed_workload(n_events // 2)
     live = [alloc.allocate(256) for _ in range(1000)]
     start = time.perf_counter()
-    for size, victim in ops:
-        if len(log) >= n_events:
-            break
+    i = 0
+    while len(log) < n_events:
+        size, victim = ops[i % len(ops)]
+        i += 1
         alloc.free(live[victim])
         live[victim] = alloc.allocate(size)
     elapsed = time.perf_counter() - start

@@ -18,6 +18,9 @@ SIZES = st.one_of(
 )
 
 
+STEPS: list[int] = []  # allocator steps (allocate, free, release) of each example
+
+
 class AllocatorMachine(RuleBasedStateMachine):
     alloc: BFCAllocator
 
@@ -84,6 +87,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not hasattr(self, "alloc"):
             return
+        STEPS.append(len(self.states))
         heap = replay(self.alloc.log, checkpoint_every=7)
         for index, state in self.states:
             if index >= 0:
@@ -95,4 +99,10 @@ class AllocatorMachine(RuleBasedStateMachine):
 AllocatorMachine.TestCase.settings = settings(
     max_examples=120, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-TestAllocatorMachine = AllocatorMachine.TestCase
+
+
+def test_random_sequences_keep_invariants_and_replay_exactly() -> None:
+    STEPS.clear()
+    AllocatorMachine.TestCase().runTest()
+    assert sum(STEPS) >= 3000, f"only {sum(STEPS)} allocator steps ran"
+
