@@ -97,7 +97,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 
 
 AllocatorMachine.TestCase.settings = settings(
-    max_examples=120, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=250, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
