@@ -4,8 +4,10 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 (replay, timelines) -> views -> front-ends (CLI, magics, widgets, reports).
 """
 
+from gpuviz import config
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
+from gpuviz.base.devices import DeviceSpec, parse_device
 from gpuviz.base.errors import GpuvizError, InvalidFreeError, InvariantError, LogFormatError, OutOfMemoryError
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.base.units import format_bytes, parse_bytes
@@ -14,11 +16,21 @@ from gpuviz.capture.marks import activate, current_log, default_log, mark, span
 from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOutOfMemory
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.log.fileio import load
+from gpuviz.runtime.array import DeviceArray, asarray
+from gpuviz.runtime.context import Session, device, reset
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AllocatorStats",
+    "DeviceArray",
+    "DeviceSpec",
+    "Session",
+    "asarray",
+    "config",
+    "device",
+    "parse_device",
+    "reset",
     "BFCAllocator",
     "ChunkState",
     "Event",

@@ -16,3 +16,18 @@ def alloc() -> BFCAllocator:
     a.allocate(1000, tag="x")
     a.allocate(3000)
     return a
+
+
+@pytest.fixture
+def runtime_log():  # type: ignore[no-untyped-def]
+    """A fresh, unconfigured runtime recording into a new log; everything released after."""
+    import gpuviz
+    from gpuviz.capture.marks import default_log, set_default_log
+
+    gpuviz.reset(configuration=True)
+    previous = default_log()
+    log = gpuviz.EventLog()
+    set_default_log(log)
+    yield log
+    gpuviz.reset(configuration=True)
+    set_default_log(previous)

@@ -105,4 +105,3 @@ def test_random_sequences_keep_invariants_and_replay_exactly() -> None:
     STEPS.clear()
     AllocatorMachine.TestCase().runTest()
     assert sum(STEPS) >= 3000, f"only {sum(STEPS)} allocator steps ran"
-

@@ -1,0 +1,288 @@
+"""Device configuration, in the shape TensorFlow's ``tf.config`` users know.
+
+Everything that shapes devices (simulated GPUs, memory growth, memory fraction, logical
+devices, visible devices, the transfer model) must be set before the runtime is
+initialised (the first op, array or ``list_logical_devices``); afterwards it raises
+``RuntimeError`` as TensorFlow does. Soft placement and placement logging can change at
+any time. ``gpuviz.reset(configuration=True)`` returns to the uninitialised state.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+
+from gpuviz.base.devices import parse_device
+from gpuviz.base.units import GiB, MiB, parse_bytes
+
+__all__ = [
+    "PhysicalDevice",
+    "LogicalDevice",
+    "LogicalDeviceConfiguration",
+    "TransferModel",
+    "list_physical_devices",
+    "set_simulated_gpus",
+    "set_memory_growth",
+    "get_memory_growth",
+    "set_memory_fraction",
+    "set_logical_device_configuration",
+    "get_logical_device_configuration",
+    "set_visible_devices",
+    "get_visible_devices",
+    "set_soft_device_placement",
+    "get_soft_device_placement",
+    "set_log_device_placement",
+    "get_log_device_placement",
+    "set_transfer_model",
+    "get_transfer_model",
+]
+
+
+@dataclass(frozen=True)
+class PhysicalDevice:
+    """A physical device: ``name`` like ``/physical_device:GPU:0``."""
+
+    name: str
+    device_type: str
+
+    @property
+    def index(self) -> int:
+        return int(self.name.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True)
+class LogicalDevice:
+    """A logical device ops can run on: ``name`` like ``/device:GPU:0``."""
+
+    name: str
+    device_type: str
+
+
+@dataclass(frozen=True)
+class LogicalDeviceConfiguration:
+    """One logical device carved from a physical GPU.
+
+    ``memory_limit``: MiB when an int (as in TensorFlow), or a size string such as ``"1GiB"``.
+    """
+
+    memory_limit: int | str
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        if isinstance(self.memory_limit, bool):
+            raise TypeError("memory_limit must be MiB (int) or a size string")
+        if isinstance(self.memory_limit, int):
+            if self.memory_limit <= 0:
+                raise ValueError(f"memory_limit must be positive, got {self.memory_limit} MiB")
+            return self.memory_limit * MiB
+        return parse_bytes(self.memory_limit, name="memory_limit")
+
+
+@dataclass(frozen=True)
+class TransferModel:
+    """How long a simulated copy takes: ``latency_ns + nbytes / bandwidth``.
+
+    Bandwidths in bytes per second. The host<->device defaults are an effective PCIe 4.0
+    x16 figure (25 GB/s of 31.5 GB/s theoretical); copies between logical devices of one
+    physical GPU run at device-memory bandwidth.
+    """
+
+    h2d_bytes_per_s: float = 25e9
+    d2h_bytes_per_s: float = 25e9
+    d2d_bytes_per_s: float = 25e9
+    same_gpu_bytes_per_s: float = 1.5e12
+    latency_ns: int = 10_000
+
+    def duration_ns(self, nbytes: int, bandwidth: float) -> int:
+        return self.latency_ns + int(nbytes * 1e9 / bandwidth)
+
+
+@dataclass
+class _Config:
+    simulated_gpus: int = 1
+    gpu_memory: int = 16 * GiB
+    memory_growth: dict[int, bool] = field(default_factory=dict)
+    memory_fraction: float | None = None
+    logical: dict[int, list[int]] = field(default_factory=dict)
+    visible_gpus: list[int] | None = None
+    soft_placement: bool = True
+    log_placement: bool = False
+    transfer: TransferModel = field(default_factory=TransferModel)
+    initialized: bool = False
+
+
+_config = _Config()
+_lock = threading.RLock()
+
+
+def _check_not_initialized(what: str) -> None:
+    if _config.initialized:
+        raise RuntimeError(f"{what} cannot be modified after being initialized")
+
+
+def _gpu_index(device: PhysicalDevice | str) -> int:
+    name = device.name if isinstance(device, PhysicalDevice) else device
+    spec = parse_device(name.replace("/physical_device:", "/device:"))
+    if spec.device_type != "GPU":
+        raise ValueError("Cannot set memory growth on non-GPU devices")
+    if spec.index >= _config.simulated_gpus:
+        raise ValueError(f"unknown physical device {name!r} ({_config.simulated_gpus} GPU(s))")
+    return spec.index
+
+
+def list_physical_devices(device_type: str | None = None) -> list[PhysicalDevice]:
+    """The CPU and every GPU of the machine (simulated when there is no GPU backend)."""
+    devices = [PhysicalDevice("/physical_device:CPU:0", "CPU")]
+    devices += [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(_config.simulated_gpus)]
+    return [d for d in devices if device_type is None or d.device_type == device_type.upper()]
+
+
+def set_simulated_gpus(count: int = 1, memory: int | str = "16GiB") -> None:
+    """How many simulated GPUs the machine has, and the memory of each."""
+    with _lock:
+        _check_not_initialized("Physical devices")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"count must be a non-negative int, got {count!r}")
+        size = parse_bytes(memory, name="memory")
+        if size < MiB:
+            raise ValueError(f"a simulated GPU needs at least 1 MiB, got {size} bytes")
+        _config.simulated_gpus = count
+        _config.gpu_memory = size
+        _config.memory_growth.clear()
+        _config.logical.clear()
+        _config.visible_gpus = None
+
+
+def set_memory_growth(device: PhysicalDevice | str, enable: bool) -> None:
+    """Reserve GPU memory as needed (True) instead of preallocating nearly all of it (default)."""
+    with _lock:
+        _check_not_initialized("Physical devices")
+        index = _gpu_index(device)
+        if index in _config.logical:
+            raise ValueError("Cannot set memory growth on device when virtual devices configured")
+        _config.memory_growth[index] = bool(enable)
+
+
+def get_memory_growth(device: PhysicalDevice | str) -> bool:
+    return _config.memory_growth.get(_gpu_index(device), False)
+
+
+def set_memory_fraction(fraction: float | None) -> None:
+    """Limit each GPU to ``fraction`` of its total memory (TF's per_process_gpu_memory_fraction)."""
+    with _lock:
+        _check_not_initialized("Physical devices")
+        if fraction is not None and (isinstance(fraction, bool) or not 0 < fraction <= 1):
+            raise ValueError(f"memory fraction must be in (0, 1], got {fraction!r}")
+        _config.memory_fraction = fraction
+
+
+def set_logical_device_configuration(
+    device: PhysicalDevice | str, logical_devices: list[LogicalDeviceConfiguration | int | str] | None
+) -> None:
+    """Split a physical GPU into logical GPUs, each with its own allocator and memory limit.
+
+    Items are ``LogicalDeviceConfiguration`` or memory limits (int MiB or size strings).
+    ``None`` or ``[]`` removes the split.
+    """
+    with _lock:
+        _check_not_initialized("Virtual devices")
+        try:
+            index = _gpu_index(device)
+        except ValueError as error:
+            if "non-GPU" in str(error):
+                raise ValueError("Setting memory limit is required for GPU virtual devices only") from None
+            raise
+        if not logical_devices:
+            _config.logical.pop(index, None)
+            return
+        limits = [
+            (
+                item if isinstance(item, LogicalDeviceConfiguration) else LogicalDeviceConfiguration(item)
+            ).memory_limit_bytes
+            for item in logical_devices
+        ]
+        if sum(limits) > _config.gpu_memory:
+            raise ValueError(
+                f"logical devices ask for {sum(limits)} bytes, more than the {_config.gpu_memory} bytes of GPU:{index}"
+            )
+        _config.logical[index] = limits
+        _config.memory_growth.pop(index, None)
+
+
+def get_logical_device_configuration(device: PhysicalDevice | str) -> list[LogicalDeviceConfiguration] | None:
+    limits = _config.logical.get(_gpu_index(device))
+    return None if limits is None else [LogicalDeviceConfiguration(f"{b}B") for b in limits]
+
+
+def set_visible_devices(
+    devices: list[PhysicalDevice | str] | PhysicalDevice | str, device_type: str | None = None
+) -> None:
+    """Which physical GPUs the runtime may use (the CPU always stays visible)."""
+    with _lock:
+        _check_not_initialized("Visible devices")
+        items = devices if isinstance(devices, list) else [devices]
+        gpus = []
+        for item in items:
+            name = item.name if isinstance(item, PhysicalDevice) else item
+            spec = parse_device(name.replace("/physical_device:", "/device:"))
+            if device_type is not None and spec.device_type != device_type.upper():
+                raise ValueError(f"{name} is not a {device_type} device")
+            if spec.device_type == "GPU":
+                if spec.index >= _config.simulated_gpus:
+                    raise ValueError(f"unknown physical device {name!r}")
+                gpus.append(spec.index)
+        _config.visible_gpus = sorted(set(gpus))
+
+
+def get_visible_devices(device_type: str | None = None) -> list[PhysicalDevice]:
+    visible = _config.visible_gpus
+    return [
+        d for d in list_physical_devices(device_type) if d.device_type == "CPU" or visible is None or d.index in visible
+    ]
+
+
+def set_soft_device_placement(enabled: bool) -> None:
+    """Let ops run on another device when the requested one is missing or has no kernel (default on)."""
+    _config.soft_placement = bool(enabled)
+
+
+def get_soft_device_placement() -> bool:
+    return _config.soft_placement
+
+
+def set_log_device_placement(enabled: bool) -> None:
+    """Print ``Executing op <Name> in device <full name>`` for every op."""
+    _config.log_placement = bool(enabled)
+
+
+def get_log_device_placement() -> bool:
+    return _config.log_placement
+
+
+def set_transfer_model(model: TransferModel | None = None, **changes: float) -> None:
+    """Replace the simulated transfer model, or change some of its fields (bytes/s, ns)."""
+    with _lock:
+        _check_not_initialized("The transfer model")
+        base = model or _config.transfer
+        unknown = set(changes) - set(asdict(base))
+        if unknown:
+            raise ValueError(f"unknown transfer model fields: {', '.join(sorted(unknown))}")
+        values = {**asdict(base), **changes}
+        if any(v <= 0 for k, v in values.items() if k.endswith("_per_s")) or values["latency_ns"] < 0:
+            raise ValueError("bandwidths must be positive and latency non-negative")
+        _config.transfer = TransferModel(**values)
+
+
+def get_transfer_model() -> TransferModel:
+    return _config.transfer
+
+
+def reset_configuration() -> None:
+    """Back to defaults and uninitialised (used by ``gpuviz.reset(configuration=True)``)."""
+    global _config
+    with _lock:
+        _config = _Config()
+
+
+def current() -> _Config:
+    return _config

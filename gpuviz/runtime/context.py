@@ -1,0 +1,291 @@
+"""The device runtime: logical devices with their allocators, placement, copies, release.
+
+Initialised lazily from ``gpuviz.config`` at the first use. Every logical device has a
+``BFCAllocator``; all of them record into one EventLog (``gpuviz.default_log()``, or the
+log of the active ``Session``). Simulated GPUs are ``SimUpstream``s backed by lazily
+committed host memory, so data on them is real.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from gpuviz.base.devices import DeviceSpec, parse_device
+from gpuviz.base.units import GiB, MiB
+from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.events import record_placement, record_transfer
+from gpuviz.capture.marks import default_log, set_default_log
+from gpuviz.capture.upstream import SimUpstream
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import Direction
+from gpuviz.runtime import config as _config_module
+from gpuviz.runtime.config import LogicalDevice
+
+__all__ = ["Device", "Buffer", "Runtime", "get_runtime", "device", "reset", "Session", "current_scope"]
+
+CPU_BASE = 1 << 48
+"""Address of the simulated host memory; simulated GPU i starts at ``(i + 1) << 40``."""
+
+
+def min_system_memory(available: int) -> int:
+    """Bytes TensorFlow leaves to the system when it preallocates a GPU (compute capability 8.x figure)."""
+    return 225 * MiB if available < 2 * GiB else 1536 * MiB
+
+
+class Buffer:
+    """Device memory owned by one or more DeviceArrays; freed when the last one is gone."""
+
+    __slots__ = ("__weakref__", "_finalizer", "address", "device", "nbytes", "released")
+
+    def __init__(self, device: Device, address: int, nbytes: int) -> None:
+        self.device = device
+        self.address = address
+        self.nbytes = nbytes
+        self.released: str | None = None
+        self._finalizer = weakref.finalize(self, device.allocator.free, address)
+        self._finalizer.atexit = False
+
+    def release(self, reason: str = "released") -> None:
+        """Free the memory now; arrays on it raise when used afterwards."""
+        if self.released is None:
+            self.released = reason
+            self._finalizer()
+
+
+class Device:
+    """A logical device: its name, allocator and (shared with sibling logical devices) upstream."""
+
+    def __init__(self, spec: DeviceSpec, allocator: BFCAllocator, upstream: SimUpstream, physical: int) -> None:
+        self.spec = spec
+        self.name = spec.short
+        self.allocator = allocator
+        self.upstream = upstream
+        self.physical = physical
+        self.index = allocator.log.device_index(spec.short)
+        self.buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.spec.device_type == "GPU"
+
+    def allocate(self, nbytes: int, tag: str | None) -> Buffer:
+        address = self.allocator.allocate(nbytes, tag=tag)
+        buffer = Buffer(self, address, nbytes)
+        self.buffers.add(buffer)
+        return buffer
+
+    def view(self, buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A NumPy array over the buffer's device memory."""
+        if buffer.nbytes == 0:
+            return np.empty(shape, dtype=dtype)
+        memory = self.upstream.buffer(buffer.address, buffer.nbytes)
+        return np.frombuffer(memory, dtype=dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    def __repr__(self) -> str:
+        return f"<Device {self.name}>"
+
+
+class Runtime:
+    def __init__(self, log: EventLog) -> None:
+        cfg = _config_module.current()
+        self.config = cfg
+        self.devices: dict[str, Device] = {}
+        self._upstreams: list[tuple[SimUpstream, int, DeviceSpec, dict[str, Any]]] = []
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self._upstreams.append(
+            (SimUpstream(host, base=CPU_BASE, backed=True), -1, DeviceSpec("CPU", 0), {"growth": True})
+        )
+        visible = cfg.visible_gpus if cfg.visible_gpus is not None else list(range(cfg.simulated_gpus))
+        logical_index = 0
+        for physical in visible:
+            upstream = SimUpstream(cfg.gpu_memory, base=(physical + 1) << 40, backed=True)
+            limits = cfg.logical.get(physical)
+            if limits is None:
+                if cfg.memory_fraction is not None:
+                    limit = int(cfg.gpu_memory * cfg.memory_fraction)
+                else:
+                    limit = cfg.gpu_memory - min_system_memory(cfg.gpu_memory)
+                limits = [max(limit, MiB)]
+            growth = cfg.memory_growth.get(physical, False)
+            for limit in limits:
+                options = {"memory_limit": limit, "growth": growth, "physical_device": f"GPU:{physical}"}
+                self._upstreams.append((upstream, physical, DeviceSpec("GPU", logical_index), options))
+                logical_index += 1
+        self._build(log)
+        cfg.initialized = True
+
+    def _build(self, log: EventLog) -> None:
+        self.log = log
+        log.meta["transfer_model"] = asdict(self.config.transfer)
+        self.devices = {}
+        for upstream, physical, spec, options in self._upstreams:
+            allocator = BFCAllocator(
+                upstream,
+                memory_limit=options.get("memory_limit"),
+                growth=options["growth"],
+                device=spec.short,
+                log=log,
+            )
+            if "physical_device" in options:
+                log.add_device(spec.short, physical_device=options["physical_device"])
+            self.devices[spec.short] = Device(spec, allocator, upstream, physical)
+        self.cpu = self.devices["CPU:0"]
+        self.gpus = [d for d in self.devices.values() if d.is_gpu]
+
+    # ----------------------------------------------------------------- placement
+    def place(self, op: str, *, gpu_kernel: bool = True) -> tuple[Device, int, bool]:
+        """Where ``op`` runs: (device, requested device index or -1, moved by soft placement)."""
+        scope = current_scope()
+        soft_enabled = self.config.soft_placement
+        if scope is None:
+            target = self.gpus[0] if self.gpus and gpu_kernel else self.cpu
+            return target, -1, False
+        requested = self.log.add_device(scope.short)
+        target_or_none = self.devices.get(scope.short)
+        if target_or_none is None:
+            if not soft_enabled:
+                raise RuntimeError(f"{scope.full} unknown device")
+            same_type = [d for d in self.devices.values() if d.spec.device_type == scope.device_type]
+            target_or_none = same_type[0] if same_type else self.cpu
+            if target_or_none.is_gpu and not gpu_kernel:
+                target_or_none = self.cpu
+            return target_or_none, requested, True
+        if target_or_none.is_gpu and not gpu_kernel:
+            if not soft_enabled:
+                raise RuntimeError(
+                    f"no GPU kernel for op {op} with these inputs on {scope.full}; enable soft device placement"
+                )
+            return self.cpu, requested, True
+        return target_or_none, requested, False
+
+    def record_op(self, op: str, target: Device, requested: int, soft: bool, start_ns: int, duration_ns: int) -> None:
+        record_placement(
+            self.log, op=op, device=target.index, requested=requested, soft=soft, start_ns=start_ns,
+            duration_ns=duration_ns,
+        )  # fmt: skip
+        if self.config.log_placement:
+            print(f"Executing op {op} in device {target.spec.full}", file=sys.stdout)
+
+    # ------------------------------------------------------------------- copies
+    def copy(self, source: np.ndarray, src: Device, dst: Device, tag: str, reason: str) -> Buffer:
+        """Allocate on ``dst`` and copy ``source`` (a view on ``src``) there, recording the transfer."""
+        nbytes = source.nbytes
+        buffer = dst.allocate(nbytes, tag)
+        start = time.perf_counter_ns()
+        view = dst.view(buffer, source.shape, source.dtype)
+        np.copyto(view, source, casting="no")
+        self.record_copy(src, dst, nbytes, start, reason)
+        return buffer
+
+    def record_copy(self, src: Device, dst: Device, nbytes: int, start_ns: int, reason: str) -> None:
+        if not (src.is_gpu or dst.is_gpu):
+            return  # host to host: not a transfer
+        model = self.config.transfer
+        if src.is_gpu and dst.is_gpu:
+            direction = Direction.D2D
+            bandwidth = model.same_gpu_bytes_per_s if src.physical == dst.physical else model.d2d_bytes_per_s
+        elif dst.is_gpu:
+            direction, bandwidth = Direction.H2D, model.h2d_bytes_per_s
+        else:
+            direction, bandwidth = Direction.D2H, model.d2h_bytes_per_s
+        record_transfer(
+            self.log, direction=direction, source=src.index, destination=dst.index, nbytes=nbytes,
+            start_ns=start_ns, duration_ns=model.duration_ns(nbytes, bandwidth), tag=reason,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ release
+    def release_all(self) -> None:
+        for dev in self.devices.values():
+            for buffer in list(dev.buffers):
+                buffer.release("released by gpuviz.reset()")
+            dev.allocator.release_free_segments()
+
+    def logical_devices(self, device_type: str | None = None) -> list[LogicalDevice]:
+        return [
+            LogicalDevice(f"/device:{d.name}", d.spec.device_type)
+            for d in self.devices.values()
+            if device_type is None or d.spec.device_type == device_type.upper()
+        ]
+
+
+_runtime: list[Runtime] = []
+_runtime_lock = threading.Lock()
+_scopes = threading.local()
+
+
+def get_runtime() -> Runtime:
+    """The runtime, initialised from ``gpuviz.config`` at the first call."""
+    if _runtime:
+        return _runtime[0]
+    with _runtime_lock:
+        if not _runtime:
+            _runtime.append(Runtime(default_log()))
+        return _runtime[0]
+
+
+def current_scope() -> DeviceSpec | None:
+    stack: list[DeviceSpec] = getattr(_scopes, "stack", [])
+    return stack[-1] if stack else None
+
+
+@contextmanager
+def device(name: str | LogicalDevice | DeviceSpec) -> Iterator[DeviceSpec]:
+    """Run ops (and create arrays) on ``name`` inside the block, e.g. ``with gpuviz.device("/GPU:1"):``."""
+    spec = parse_device(name.name if isinstance(name, LogicalDevice) else name)
+    stack: list[DeviceSpec] = _scopes.__dict__.setdefault("stack", [])
+    stack.append(spec)
+    try:
+        yield spec
+    finally:
+        stack.pop()
+
+
+def reset(*, configuration: bool = False, log: EventLog | None = None) -> None:
+    """Free every array the runtime allocated and return all segments upstream.
+
+    Arrays created before become unusable. ``configuration=True`` also returns to the
+    uninitialised state with the default configuration, so ``gpuviz.config`` can be set
+    anew. ``log`` makes the runtime record into that log from now on.
+    """
+    with _runtime_lock:
+        if _runtime:
+            runtime = _runtime[0]
+            runtime.release_all()
+            if configuration:
+                _runtime.clear()
+            elif log is not None:
+                runtime._build(log)
+        if configuration:
+            _config_module.reset_configuration()
+
+
+class Session:
+    """A fresh recording: on entry everything is released and the runtime records into
+    ``session.log`` (also the default log for marks); on exit everything is released
+    again and the previous default log returns. ``session.log`` keeps the whole run."""
+
+    def __init__(self, log: EventLog | None = None) -> None:
+        self.log = log if log is not None else EventLog()
+        self._previous: EventLog | None = None
+
+    def __enter__(self) -> Session:
+        self._previous = default_log()
+        get_runtime()
+        reset(log=self.log)
+        set_default_log(self.log)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        previous = self._previous if self._previous is not None else EventLog()
+        reset(log=previous)
+        set_default_log(previous)
