@@ -61,6 +61,17 @@ _OP_NAMES = {
 _GPU_KINDS = frozenset("biufc")  # bool, int, uint, float, complex have GPU kernels
 
 
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, cached (it is computed anew on every access)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 def op_name(name: str) -> str:
     """TensorFlow-style op name for a NumPy function or ufunc name."""
     return _OP_NAMES.get(name) or "".join(part.capitalize() for part in name.split("_"))
@@ -262,7 +273,7 @@ def _to_device(value: Any, target: Device, runtime: Runtime, *, reason: str) -> 
         data = np.ascontiguousarray(value)
     if data.dtype.kind == "O":
         raise TypeError("DeviceArrays hold numbers, booleans or fixed-width strings, not Python objects")
-    tag = array_tag(reason, data.dtype.name, data.shape)
+    tag = array_tag(reason, _dtype_name(data.dtype), data.shape)
     buffer = runtime.copy(data, source_device, target, tag, reason)
     return DeviceArray(buffer, target.view(buffer, data.shape, data.dtype))
 
@@ -281,7 +292,7 @@ def _wrap(result: Any, target: Device, op: str, runtime: Runtime, inputs: list[D
             return DeviceArray(source._buffer, result)  # a view: no new memory
     if result.dtype.kind == "O":
         return result  # Python objects cannot live in raw device memory; they stay on the host
-    buffer = target.allocate(result.nbytes, array_tag(op, result.dtype.name, result.shape))
+    buffer = target.allocate(result.nbytes, array_tag(op, _dtype_name(result.dtype), result.shape))
     view = target.view(buffer, result.shape, result.dtype)
     np.copyto(view, result, casting="no")
     return DeviceArray(buffer, view)

@@ -8,6 +8,7 @@ committed host memory, so data on them is real.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -89,7 +90,7 @@ class Device:
         if buffer.nbytes == 0:
             return np.empty(shape, dtype=dtype)
         memory = self.upstream.buffer(buffer.address, buffer.nbytes)
-        return np.frombuffer(memory, dtype=dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+        return np.frombuffer(memory, dtype=dtype, count=math.prod(shape)).reshape(shape)
 
     def __repr__(self) -> str:
         return f"<Device {self.name}>"
