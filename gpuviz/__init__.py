@@ -16,7 +16,7 @@ from gpuviz.capture.marks import activate, current_log, default_log, mark, span
 from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOutOfMemory
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.log.fileio import load
-from gpuviz.runtime.array import DeviceArray, asarray
+from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reset
 
 __version__ = "0.1.0"
@@ -27,6 +27,7 @@ __all__ = [
     "DeviceSpec",
     "Session",
     "asarray",
+    "empty",
     "config",
     "device",
     "parse_device",

@@ -1,4 +1,10 @@
-"""The ``gpuviz`` command line (also ``python -m gpuviz``)."""
+"""The ``gpuviz`` command line (also ``python -m gpuviz``).
+
+    gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
+    gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
+    gpuviz summary RUN.arrow
+    gpuviz info
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpuviz.base.errors import GpuvizError
+from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+
 __all__ = ["main"]
 
 
@@ -16,26 +25,41 @@ def _demo(args: argparse.Namespace) -> int:
     from gpuviz.log.eventlog import EventLog
     from gpuviz.views.text import summary_text
 
-    out = Path(args.output)
-    log = EventLog(out)
-    run_demo(log, capacity=args.capacity)
+    log_path = Path(args.log)
+    log = EventLog(log_path)
+    run_demo(log, gpu_memory=args.gpu_memory)
     log.close()
     print(summary_text(log))
     if "demo_oom" in log.meta:
         print("\nThe demo's last request failed:\n  " + str(log.meta["demo_oom"]))
-    print(f"\nevent log written to {out} (load it with gpuviz.load)")
+    report = write_report(log, args.output, view_options(args), cdn=args.cdn, title="gpuviz demo")
+    print(f"\nevent log: {log_path}\nreport:    {report} (open it in a browser)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from gpuviz.log.fileio import load
+
+    log = load(args.log)
+    output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
+    write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}")
+    print(f"report written to {output}" + (" (the log was truncated)" if log.truncated else ""))
     return 0
 
 
 def _info(args: argparse.Namespace) -> int:
     import numpy
+    import plotly
     import pyarrow
 
     import gpuviz
+    from gpuviz.runtime.config import list_physical_devices
 
     print(f"gpuviz {gpuviz.__version__} on Python {platform.python_version()} ({platform.platform()})")
-    print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}")
-    print("devices: CPU:0, GPU:0 (simulated; no GPU backend in this version)")
+    print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, plotly {plotly.__version__}")
+    print("backend: simulated devices (no GPU backend in this version)")
+    for device in list_physical_devices():
+        print(f"  {device.name}")
     return 0
 
 
@@ -50,21 +74,34 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuviz", description="GPU memory profiler and visualizer")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a demo workload on the default device and write its log")
-    demo.add_argument("-o", "--output", default="gpuviz-demo.arrow", help="event-log file to write")
-    demo.add_argument("--capacity", default="1GiB", help="simulated GPU memory, e.g. 1GiB")
+    demo = commands.add_parser("demo", help="run a demo workload on the default device and write its report")
+    demo.add_argument("-o", "--output", default="gpuviz-demo.html", help="HTML report to write")
+    demo.add_argument("--log", default="gpuviz-demo.arrow", help="event-log file to write")
+    demo.add_argument("--gpu-memory", default="1GiB", help="memory of the simulated GPU, e.g. 1GiB")
+    demo.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
+    add_view_arguments(demo)
     demo.set_defaults(run=_demo)
-    info = commands.add_parser("info", help="versions and devices")
-    info.set_defaults(run=_info)
+    report = commands.add_parser("report", help="write the HTML report of a saved event log")
+    report.add_argument("log", help="an event-log file (.arrow)")
+    report.add_argument("-o", "--output", help="HTML file to write (default: the log's name with .html)")
+    report.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
+    add_view_arguments(report)
+    report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
     summary.add_argument("log", help="an event-log file (.arrow)")
     summary.set_defaults(run=_summary)
-    args = parser.parse_args(argv)
+    info = commands.add_parser("info", help="versions and devices")
+    info.set_defaults(run=_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, GpuvizError) as error:
         print(f"gpuviz {args.command}: {error}", file=sys.stderr)
         return 2

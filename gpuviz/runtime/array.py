@@ -10,6 +10,7 @@ that input's memory instead.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,7 +21,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from gpuviz.base.tags import array_tag
 from gpuviz.runtime.context import Buffer, Device, Runtime, get_runtime
 
-__all__ = ["DeviceArray", "asarray", "op_name"]
+__all__ = ["DeviceArray", "asarray", "empty", "op_name"]
 
 # TensorFlow's names for the ops users see in placement logs; others are CamelCased.
 _OP_NAMES = {
@@ -306,6 +307,25 @@ def _collect(value: Any, found: list[Any]) -> None:
             _collect(item, found)
 
 
+def _convert(value: Any, target: Device, runtime: Runtime, op: str, moved: list[DeviceArray]) -> Any:
+    """``value`` with every array in it replaced by a host view of its copy on ``target``.
+
+    (A module-level function: a recursive closure would form a reference cycle that keeps
+    the moved arrays, and their device memory, alive until the cycle collector runs.)
+    """
+    if isinstance(value, DeviceArray) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in _GPU_KINDS and target.is_gpu
+    ):
+        placed = _to_device(value, target, runtime, reason=op)
+        moved.append(placed)
+        return placed._data
+    if isinstance(value, list):
+        return [_convert(v, target, runtime, op, moved) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_convert(v, target, runtime, op, moved) for v in value)
+    return value
+
+
 def run_op(op: str, func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
     """Place ``op``, move its array inputs to that device, run ``func``, wrap the output."""
     runtime = get_runtime()
@@ -315,24 +335,8 @@ def run_op(op: str, func: Callable[..., Any], args: Any, kwargs: dict[str, Any])
     gpu_kernel = all(a.dtype.kind in _GPU_KINDS for a in arrays)
     target, requested, soft = runtime.place(op, gpu_kernel=gpu_kernel)
     moved: list[DeviceArray] = []
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, DeviceArray):
-            placed = _to_device(value, target, runtime, reason=op)
-            moved.append(placed)
-            return placed._data
-        if isinstance(value, np.ndarray) and value.dtype.kind in _GPU_KINDS and target.is_gpu:
-            placed = _to_device(value, target, runtime, reason=op)
-            moved.append(placed)
-            return placed._data
-        if isinstance(value, list):
-            return [convert(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(convert(v) for v in value)
-        return value
-
-    host_args = convert(args)
-    host_kwargs = {k: convert(v) for k, v in kwargs.items()}
+    host_args = _convert(args, target, runtime, op, moved)
+    host_kwargs = {k: _convert(v, target, runtime, op, moved) for k, v in kwargs.items()}
     start = time.perf_counter_ns()
     result = func(*host_args, **host_kwargs)
     runtime.record_op(op, target, requested, soft, start, time.perf_counter_ns() - start)
@@ -361,3 +365,21 @@ def asarray(data: Any, dtype: Any = None, *, device: str | None = None) -> Devic
     placed = _to_device(host, target, runtime, reason="Const")
     runtime.record_op("Const", target, requested, soft, start, time.perf_counter_ns() - start)
     return placed
+
+
+def empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *, device: str | None = None) -> DeviceArray:
+    """An uninitialised array allocated on a device (no host data, no transfer), like ``cupy.empty``."""
+    runtime = get_runtime()
+    if device is not None:
+        from gpuviz.runtime.context import device as device_scope
+
+        with device_scope(device):
+            return empty(shape, dtype)
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    kind = np.dtype(dtype)
+    target, requested, soft = runtime.place("Empty", gpu_kernel=kind.kind in _GPU_KINDS)
+    start = time.perf_counter_ns()
+    nbytes = math.prod(dims) * kind.itemsize
+    buffer = target.allocate(nbytes, array_tag("Empty", _dtype_name(kind), dims))
+    runtime.record_op("Empty", target, requested, soft, start, time.perf_counter_ns() - start)
+    return DeviceArray(buffer, target.view(buffer, dims, kind))

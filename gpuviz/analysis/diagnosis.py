@@ -1,0 +1,167 @@
+"""Summary and diagnosis: the peak and what held it, possible leaks, OOMs and hints.
+
+Pure functions of an EventLog. Sizes in bytes, times in ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpuviz.analysis.replay import HEAP_KINDS
+from gpuviz.analysis.tables import alive_at, allocation_table, mark_table, oom_table, transfer_table
+from gpuviz.analysis.timeline import Peak, internal_waste, peak, timeline_series
+from gpuviz.log.eventlog import EventLog
+
+__all__ = ["Diagnosis", "DeviceSummary", "diagnose", "FLOAT64_HINT", "TRANSFER_HINT", "FRAGMENTATION_HINT"]
+
+FLOAT64_HINT = 0.3
+"""Hint when float64 arrays hold more than this share of a device's peak."""
+TRANSFER_HINT = 0.2
+"""Hint when transfers take more than this share of the recorded wall time."""
+FRAGMENTATION_HINT = 0.3
+"""Hint when fragmentation at the peak or at the end is above this."""
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    """One device: its peak, what was alive then, and what was still alive at the end."""
+
+    device: str
+    peak: Peak
+    peak_pool_bytes: int
+    bytes_in_use_at_end: int
+    fragmentation_at_peak: float
+    fragmentation_at_end: float
+    waste_at_peak: int
+    top_at_peak: pd.DataFrame  # group, bytes, count, share: by tag / dtype / call site
+    dtype_at_peak: pd.DataFrame  # dtype, bytes, share
+    leaks: pd.DataFrame  # allocations alive at the end of a span (or of the log)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    devices: list[DeviceSummary]
+    ooms: pd.DataFrame
+    transfer_bytes: int
+    transfer_ns: int
+    wall_ns: int
+    hints: list[str] = field(default_factory=list)
+
+
+def _call_site(log: EventLog, stack: int) -> str | None:
+    if stack < 0 or stack >= len(log.stacks) or not log.stacks[stack]:
+        return None
+    frame = log.stacks[stack][0]
+    return f"{frame.filename}:{frame.lineno} ({frame.function})"
+
+
+def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int) -> pd.DataFrame:
+    if by == "call site":
+        keys = [_call_site(log, int(s)) or "(no stack recorded)" for s in live["stack"]]
+    elif by == "dtype":
+        keys = live["dtype"].fillna("(untagged)").tolist()
+    else:
+        keys = live["tag"].fillna("(untagged)").tolist()
+    frame = pd.DataFrame({"group": keys, "bytes": live["size"].to_numpy()})
+    grouped = frame.groupby("group", sort=False)["bytes"].agg(["sum", "count"]).reset_index()
+    grouped.columns = ["group", "bytes", "count"]
+    grouped["share"] = grouped["bytes"] / total if total else 0.0
+    return grouped.sort_values(["bytes", "group"], ascending=[False, True]).head(limit).reset_index(drop=True)
+
+
+def _leaks(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
+    """Allocations made inside a span and alive at its end; without spans, alive at the end."""
+    marks = mark_table(log)
+    spans: list[tuple[str, int, int]] = []
+    open_spans: dict[str, list[int]] = {}
+    for row in marks.to_dict("records"):
+        label, seq_number = str(row["label"]), int(row["seq"])
+        if row["phase"] == "begin":
+            open_spans.setdefault(label, []).append(seq_number)
+        elif row["phase"] == "end" and open_spans.get(label):
+            spans.append((label, open_spans[label].pop(), seq_number))
+    seq = log["seq"]
+    result = []
+    if not spans:
+        spans = [("end of recording", int(seq[0]) if len(seq) else 0, int(seq[-1]) if len(seq) else 0)]
+    position_of = {int(s): i for i, s in enumerate(seq.tolist())} if spans else {}
+    for label, begin, end in spans:
+        begin_at, end_at = position_of.get(begin, 0), position_of.get(end, len(seq) - 1)
+        made = allocations[(allocations["alloc_index"] >= begin_at) & (allocations["alloc_index"] <= end_at)]
+        still = alive_at(made, end_at)
+        if len(still):
+            result.append(still.assign(span=label))
+    if not result:
+        return pd.DataFrame(columns=[*allocations.columns, "span"])
+    return pd.concat(result, ignore_index=True)
+
+
+def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag") -> Diagnosis:
+    """The summary of a run: per device peak and composition, leaks, OOMs, and hints.
+
+    ``group_by``: ``"tag"``, ``"dtype"`` or ``"call site"`` for the top allocations at the peak.
+    """
+    if group_by not in ("tag", "dtype", "call site"):
+        raise ValueError(f"group_by must be 'tag', 'dtype' or 'call site', not {group_by!r}")
+    cols = log.columns
+    heap_devices = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
+    devices: list[DeviceSummary] = []
+    hints: list[str] = []
+    for device_id in heap_devices:
+        name = log.devices[device_id].name
+        series = timeline_series(log, name)
+        top_peak = peak(log, name)
+        allocations = allocation_table(log, name)
+        live = alive_at(allocations, top_peak.index) if top_peak.index >= 0 else allocations.iloc[:0]
+        at = int(np.searchsorted(series.index, top_peak.index)) if top_peak.index >= 0 else 0
+        dtype = _top(live, log, "dtype", top_peak.bytes, 50)
+        summary = DeviceSummary(
+            device=name,
+            peak=top_peak,
+            peak_pool_bytes=int(series.pool_bytes.max()) if len(series) else 0,
+            bytes_in_use_at_end=int(series.bytes_in_use[-1]) if len(series) else 0,
+            fragmentation_at_peak=float(series.fragmentation[at]) if len(series) else 0.0,
+            fragmentation_at_end=float(series.fragmentation[-1]) if len(series) else 0.0,
+            waste_at_peak=internal_waste(log, name).at_peak,
+            top_at_peak=_top(live, log, group_by, top_peak.bytes, top),
+            dtype_at_peak=dtype,
+            leaks=_leaks(log, allocations),
+        )
+        devices.append(summary)
+        f64 = dtype.loc[dtype["group"] == "float64", "share"]
+        if len(f64) and float(f64.iloc[0]) > FLOAT64_HINT:
+            hints.append(f"{name}: float64 arrays hold {float(f64.iloc[0]):.0%} of the peak; float32 would halve them.")
+        worst = max(summary.fragmentation_at_peak, summary.fragmentation_at_end)
+        if worst > FRAGMENTATION_HINT:
+            hints.append(
+                f"{name}: fragmentation reaches {worst:.0%}: free memory is split into chunks too small to reuse;"
+                " allocate large, long-lived buffers first and release memory between experiments."
+            )
+        if top_peak.bytes and summary.waste_at_peak > max(0.1 * top_peak.bytes, 1 << 20):
+            hints.append(
+                f"{name}: {summary.waste_at_peak / top_peak.bytes:.0%} of the peak is internal waste"
+                " (chunks larger than requested); similar-sized requests reuse memory better."
+            )
+    transfers = transfer_table(log)
+    time_ns = cols["time_ns"]
+    wall = int(time_ns.max() - time_ns.min()) if len(time_ns) else 0
+    transfer_ns = int(transfers["duration_ns"].sum())
+    if wall and transfer_ns > TRANSFER_HINT * wall:
+        hints.append(
+            f"transfers take {transfer_ns / wall:.0%} of the recorded time ({len(transfers)} copies):"
+            " keep data on the device, batch small copies, or prefetch the next batch while computing."
+        )
+    ooms = oom_table(log)
+    for row in ooms.to_dict("records"):
+        cause = (
+            "fragmentation: enough bytes were free, but no chunk was large enough"
+            if row["fragmentation_cause"]
+            else "not enough free memory under the limit"
+        )
+        hints.append(
+            f"{row['device']}: out of memory at event {row['seq']} requesting {row['requested']} bytes - {cause}."
+        )
+    return Diagnosis(devices, ooms, int(transfers["bytes"].sum()), transfer_ns, wall, hints)

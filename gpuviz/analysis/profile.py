@@ -1,0 +1,138 @@
+"""The options/query layer every front-end shares: ``profile(log, options)`` computes, once,
+everything the views draw (per-device timelines, scrub points, tables, diagnosis).
+
+Front-ends (widgets, magics, report, CLI) parse their options into ``ViewOptions`` and
+call ``profile``; views render a ``Profile``. Nothing here draws or writes files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from gpuviz.analysis.diagnosis import Diagnosis, diagnose
+from gpuviz.analysis.replay import Replay, replay
+from gpuviz.analysis.tables import mark_table, oom_table, placement_table, segment_table, transfer_table
+from gpuviz.analysis.timeline import Peak, TimelineSeries, peak, timeline_series
+from gpuviz.base.heapstate import HeapState
+from gpuviz.log.eventlog import EventLog
+
+__all__ = ["ViewOptions", "Profile", "DeviceProfile", "profile", "COLOR_BY", "GROUP_BY"]
+
+COLOR_BY = ("state", "tag", "dtype")
+GROUP_BY = ("tag", "dtype", "call site")
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """What to show.
+
+    device: the device for single-device views (default: the first GPU with allocations).
+    points: the most points a timeline draws (min/max per bucket beyond that).
+    scrub_points: how many instants the time scrubber offers.
+    color_by: color used chunks by ``"state"`` (used/waste/free), ``"tag"`` or ``"dtype"``.
+    group_by: group the top allocations at the peak by ``"tag"``, ``"dtype"`` or ``"call site"``.
+    max_rectangles: the most rectangles a fragmentation map draws before aggregating.
+    top: rows in the "top allocations at the peak" table.
+    """
+
+    device: str | None = None
+    points: int = 2000
+    scrub_points: int = 40
+    color_by: str = "state"
+    group_by: str = "tag"
+    max_rectangles: int = 20_000
+    top: int = 10
+
+    def __post_init__(self) -> None:
+        if self.color_by not in COLOR_BY:
+            raise ValueError(f"color_by must be one of {', '.join(COLOR_BY)}, not {self.color_by!r}")
+        if self.group_by not in GROUP_BY:
+            raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, not {self.group_by!r}")
+        for name in ("points", "scrub_points", "max_rectangles", "top"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def with_(self, **changes: object) -> ViewOptions:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class DeviceProfile:
+    """Everything about one device's allocator."""
+
+    device: str
+    series: TimelineSeries
+    peak: Peak
+    scrub_index: np.ndarray  # log positions the scrubber offers, ascending
+    _replay: Replay = field(repr=False)
+
+    def state_at(self, index: int) -> HeapState:
+        return self._replay.state_at(index, device=self.device)
+
+
+@dataclass
+class Profile:
+    log: EventLog
+    options: ViewOptions
+    devices: dict[str, DeviceProfile]
+    transfers: pd.DataFrame
+    marks: pd.DataFrame
+    ooms: pd.DataFrame
+    segments: pd.DataFrame
+    placements: pd.DataFrame
+    diagnosis: Diagnosis
+    t0_ns: int
+
+    @property
+    def device(self) -> str | None:
+        """The device the single-device views show."""
+        wanted = self.options.device
+        if wanted is not None:
+            if wanted not in self.devices:
+                known = ", ".join(self.devices) or "none"
+                raise ValueError(f"device {wanted!r} has no allocator events (devices: {known})")
+            return wanted
+        gpus = [d for d in self.devices if d.startswith("GPU")]
+        candidates = gpus or list(self.devices)
+        return candidates[0] if candidates else None
+
+
+def _scrub_positions(series: TimelineSeries, count: int, peak_index: int) -> np.ndarray:
+    if not len(series):
+        return np.zeros(0, dtype=np.int64)
+    picks = np.linspace(0, len(series) - 1, min(count, len(series))).round().astype(np.int64)
+    chosen = set(series.index[picks].tolist())
+    if peak_index >= 0:
+        chosen.add(peak_index)
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
+def profile(log: EventLog, options: ViewOptions | None = None) -> Profile:
+    """Compute every derived result of ``log`` that the views need."""
+    options = options or ViewOptions()
+    heap = replay(log)
+    devices = {}
+    for name in heap.devices:
+        series = timeline_series(log, name)
+        top = peak(log, name)
+        devices[name] = DeviceProfile(
+            name, series, top, _scrub_positions(series, options.scrub_points, top.index), heap
+        )
+    time_ns = log["time_ns"]
+    result = Profile(
+        log=log,
+        options=options,
+        devices=devices,
+        transfers=transfer_table(log),
+        marks=mark_table(log),
+        ooms=oom_table(log),
+        segments=segment_table(log),
+        placements=placement_table(log),
+        diagnosis=diagnose(log, top=options.top, group_by=options.group_by),
+        t0_ns=int(time_ns.min()) if len(time_ns) else 0,
+    )
+    _ = result.device  # validates options.device
+    return result

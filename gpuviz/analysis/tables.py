@@ -1,0 +1,244 @@
+"""Tables derived from an EventLog: allocations with lifetimes, transfers, marks, OOMs,
+segment changes and op placements. Pure functions; each returns a pandas DataFrame.
+
+Sizes in bytes, times in ns (``time_ns`` on the log's monotonic clock).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gpuviz.analysis.timeline import timeline_series
+from gpuviz.base.tags import parse_array_tag
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import Direction, Kind, MarkPhase
+
+__all__ = [
+    "allocation_table",
+    "transfer_table",
+    "mark_table",
+    "oom_table",
+    "segment_table",
+    "placement_table",
+    "alive_at",
+]
+
+_DIRECTIONS = {int(d): d.name for d in Direction}
+_PHASES = {int(p): p.name.lower() for p in MarkPhase}
+
+
+def _strings(log: EventLog, ids: np.ndarray) -> np.ndarray:
+    table = np.array([*log.strings, None], dtype=object)
+    return table[ids]  # -1 picks the trailing None
+
+
+def _names(log: EventLog, ids: np.ndarray) -> np.ndarray:
+    table = np.array([*log.device_names, None], dtype=object)
+    return table[ids]
+
+
+def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
+    """One row per allocation: where, how big, tag, stack, and when it was made and freed.
+
+    ``alloc_index``/``free_index`` are positions in the log (``free_index`` -1: never freed).
+    ``op``/``dtype``/``shape`` are parsed from array tags (``op:dtype[shape]``) when present.
+    """
+    cols = log.columns
+    kind = cols["kind"]
+    mask = (kind == Kind.ALLOC) | (kind == Kind.FREE)
+    if device is not None:
+        mask &= cols["device"] == log.device_index(device)
+    positions = np.flatnonzero(mask)
+    dev = cols["device"][positions].astype(np.int64)
+    address = cols["address"][positions]
+    is_alloc = kind[positions] == Kind.ALLOC
+    # sort by (device, address, position): each free directly follows its alloc
+    order = np.lexsort((positions, address, dev))
+    p, d, a, alloc = positions[order], dev[order], address[order], is_alloc[order]
+    nxt = np.append(np.arange(1, len(p)), 0) if len(p) else np.zeros(0, dtype=np.int64)
+    matched = np.zeros(len(p), dtype=bool)
+    if len(p):
+        matched = alloc & ~alloc[nxt] & (d[nxt] == d) & (a[nxt] == a) & (np.arange(len(p)) < len(p) - 1)
+    rows = p[alloc]
+    free_index = np.where(matched[alloc], p[nxt][alloc], -1)
+    tags = _strings(log, cols["tag"][rows])
+    parsed = [parse_array_tag(t) for t in tags]
+    frame = pd.DataFrame(
+        {
+            "device": _names(log, cols["device"][rows]),
+            "address": cols["address"][rows],
+            "size": cols["size"][rows],
+            "requested": cols["requested"][rows],
+            "tag": tags,
+            "op": [t.op if t else None for t in parsed],
+            "dtype": [t.dtype if t else None for t in parsed],
+            "shape": [t.shape if t else None for t in parsed],
+            "stack": cols["stack"][rows],
+            "alloc_index": rows,
+            "free_index": free_index,
+            "alloc_ns": cols["time_ns"][rows],
+            "free_ns": np.where(free_index >= 0, cols["time_ns"][np.maximum(free_index, 0)], -1),
+        }
+    )
+    return frame.sort_values("alloc_index", kind="stable").reset_index(drop=True)
+
+
+def alive_at(allocations: pd.DataFrame, index: int) -> pd.DataFrame:
+    """The allocations live right after the event at log position ``index``."""
+    made = allocations["alloc_index"] <= index
+    gone = (allocations["free_index"] >= 0) & (allocations["free_index"] <= index)
+    return allocations[made & ~gone]
+
+
+def transfer_table(log: EventLog) -> pd.DataFrame:
+    """One row per transfer: start, duration, bytes, direction, devices, reason, bandwidth (bytes/s)."""
+    t = log.filter(kind="transfer")
+    cols = t.columns
+    duration = cols["duration_ns"]
+    return pd.DataFrame(
+        {
+            "seq": cols["seq"],
+            "time_ns": cols["time_ns"],
+            "duration_ns": duration,
+            "bytes": cols["size"],
+            "direction": [_DIRECTIONS.get(int(f), "?") for f in cols["flags"]],
+            "source": _names(log, cols["device"]),
+            "destination": _names(log, cols["peer"]),
+            "reason": _strings(log, cols["tag"]),
+            "bandwidth": np.where(duration > 0, cols["size"] * 1e9 / np.maximum(duration, 1), np.nan),
+        }
+    )
+
+
+def mark_table(log: EventLog) -> pd.DataFrame:
+    """One row per mark: time, label, phase (point / begin / end)."""
+    m = log.filter(kind="mark")
+    cols = m.columns
+    return pd.DataFrame(
+        {
+            "seq": cols["seq"],
+            "time_ns": cols["time_ns"],
+            "label": _strings(log, cols["tag"]),
+            "phase": [_PHASES.get(int(f), "point") for f in cols["flags"]],
+        }
+    )
+
+
+def oom_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
+    """One row per out-of-memory event with the pool's state at that moment.
+
+    ``fragmentation_cause`` is True when enough bytes were free in the pool and still
+    reservable under the limit, but no chunk was large enough.
+    """
+    frames = []
+    cols = log.columns
+    present = np.unique(cols["device"][cols["kind"] == Kind.OOM])
+    for device_id in present.tolist():
+        name = log.devices[device_id].name
+        if device is not None and name != device:
+            continue
+        series = timeline_series(log, name)
+        at = np.flatnonzero(cols["kind"][series.index] == Kind.OOM)
+        limit = int(log.devices[device_id].options.get("memory_limit", 0) or 0)
+        free = series.pool_bytes[at] - series.bytes_in_use[at]
+        reservable = np.maximum(limit - series.pool_bytes[at], 0) if limit else np.zeros(len(at), dtype=np.int64)
+        rounded = cols["size"][series.index[at]]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "seq": series.seq[at],
+                    "time_ns": series.time_ns[at],
+                    "device": name,
+                    "requested": cols["requested"][series.index[at]],
+                    "rounded": rounded,
+                    "free": free,
+                    "largest_free": series.largest_free[at],
+                    "reservable": reservable,
+                    "pool_bytes": series.pool_bytes[at],
+                    "fragmentation_cause": (free + reservable >= rounded) & (rounded <= max(limit, 1)),
+                }
+            )
+        )
+    columns = ["seq", "time_ns", "device", "requested", "rounded", "free", "largest_free", "reservable",
+               "pool_bytes", "fragmentation_cause"]  # fmt: skip
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def segment_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
+    """Segment reservations and releases: time, device, kind, base address, size."""
+    s = log.filter(kind=["segment_alloc", "segment_free"], device=device)
+    cols = s.columns
+    return pd.DataFrame(
+        {
+            "seq": cols["seq"],
+            "time_ns": cols["time_ns"],
+            "device": _names(log, cols["device"]),
+            "kind": np.where(cols["kind"] == Kind.SEGMENT_ALLOC, "segment_alloc", "segment_free"),
+            "address": cols["address"],
+            "size": cols["size"],
+        }
+    )
+
+
+def placement_table(log: EventLog) -> pd.DataFrame:
+    """One row per (op, requested device, actual device), most time-consuming first.
+
+    ``count``: times the op ran; ``soft``: runs moved by soft placement; ``op_ns``: time in
+    the op; ``bytes_allocated``: output and input-copy allocations tagged with the op;
+    ``bytes_transferred`` / ``transfer_ns``: copies made for the op (modelled duration).
+    Allocations and transfers are attributed to the nearest run of their op in the log.
+    """
+    cols = log.columns
+    columns = ["op", "requested", "device", "count", "soft", "op_ns", "bytes_allocated",
+               "bytes_transferred", "transfer_ns"]  # fmt: skip
+    place = np.flatnonzero(cols["kind"] == Kind.PLACEMENT)
+    if not len(place):
+        return pd.DataFrame(columns=columns)
+    ops = _strings(log, cols["tag"][place])
+    requested = _names(log, cols["peer"][place])
+    actual = _names(log, cols["device"][place])
+    sums = {
+        name: np.zeros(len(place), dtype=np.int64) for name in ("bytes_allocated", "bytes_transferred", "transfer_ns")
+    }
+    allocs = np.flatnonzero(cols["kind"] == Kind.ALLOC)
+    alloc_ops = np.array([t.op if (t := parse_array_tag(s)) else None for s in _strings(log, cols["tag"][allocs])])
+    transfers = np.flatnonzero(cols["kind"] == Kind.TRANSFER)
+    transfer_ops = _strings(log, cols["tag"][transfers])
+    for op in dict.fromkeys(ops.tolist()):
+        rows = np.flatnonzero(ops == op)
+        where = place[rows]
+        for positions, column, duration in (
+            (allocs[alloc_ops == op], "bytes_allocated", False),
+            (transfers[transfer_ops == op], "bytes_transferred", True),
+        ):
+            if not len(positions):
+                continue
+            right = np.clip(np.searchsorted(where, positions), 0, len(where) - 1)
+            left = np.clip(right - 1, 0, len(where) - 1)
+            nearest = np.where(np.abs(where[left] - positions) <= np.abs(where[right] - positions), left, right)
+            np.add.at(sums[column], rows[nearest], cols["size"][positions])
+            if duration:
+                np.add.at(sums["transfer_ns"], rows[nearest], cols["duration_ns"][positions])
+    frame = pd.DataFrame(
+        {
+            "op": ops,
+            "requested": requested,
+            "device": actual,
+            "soft": cols["flags"][place].astype(np.int64),
+            "op_ns": cols["duration_ns"][place],
+            **sums,
+        }
+    )
+    keys = frame["requested"].fillna("")
+    table = (
+        frame.assign(requested=keys, count=1)
+        .groupby(["op", "requested", "device"], sort=False)[
+            ["count", "soft", "op_ns", "bytes_allocated", "bytes_transferred", "transfer_ns"]
+        ]
+        .sum()
+        .reset_index()
+    )
+    table["requested"] = pd.Series([v or None for v in table["requested"]], dtype=object)
+    table = table.sort_values(["op_ns", "transfer_ns"], ascending=False, kind="stable").reset_index(drop=True)
+    return table[columns]

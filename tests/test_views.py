@@ -1,0 +1,143 @@
+"""Views: exact rectangles, spikes kept, escaping, tables."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import gpuviz
+from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz.analysis.profile import ViewOptions, profile
+from gpuviz.analysis.tables import placement_table
+from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
+from gpuviz.base.units import MiB
+from gpuviz.views.fragmentation import fragmentation_map
+from gpuviz.views.report import report_html, to_script_json
+from gpuviz.views.static import static_html
+from gpuviz.views.tables import placement_html
+from gpuviz.views.timeline import timeline
+
+BASE = 1 << 40
+
+
+def small_state() -> HeapState:
+    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="4KiB", growth=False)
+    a = alloc.allocate(1000, tag="weights")  # chunk 1024, requested 1000
+    alloc.allocate(512, tag="<b>bias</b>")
+    alloc.free(a)
+    alloc.allocate(300, tag="x")  # 300 -> 512 at BASE, split from the free 1024
+    return alloc.state()
+
+
+def bars(figure):  # type: ignore[no-untyped-def]
+    return {t.name: list(zip(t.y, t.base, t.x, strict=True)) for t in figure.data}
+
+
+def test_fragmentation_map_draws_each_chunk_to_scale() -> None:
+    state = small_state()
+    assert [(c.address - BASE, c.size, c.requested, c.in_use) for c in state.chunks()] == [
+        (0, 512, 300, True),
+        (512, 512, 0, False),
+        (1024, 512, 512, True),
+        (1536, 2560, 0, False),
+    ]
+    figure = fragmentation_map(state)
+    y = f"{BASE:#x}"
+    assert bars(figure) == {
+        "used": [(y, 0, 300), (y, 1024, 512)],
+        "waste": [(y, 300, 212)],
+        "free": [(y, 512, 512), (y, 1536, 2560)],
+    }
+    title = figure.layout.title.text
+    assert "in use 1.0KiB" in title and "pool 4.0KiB" in title and "largest free 2.5KiB" in title
+    assert "fragmentation 16.7%" in title  # (3072 - 2560) / 3072
+    hover = " ".join(figure.data[0].hovertext)
+    assert "&lt;b&gt;bias&lt;/b&gt;" in hover and "<b>bias" not in hover
+
+
+def test_fragmentation_map_colored_by_tag_and_dtype() -> None:
+    state = small_state()
+    by_tag = fragmentation_map(state, color_by="tag")
+    names = [t.name for t in by_tag.data]
+    assert names[:3] == ["used", "waste", "free"] and set(names[3:]) == {"x", "&lt;b&gt;bias&lt;/b&gt;"}
+    assert list(by_tag.data[0].x) == []  # "used" is empty when coloring by tag
+
+
+def test_fragmentation_map_aggregates_large_heaps() -> None:
+    chunks = []
+    for i in range(10_000):  # alternating 256 B used and free chunks
+        chunks.append(ChunkState(BASE + 512 * i, 256, 256, True, None))
+        chunks.append(ChunkState(BASE + 512 * i + 256, 256, 0, False, None))
+    state = HeapState("GPU:0", (SegmentState(BASE, 512 * 10_000, tuple(chunks)),))
+    figure = fragmentation_map(state, max_rectangles=300)
+    total = sum(len(t.x) for t in figure.data)
+    assert total <= 300
+    used = sum(figure.data[0].x)
+    free = sum(figure.data[2].x)
+    assert used == pytest.approx(256 * 10_000) and free == pytest.approx(256 * 10_000)
+    assert figure.data[0].name == "used (aggregated)"
+
+
+def test_timeline_downsampling_keeps_spikes() -> None:
+    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+    for i in range(5000):
+        alloc.free(alloc.allocate(1000 if i != 3333 else 300 * MiB))
+    series = gpuviz.timeline_series(alloc.log)
+    figure = timeline(series, points=100)
+    in_use = next(t for t in figure.data if t.name == "bytes in use")
+    assert len(in_use.y) <= 100
+    assert max(in_use.y) == 300 * MiB
+    assert any(t.name == "bytes in use (bucket min)" for t in figure.data)
+    x = np.asarray(in_use.x)
+    assert x[0] == pytest.approx(0.0) and (np.diff(x) > 0).all()  # seconds since start, increasing
+
+
+def test_timeline_with_transfers_marks_and_peak(runtime_log: EventLog) -> None:
+    gpuviz.mark("<script>alert(1)</script>")
+    x = gpuviz.asarray(np.ones(1000))
+    (x * 2).numpy()
+    p = profile(runtime_log)
+    device = p.devices["GPU:0"]
+    figure = timeline(device.series, t0_ns=p.t0_ns, transfers=p.transfers, marks=p.marks, peak=device.peak)
+    names = {t.name for t in figure.data}
+    assert {"H2D transfers", "D2H transfers", "peak", "fragmentation"} <= names
+    h2d = next(t for t in figure.data if t.name == "H2D transfers")
+    assert list(h2d.x) == pytest.approx([(10_000 + 8000 * 1e9 / 25e9) / 1e9])
+    labels = [a.text for a in figure.layout.annotations]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in labels
+
+
+def test_placement_html_highlights_soft_placement_and_totals(runtime_log: EventLog) -> None:
+    with gpuviz.device("/GPU:4"):
+        gpuviz.asarray([1.0]) + 1
+    html = placement_html(placement_table(runtime_log))
+    rows = re.findall(r"<tr( class=\"soft\")?><td class=\"text\">(\w+)</td>", html)
+    assert sorted(rows) == [(' class="soft"', "AddV2"), (' class="soft"', "Const")]
+    assert '<tr class="total"><td class="text">total</td><td></td><td></td><td>2</td><td>2</td>' in html
+
+
+def test_report_is_self_contained_and_escapes_user_strings(runtime_log: EventLog) -> None:
+    evil = "</script><script>window.pwned=1</script>"
+    gpuviz.mark(evil)
+    with gpuviz.span("step"):
+        gpuviz.asarray(np.ones(10))
+    p = profile(runtime_log, ViewOptions(scrub_points=3))
+    document = report_html(p, source="<run>.arrow")
+    assert "window.pwned=1</script>" not in document
+    assert "&lt;run&gt;.arrow" in document
+    assert document.count("<script>") == document.count("</script>")
+    assert len(document) > 3_000_000  # plotly.js is inside
+    cdn = report_html(p, plotlyjs="cdn")
+    assert len(cdn) < 500_000 and "cdn.plot.ly" in cdn
+    with pytest.raises(ValueError, match="plotlyjs"):
+        report_html(p, plotlyjs="nope")
+    assert to_script_json({"a": "</script>"}) == '{"a":"<\\/script>"}'
+
+
+def test_static_fallback_has_no_scripts(runtime_log: EventLog) -> None:
+    gpuviz.asarray(np.ones(10)) * 3
+    html = static_html(profile(runtime_log))
+    assert "<script" not in html
+    assert "<svg" in html and "Placement" in html
