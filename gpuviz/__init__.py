@@ -4,7 +4,9 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 (replay, timelines) -> views -> front-ends (CLI, magics, widgets, reports).
 """
 
+import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
+from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
 from gpuviz.base.devices import DeviceSpec, parse_device
@@ -17,9 +19,15 @@ from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOut
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.log.fileio import load
 from gpuviz.runtime.array import DeviceArray, asarray, empty
-from gpuviz.runtime.context import Session, device, reset
+from gpuviz.runtime.context import Session, device, reconfigure, record_into, reset
 
-__version__ = "0.1.0"
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext gpuviz``: registers the ``%gpuviz`` / ``%%gpuviz`` magics."""
+    from gpuviz.frontends.magics import load_ipython_extension as load
+
+    load(ipython)
+
 
 __all__ = [
     "AllocatorStats",
@@ -31,6 +39,8 @@ __all__ = [
     "config",
     "device",
     "parse_device",
+    "reconfigure",
+    "record_into",
     "reset",
     "BFCAllocator",
     "ChunkState",

@@ -66,3 +66,17 @@ def test_replay_of_a_saved_file_matches(tmp_path) -> None:  # type: ignore[no-un
     path = tmp_path / "run.arrow"
     alloc.log.save(path)
     assert replay(load(path)).state_at(-1) == alloc.state()
+
+
+def test_record_into_a_new_log_starts_with_the_current_heap() -> None:
+    alloc = BFCAllocator(SimUpstream("1GiB"), growth=True)
+    live = random_run(alloc, 200, 9)
+    assert live
+    fresh = EventLog()
+    alloc.record_into(fresh)
+    assert alloc.log is fresh
+    assert replay(fresh).state_at(-1) == alloc.state()
+    states = random_run(alloc, 200, 10)
+    heap = replay(fresh)
+    for index, state in states:
+        assert heap.state_at(index) == state

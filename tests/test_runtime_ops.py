@@ -222,3 +222,37 @@ def test_session_records_one_run_into_its_own_log(runtime_log: EventLog) -> None
     for device in replayed.devices:
         assert replayed.state_at(-1, device=device).segments == ()
     assert gpuviz.default_log() is runtime_log
+
+
+def test_record_into_keeps_arrays_and_replays_exactly(runtime_log: EventLog) -> None:
+    x = gpuviz.asarray(np.arange(100.0))
+    fresh = EventLog()
+    gpuviz.record_into(fresh)
+    y = x * 2  # x is still usable
+    assert gpuviz.default_log() is fresh
+    heap = gpuviz.replay(fresh)
+    for name, dev in get_runtime().devices.items():
+        if name in heap.devices:
+            assert heap.state_at(-1, device=name) == dev.allocator.state()
+    assert [e.kind for e in fresh.filter(kind="placement")] == ["placement"]
+    np.testing.assert_array_equal(y.numpy(), np.arange(100.0) * 2)
+
+
+def test_reconfigure_memory_limit_and_stacks(runtime_log: EventLog) -> None:
+    gpuviz.asarray([1.0])
+    with pytest.raises(RuntimeError):
+        config.set_memory_limit("GPU:0", "64MiB")
+    gpuviz.reconfigure()
+    config.set_memory_growth("GPU:0", True)
+    config.set_memory_limit("GPU:0", "64MiB")
+    config.set_record_stacks(True)
+    x = gpuviz.asarray(np.ones(10))
+    gpu = get_runtime().devices["GPU:0"].allocator
+    assert (gpu.memory_limit, gpu.growth) == (64 * 1024 * 1024, True)
+    event = runtime_log.filter(kind="alloc", device="GPU:0")[-1]
+    frames = runtime_log.stacks[event.stack]
+    assert frames[0].function == "test_reconfigure_memory_limit_and_stacks"
+    with pytest.raises(ValueError, match="memory limit must be between"):
+        gpuviz.reconfigure()
+        config.set_memory_limit("GPU:0", "64GiB")
+    del x

@@ -85,12 +85,15 @@ class Profile:
     placements: pd.DataFrame
     diagnosis: Diagnosis
     t0_ns: int
+    strict: bool = True
 
     @property
     def device(self) -> str | None:
         """The device the single-device views show."""
         wanted = self.options.device
         if wanted is not None:
+            if wanted not in self.devices and not self.strict:
+                return None  # a live view of a device that has no events yet
             if wanted not in self.devices:
                 known = ", ".join(self.devices) or "none"
                 raise ValueError(f"device {wanted!r} has no allocator events (devices: {known})")
@@ -110,8 +113,12 @@ def _scrub_positions(series: TimelineSeries, count: int, peak_index: int) -> np.
     return np.array(sorted(chosen), dtype=np.int64)
 
 
-def profile(log: EventLog, options: ViewOptions | None = None) -> Profile:
-    """Compute every derived result of ``log`` that the views need."""
+def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool = True) -> Profile:
+    """Compute every derived result of ``log`` that the views need.
+
+    ``strict``: a ``ViewOptions.device`` without allocator events raises ``ValueError``
+    (False, for live views of a log that is still growing, shows nothing for it yet).
+    """
     options = options or ViewOptions()
     heap = replay(log)
     devices = {}
@@ -133,6 +140,7 @@ def profile(log: EventLog, options: ViewOptions | None = None) -> Profile:
         placements=placement_table(log),
         diagnosis=diagnose(log, top=options.top, group_by=options.group_by),
         t0_ns=int(time_ns.min()) if len(time_ns) else 0,
+        strict=strict,
     )
     _ = result.device  # validates options.device
     return result

@@ -442,6 +442,34 @@ class BFCAllocator:
         with self._lock:
             return self._free.bins()
 
+    # ----------------------------------------------------------------- recording
+    def record_into(self, log: EventLog, *, stacks: bool | None = None) -> None:
+        """Record into ``log`` from now on, starting with the current heap written as events.
+
+        Each segment becomes a ``segment_alloc`` followed by the ``split``s and ``alloc``s
+        that rebuild its chunks, so ``replay(log)`` reproduces this allocator's state from
+        the first event on. Stats are not written (they live in the allocator).
+        """
+        with self._lock:
+            keep_stacks = self._observer.stacks if stacks is None else stacks
+            device_index = log.add_device(self.device, **self.log.devices[self.log.device_index(self.device)].options)
+            observer: Observer = Recorder(log, device_index, stacks=keep_stacks)
+            emit = observer.emit
+            largest = self._free.largest()  # reported for the synthetic events: the current value
+            for base in sorted(self._segments):
+                segment = self._segments[base]
+                emit(_SEGMENT_ALLOC, base, segment.size, 0, base, largest, -1, -1)
+                chunk: Chunk | None = self._chunks[base]
+                while chunk is not None:
+                    if chunk.next is not None:
+                        emit(_SPLIT, chunk.address, chunk.size, 0, base, largest, -1, -1)
+                    if chunk.in_use:
+                        chunk.tag_id = observer.tag_id(chunk.tag)
+                        emit(_ALLOC, chunk.address, chunk.size, chunk.requested, base, largest, chunk.tag_id, -1)
+                    chunk = chunk.next
+            self.log = log
+            self._observer = observer
+
     # ------------------------------------------------------------------- release
     def _is_wholly_free(self, segment: Segment) -> bool:
         chunk = self._chunks[segment.base]

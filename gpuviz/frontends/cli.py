@@ -1,9 +1,9 @@
 """The ``gpuviz`` command line (also ``python -m gpuviz``).
 
-    gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
-    gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
-    gpuviz summary RUN.arrow
-    gpuviz info
+gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
+gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
+gpuviz summary RUN.arrow
+gpuviz info
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def _info(args: argparse.Namespace) -> int:
     import plotly
     import pyarrow
 
-    import gpuviz
+    from gpuviz._version import __version__
     from gpuviz.runtime.config import list_physical_devices
 
-    print(f"gpuviz {gpuviz.__version__} on Python {platform.python_version()} ({platform.platform()})")
+    print(f"gpuviz {__version__} on Python {platform.python_version()} ({platform.platform()})")
     print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, plotly {plotly.__version__}")
     print("backend: simulated devices (no GPU backend in this version)")
     for device in list_physical_devices():

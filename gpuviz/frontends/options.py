@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from gpuviz.analysis.profile import COLOR_BY, GROUP_BY, ViewOptions, profile
+from gpuviz.base.devices import parse_device
 from gpuviz.log.eventlog import EventLog
 from gpuviz.views.report import report_html
 
@@ -28,7 +29,7 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
 def view_options(args: argparse.Namespace) -> ViewOptions:
     """``ViewOptions`` from parsed arguments; ``ValueError`` names a bad value."""
     return ViewOptions(
-        device=args.device,
+        device=parse_device(args.device).short if args.device else None,
         color_by=args.color_by,
         group_by=args.group_by,
         points=args.points,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -391,6 +391,21 @@ class EventLog:
     def __repr__(self) -> str:
         devices = ", ".join(self.device_names) or "no devices"
         return f"<EventLog {len(self)} events, {devices}>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Rich display (a static summary) when the views layer registered a renderer."""
+        if _renderers:
+            return _renderers[0](self)
+        return {"text/plain": repr(self)}
+
+
+_renderers: list[Callable[[EventLog], dict[str, Any]]] = []
+
+
+def set_renderer(render: Callable[[EventLog], dict[str, Any]]) -> None:
+    """Register how an EventLog displays in notebooks (the views layer does, at import);
+    the log layer itself never imports views."""
+    _renderers[:] = [render]
 
 
 def _flush_periodically(ref: weakref.ref[EventLog], stop: threading.Event, interval: float) -> None:

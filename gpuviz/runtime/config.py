@@ -25,6 +25,8 @@ __all__ = [
     "set_memory_growth",
     "get_memory_growth",
     "set_memory_fraction",
+    "set_memory_limit",
+    "set_record_stacks",
     "set_logical_device_configuration",
     "get_logical_device_configuration",
     "set_visible_devices",
@@ -108,6 +110,8 @@ class _Config:
     soft_placement: bool = True
     log_placement: bool = False
     transfer: TransferModel = field(default_factory=TransferModel)
+    memory_limits: dict[int, int] = field(default_factory=dict)
+    record_stacks: bool = False
     initialized: bool = False
 
 
@@ -165,6 +169,31 @@ def set_memory_growth(device: PhysicalDevice | str, enable: bool) -> None:
 
 def get_memory_growth(device: PhysicalDevice | str) -> bool:
     return _config.memory_growth.get(_gpu_index(device), False)
+
+
+def set_memory_limit(device: PhysicalDevice | str, limit: int | str | None) -> None:
+    """Cap one GPU's allocator at ``limit`` bytes (or ``"4GiB"``); works with memory growth.
+
+    A gpuviz addition: TensorFlow expresses a limit only through logical devices, which
+    exclude memory growth. ``None`` removes the cap.
+    """
+    with _lock:
+        _check_not_initialized("Physical devices")
+        index = _gpu_index(device)
+        if limit is None:
+            _config.memory_limits.pop(index, None)
+            return
+        size = parse_bytes(limit, name="memory limit")
+        if not MiB <= size <= _config.gpu_memory:
+            raise ValueError(f"memory limit must be between 1 MiB and the GPU's {_config.gpu_memory} bytes, got {size}")
+        _config.memory_limits[index] = size
+
+
+def set_record_stacks(enabled: bool) -> None:
+    """Record the caller's Python stack with every allocator event (off by default)."""
+    with _lock:
+        _check_not_initialized("Stack recording")
+        _config.record_stacks = bool(enabled)
 
 
 def set_memory_fraction(fraction: float | None) -> None:
@@ -275,6 +304,12 @@ def set_transfer_model(model: TransferModel | None = None, **changes: float) -> 
 
 def get_transfer_model() -> TransferModel:
     return _config.transfer
+
+
+def unfreeze() -> None:
+    """Allow configuration again, keeping the current values (``gpuviz.reconfigure``)."""
+    with _lock:
+        _config.initialized = False
 
 
 def reset_configuration() -> None:

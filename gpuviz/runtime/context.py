@@ -32,7 +32,18 @@ from gpuviz.log.schema import Direction
 from gpuviz.runtime import config as _config_module
 from gpuviz.runtime.config import LogicalDevice
 
-__all__ = ["Device", "Buffer", "Runtime", "get_runtime", "device", "reset", "Session", "current_scope"]
+__all__ = [
+    "Device",
+    "Buffer",
+    "Runtime",
+    "get_runtime",
+    "device",
+    "reset",
+    "reconfigure",
+    "record_into",
+    "Session",
+    "current_scope",
+]
 
 CPU_BASE = 1 << 48
 """Address of the simulated host memory; simulated GPU i starts at ``(i + 1) << 40``."""
@@ -112,7 +123,9 @@ class Runtime:
             upstream = SimUpstream(cfg.gpu_memory, base=(physical + 1) << 40, backed=True)
             limits = cfg.logical.get(physical)
             if limits is None:
-                if cfg.memory_fraction is not None:
+                if physical in cfg.memory_limits:
+                    limit = cfg.memory_limits[physical]
+                elif cfg.memory_fraction is not None:
                     limit = int(cfg.gpu_memory * cfg.memory_fraction)
                 else:
                     limit = cfg.gpu_memory - min_system_memory(cfg.gpu_memory)
@@ -136,12 +149,25 @@ class Runtime:
                 growth=options["growth"],
                 device=spec.short,
                 log=log,
+                stacks=self.config.record_stacks,
             )
             if "physical_device" in options:
                 log.add_device(spec.short, physical_device=options["physical_device"])
             self.devices[spec.short] = Device(spec, allocator, upstream, physical)
         self.cpu = self.devices["CPU:0"]
         self.gpus = [d for d in self.devices.values() if d.is_gpu]
+
+    def record_into(self, log: EventLog) -> None:
+        """Record every device into ``log`` from now on, without releasing anything: the
+        current heaps are written first, so replaying ``log`` reproduces them."""
+        log.meta["transfer_model"] = asdict(self.config.transfer)
+        for dev in self.devices.values():
+            dev.allocator.record_into(log)
+            dev.index = log.device_index(dev.name)
+        for dev in self.devices.values():
+            if dev.physical >= 0:
+                log.add_device(dev.name, physical_device=f"GPU:{dev.physical}")
+        self.log = log
 
     # ----------------------------------------------------------------- placement
     def place(self, op: str, *, gpu_kernel: bool = True) -> tuple[Device, int, bool]:
@@ -268,6 +294,22 @@ def reset(*, configuration: bool = False, log: EventLog | None = None) -> None:
                 runtime._build(log)
         if configuration:
             _config_module.reset_configuration()
+
+
+def reconfigure() -> None:
+    """Release everything and let ``gpuviz.config`` be changed again, keeping its values."""
+    with _runtime_lock:
+        if _runtime:
+            _runtime[0].release_all()
+            _runtime.clear()
+        _config_module.unfreeze()
+
+
+def record_into(log: EventLog) -> None:
+    """Make the runtime record into ``log`` (also the default log for marks) from now on,
+    keeping every array: the current heaps are written into ``log`` first."""
+    get_runtime().record_into(log)
+    set_default_log(log)
 
 
 class Session:

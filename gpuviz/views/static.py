@@ -7,9 +7,10 @@ import html
 
 import numpy as np
 
-from gpuviz.analysis.profile import Profile
+from gpuviz.analysis.profile import Profile, profile
 from gpuviz.analysis.timeline import resample
 from gpuviz.base.units import format_bytes
+from gpuviz.log.eventlog import EventLog, set_renderer
 from gpuviz.views.tables import TABLE_CSS, placement_html, summary_html
 
 __all__ = ["static_html", "sparkline_svg"]
@@ -43,3 +44,10 @@ def static_html(p: Profile, *, title: str = "gpuviz") -> str:
         parts.append("<h4>Placement</h4>" + placement_html(p.placements))
     parts.append("</div>")
     return "\n".join(parts)
+
+
+def _event_log_bundle(log: EventLog) -> dict[str, str]:
+    return {"text/html": static_html(profile(log), title=repr(log)), "text/plain": repr(log)}
+
+
+set_renderer(_event_log_bundle)

@@ -1,0 +1,197 @@
+"""IPython magics: ``%load_ext gpuviz``, then
+
+    %%gpuviz [--device D] [--memory-limit 4GiB] [--growth/--no-growth] [--live/--no-live]
+             [--stacks] [--save run.arrow] [--report report.html] [view options]
+    %gpuviz start [--live/--no-live] | stop | status | show [view options] | report PATH [--cdn] | reset
+
+A profiled cell records into a fresh EventLog (which then stays the runtime's log) and
+keeps every array; the cell runs inside a ``cell`` span so allocations still alive at its
+end show as possible leaks. Options that change devices (``--memory-limit``,
+``--growth``, ``--stacks``) re-initialise the runtime first, which releases the arrays of
+earlier cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.display import display as _display
+
+from gpuviz.capture.marks import span
+from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+from gpuviz.log.eventlog import EventLog
+from gpuviz.runtime import config
+from gpuviz.runtime.context import device, get_runtime, reconfigure, record_into, reset
+from gpuviz.widgets.dashboard import Dashboard
+
+__all__ = ["GpuvizMagics", "load_ipython_extension"]
+
+
+def display(obj: object) -> None:
+    _display(obj)  # type: ignore[no-untyped-call]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit the kernel
+        raise UsageError(f"%gpuviz: {message}\n{self.format_usage()}")
+
+
+def _cell_parser() -> _Parser:
+    parser = _Parser(prog="%%gpuviz", add_help=False)
+    parser.add_argument("--memory-limit", help="cap GPU:0's allocator, e.g. 4GiB (re-initialises the runtime)")
+    parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=None,
+                        help="memory growth instead of preallocation (re-initialises the runtime)")  # fmt: skip
+    parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True, help="refresh while it runs")
+    parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
+    parser.add_argument("--save", help="save the event log to this .arrow file")
+    parser.add_argument("--report", help="write the HTML report to this file")
+    add_view_arguments(parser)
+    return parser
+
+
+def _line_parser() -> _Parser:
+    parser = _Parser(prog="%gpuviz", add_help=False)
+    parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset"])
+    parser.add_argument("path", nargs="?", help="report: the HTML file to write")
+    parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--cdn", action="store_true")
+    add_view_arguments(parser)
+    return parser
+
+
+def _parse(parser: _Parser, line: str) -> argparse.Namespace:
+    try:
+        words = shlex.split(line)
+    except ValueError as error:
+        raise UsageError(f"%gpuviz: cannot read the options: {error}") from None
+    args = parser.parse_args(words)
+    try:
+        args.view = view_options(args)
+    except ValueError as error:
+        raise UsageError(f"%gpuviz: {error}") from None
+    return args
+
+
+@magics_class
+class GpuvizMagics(Magics):
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.recording: EventLog | None = None  # the log of ``%gpuviz start`` while it runs
+        self.last: EventLog | None = None  # the last profiled log (cell or start/stop)
+        self.dashboard: Dashboard | None = None
+
+    @line_cell_magic
+    def gpuviz(self, line: str, cell: str | None = None) -> Any:
+        """Profile a cell (``%%gpuviz``) or control recording across cells (``%gpuviz ...``)."""
+        if cell is None:
+            return self._line(line)
+        return self._cell(line, cell)
+
+    # --------------------------------------------------------------------- cell
+    def _cell(self, line: str, cell: str) -> None:
+        args = _parse(_cell_parser(), line)
+        if args.memory_limit is not None or args.growth is not None or args.stacks:
+            reconfigure()
+            try:
+                if args.growth is not None:
+                    config.set_memory_growth("GPU:0", args.growth)
+                if args.memory_limit is not None:
+                    config.set_memory_limit("GPU:0", args.memory_limit)
+                config.set_record_stacks(args.stacks)
+            except (ValueError, TypeError) as error:
+                raise UsageError(f"%%gpuviz: {error}") from None
+        log = EventLog()
+        record_into(log)
+        self.last = log
+        dashboard = Dashboard(log, args.view, live=args.live, title="%%gpuviz")
+        self.dashboard = dashboard
+        if args.live:
+            display(dashboard)
+        shell = self.shell
+        assert shell is not None, "the magics are registered on a running IPython shell"
+        code = shell.transform_cell(cell)  # type: ignore[no-untyped-call]
+        failure: BaseException | None = None
+        try:
+            with span("cell"):
+                if args.device:  # run the cell there (the dashboard shows that device too)
+                    with device(args.device):
+                        shell.ex(code)  # type: ignore[no-untyped-call]
+                else:
+                    shell.ex(code)  # type: ignore[no-untyped-call]
+        except BaseException as error:  # shown after the dashboard is final
+            failure = error
+        finally:
+            dashboard.stop_live()
+        if not args.live:
+            display(dashboard)
+        if args.save:
+            log.save(args.save)
+        if args.report:
+            write_report(log, args.report, args.view, title="%%gpuviz report")
+        if failure is not None:
+            raise failure
+
+    # --------------------------------------------------------------------- line
+    def _line(self, line: str) -> Any:
+        args = _parse(_line_parser(), line)
+        command = args.command
+        if command == "start":
+            if self.recording is not None:
+                raise UsageError("%gpuviz: already recording; use %gpuviz stop first")
+            self.recording = self.last = EventLog()
+            record_into(self.recording)
+            self.recording.mark("gpuviz start")
+            if args.live:
+                self.dashboard = Dashboard(self.recording, args.view, live=True, title="%gpuviz recording")
+                display(self.dashboard)
+            return None
+        if command == "stop":
+            if self.recording is None:
+                raise UsageError("%gpuviz: not recording; use %gpuviz start first")
+            self.recording.mark("gpuviz stop")
+            if self.dashboard is not None and self.dashboard.event_log is self.recording:
+                self.dashboard.stop_live()
+            record_into(EventLog())  # later work no longer lands in the stopped log
+            self.recording = None
+            return None
+        if command == "status":
+            print(self._status())
+            return None
+        if command == "reset":
+            reset()
+            print("gpuviz: every array released, every segment returned upstream")
+            return None
+        log = self.recording or self.last
+        if log is None:
+            raise UsageError(f"%gpuviz {command}: nothing recorded yet; run %%gpuviz or %gpuviz start first")
+        if command == "show":
+            self.dashboard = Dashboard(log, args.view, title="gpuviz")
+            display(self.dashboard)
+            return None
+        if not args.path:
+            raise UsageError("%gpuviz report: give the HTML file to write, e.g. %gpuviz report run.html")
+        path = write_report(log, args.path, args.view, cdn=args.cdn)
+        print(f"gpuviz: report written to {path}")
+        return None
+
+    def _status(self) -> str:
+        from gpuviz.base.units import format_bytes
+
+        runtime = get_runtime()
+        state = "recording" if self.recording is not None else "not recording (use %gpuviz start)"
+        lines = [f"gpuviz: {state}; the runtime's log has {len(runtime.log)} events"]
+        for name, dev in runtime.devices.items():
+            s = dev.allocator.stats()
+            lines.append(
+                f"  {name}: {format_bytes(s.bytes_in_use)} in use, pool {format_bytes(s.pool_bytes)}"
+                f" of {format_bytes(s.bytes_limit)}, peak {format_bytes(s.peak_bytes_in_use)}"
+            )
+        return "\n".join(lines)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    ipython.register_magics(GpuvizMagics)

@@ -1,0 +1,1 @@
+"""Widgets: notebook components built from views (ipywidgets, plotly FigureWidget)."""
