@@ -157,7 +157,7 @@ def fragmentation_map(
         barmode="overlay",
         bargap=0.15,
         height=min(900, 180 + 28 * rows),
-        xaxis={"title": "offset in segment (bytes)", "rangemode": "tozero"},
+        xaxis={"title": "offset in segment", "rangemode": "tozero", "exponentformat": "SI", "ticksuffix": "B"},
         yaxis={"title": "segment", "type": "category", "autorange": "reversed"},
         legend={"orientation": "h", "y": -0.25},
         margin={"l": 120, "r": 20, "t": 80, "b": 60},

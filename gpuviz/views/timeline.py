@@ -137,7 +137,9 @@ def timeline(
         margin={"l": 70, "r": 60, "t": 50, "b": 60},
         barmode="overlay",
     )
-    figure.update_yaxes(title_text="bytes", row=1, col=1, secondary_y=False, rangemode="tozero")
+    figure.update_yaxes(
+        title_text="bytes", row=1, col=1, secondary_y=False, rangemode="tozero", exponentformat="SI", ticksuffix="B"
+    )
     figure.update_yaxes(title_text="fragmentation", row=1, col=1, secondary_y=True, range=[0, 1])
     figure.update_xaxes(title_text="time (s)", row=2 if has_transfers else 1, col=1)
     return figure

@@ -1,0 +1,132 @@
+"""A real browser: Debian's Chromium driven by Playwright (PyPI) opens a generated report
+offline, and runs a notebook with the magic in a real JupyterLab server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+import gpuviz
+from gpuviz.frontends.options import write_report
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+EVIL = "<script>window.__pwned=1</script>"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield instance
+        instance.close()
+
+
+def make_report(path: Path) -> None:
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), growth=True, log=log)
+    gpuviz.mark(EVIL, log=log)
+    keep = [alloc.allocate(3 << 20, tag=EVIL)]
+    for i in range(200):
+        p = alloc.allocate((i % 7 + 1) << 20, tag=f"batch {i % 3}")
+        if i % 5:
+            alloc.free(p)
+        else:
+            keep.append(p)
+    write_report(log, path)
+
+
+def test_report_offline(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "report.html"
+    make_report(path)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("http*://**", lambda route: route.abort())  # offline: nothing but the file
+    page.goto(path.as_uri())
+    page.wait_for_selector("#map0 .main-svg")
+    page.wait_for_selector("#timeline0 .main-svg")
+    assert page.locator(".js-plotly-plot").count() == 2
+    assert page.locator("#map0 .bars path").count() > 10  # chunks drawn
+    before = page.evaluate("JSON.stringify(document.getElementById('map0').data)")
+    label_before = page.inner_text("#map0-label")
+    page.eval_on_selector("#map0-slider", "el => { el.value = 0; el.dispatchEvent(new Event('input')); }")
+    after = page.evaluate("JSON.stringify(document.getElementById('map0').data)")
+    assert after != before and page.inner_text("#map0-label") != label_before
+    # the first instant: right after the first allocator event (event 0 is the mark)
+    assert page.inner_text("#map0-label").startswith("event 1 · ")
+    assert "in use 0B · pool 4.00MiB" in page.inner_text("#map0-label")
+    assert EVIL in page.inner_text("body")  # shown as text
+    assert page.evaluate("window.__pwned === undefined")
+    assert errors == []
+    page.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port, token = _free_port(), "gpuviz-test-token"
+    cell = "%%gpuviz --no-live\nimport numpy as np, gpuviz\nx = gpuviz.asarray(np.ones((32, 32)))\ny = x @ x"
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(cell)])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, tmp_path / "magic.ipynb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", "--allow-root",
+         f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}", "--ServerApp.disable_check_xsrf=True",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    json.load(r)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("jupyter lab did not start")
+        yield f"{base}/lab/tree/magic.ipynb?token={token}", tmp_path
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # type: ignore[no-untyped-def]
+    url, _ = lab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)  # the kernel is ready
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_selector(".gpuviz-dashboard", timeout=120_000)
+    page.wait_for_selector(".gpuviz-dashboard .js-plotly-plot", timeout=120_000)
+    assert page.locator(".gpuviz-dashboard .js-plotly-plot").count() >= 1
+    assert "events" in page.inner_text(".gpuviz-dashboard")
+    page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", lab[1])) / "lab.png"))
+    page.close()

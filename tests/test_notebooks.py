@@ -1,0 +1,27 @@
+"""Every tutorial notebook runs from top to bottom on a real kernel (nbclient)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks() -> None:
+    assert len(NOTEBOOKS) >= 6
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, tmp_path: Path) -> None:
+    book = nbformat.read(path, as_version=4)
+    client = NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    env = os.environ.copy()
+    client.execute(env=env)
+    errors = [o for cell in book.cells if cell.cell_type == "code" for o in cell.outputs if o.output_type == "error"]
+    assert errors == []
+    assert any(cell.outputs for cell in book.cells if cell.cell_type == "code")
