@@ -141,3 +141,13 @@ def test_static_fallback_has_no_scripts(runtime_log: EventLog) -> None:
     html = static_html(profile(runtime_log))
     assert "<script" not in html
     assert "<svg" in html and "Placement" in html
+
+
+def test_lean_map_for_reports_uses_numeric_rows_and_customdata() -> None:
+    state = small_state()
+    figure = fragmentation_map(state, lean=True)
+    used = figure.data[0]
+    assert list(used.y) == [0, 0] and list(used.base) == [0, 1024] and list(used.x) == [300, 512]
+    assert [list(c) for c in used.customdata] == [[BASE, 512, 300], [BASE + 1024, 512, 512]]
+    assert used.hovertext is None and "customdata[2]" in used.hovertemplate
+    assert list(figure.layout.yaxis.ticktext) == [f"{BASE:#x}"]

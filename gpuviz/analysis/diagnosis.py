@@ -84,16 +84,20 @@ def _leaks(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
         elif row["phase"] == "end" and open_spans.get(label):
             spans.append((label, open_spans[label].pop(), seq_number))
     seq = log["seq"]
-    result = []
     if not spans:
         spans = [("end of recording", int(seq[0]) if len(seq) else 0, int(seq[-1]) if len(seq) else 0)]
-    position_of = {int(s): i for i, s in enumerate(seq.tolist())} if spans else {}
+    made_at = allocations["alloc_index"].to_numpy()  # ascending: the table is sorted by it
+    freed_at = allocations["free_index"].to_numpy()
+    result = []
     for label, begin, end in spans:
-        begin_at, end_at = position_of.get(begin, 0), position_of.get(end, len(seq) - 1)
-        made = allocations[(allocations["alloc_index"] >= begin_at) & (allocations["alloc_index"] <= end_at)]
-        still = alive_at(made, end_at)
-        if len(still):
-            result.append(still.assign(span=label))
+        begin_at = int(np.searchsorted(seq, begin))  # seq is ascending: position of that event
+        end_at = int(np.searchsorted(seq, end))
+        first = int(np.searchsorted(made_at, begin_at, side="left"))
+        last = int(np.searchsorted(made_at, end_at, side="right"))
+        window = np.arange(first, last)
+        alive = window[(freed_at[window] < 0) | (freed_at[window] > end_at)]
+        if len(alive):
+            result.append(allocations.iloc[alive].assign(span=label))
     if not result:
         return pd.DataFrame(columns=[*allocations.columns, "span"])
     return pd.concat(result, ignore_index=True)

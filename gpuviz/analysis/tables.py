@@ -38,6 +38,17 @@ def _names(log: EventLog, ids: np.ndarray) -> np.ndarray:
     return table[ids]
 
 
+def _parsed_tags(log: EventLog, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(op, dtype, shape) per tag id, parsing each distinct tag once."""
+    unique, inverse = np.unique(ids, return_inverse=True)
+    parsed = [parse_array_tag(log.strings[i]) if i >= 0 else None for i in unique.tolist()]
+    ops = np.array([p.op if p else None for p in parsed], dtype=object)
+    dtypes = np.array([p.dtype if p else None for p in parsed], dtype=object)
+    shapes = np.empty(len(parsed), dtype=object)
+    shapes[:] = [p.shape if p else None for p in parsed]
+    return ops[inverse], dtypes[inverse], shapes[inverse]
+
+
 def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
     """One row per allocation: where, how big, tag, stack, and when it was made and freed.
 
@@ -63,7 +74,7 @@ def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
     rows = p[alloc]
     free_index = np.where(matched[alloc], p[nxt][alloc], -1)
     tags = _strings(log, cols["tag"][rows])
-    parsed = [parse_array_tag(t) for t in tags]
+    ops, dtypes, shapes = _parsed_tags(log, cols["tag"][rows])
     frame = pd.DataFrame(
         {
             "device": _names(log, cols["device"][rows]),
@@ -71,9 +82,9 @@ def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
             "size": cols["size"][rows],
             "requested": cols["requested"][rows],
             "tag": tags,
-            "op": [t.op if t else None for t in parsed],
-            "dtype": [t.dtype if t else None for t in parsed],
-            "shape": [t.shape if t else None for t in parsed],
+            "op": ops,
+            "dtype": dtypes,
+            "shape": shapes,
             "stack": cols["stack"][rows],
             "alloc_index": rows,
             "free_index": free_index,
@@ -202,7 +213,7 @@ def placement_table(log: EventLog) -> pd.DataFrame:
         name: np.zeros(len(place), dtype=np.int64) for name in ("bytes_allocated", "bytes_transferred", "transfer_ns")
     }
     allocs = np.flatnonzero(cols["kind"] == Kind.ALLOC)
-    alloc_ops = np.array([t.op if (t := parse_array_tag(s)) else None for s in _strings(log, cols["tag"][allocs])])
+    alloc_ops = _parsed_tags(log, cols["tag"][allocs])[0]
     transfers = np.flatnonzero(cols["kind"] == Kind.TRANSFER)
     transfer_ops = _strings(log, cols["tag"][transfers])
     for op in dict.fromkeys(ops.tolist()):

@@ -101,12 +101,14 @@ def timeline(
             )  # fmt: skip
     if marks is not None and len(marks):
         shown = marks[marks["phase"] != "end"].head(MAX_MARKS)
+        shapes, notes = [], []  # one layout update: add_vline per mark copies every shape each time
         for row in shown.to_dict("records"):
-            figure.add_vline(
-                x=(int(row["time_ns"]) - t0) / 1e9, line={"color": "#95a5a6", "dash": "dash", "width": 1},
-                annotation_text=html.escape(str(row["label"])), annotation_position="top left",
-                annotation_font_size=10, row=1, col=1,
-            )  # fmt: skip
+            x_mark = (int(row["time_ns"]) - t0) / 1e9
+            shapes.append({"type": "line", "x0": x_mark, "x1": x_mark, "xref": "x", "y0": 0, "y1": 1,
+                           "yref": "y domain", "line": {"color": "#95a5a6", "dash": "dash", "width": 1}})  # fmt: skip
+            notes.append({"x": x_mark, "xref": "x", "y": 1, "yref": "y domain", "text": html.escape(str(row["label"])),
+                          "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 10}})  # fmt: skip
+        figure.update_layout(shapes=shapes, annotations=notes)
     if has_transfers:
         assert transfers is not None
         shown_transfers = (
