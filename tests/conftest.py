@@ -31,3 +31,22 @@ def runtime_log():  # type: ignore[no-untyped-def]
     yield log
     gpuviz.reset(configuration=True)
     set_default_log(previous)
+
+
+def _gpu_present() -> bool:
+    try:
+        import cupy
+
+        return bool(cupy.cuda.is_available())
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``gpu``-marked tests need a real NVIDIA GPU with CuPy; without one they are skipped."""
+    if _gpu_present():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none present)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

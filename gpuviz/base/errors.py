@@ -57,7 +57,7 @@ class OutOfMemoryError(GpuvizError, MemoryError):
         self.limit = limit
         self.device = device
         self.fragmentation = free + reservable >= rounded and rounded <= limit
-        super().__init__(self._message())
+        MemoryError.__init__(self, self._message())  # not super(): a CuPy-compatible subclass mixes in CuPy's error
 
     def _message(self) -> str:
         fb = format_bytes

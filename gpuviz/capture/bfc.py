@@ -102,6 +102,8 @@ class BFCAllocator:
         log: the EventLog to record into; default a new one.
         record: False records nothing (the log stays empty).
         stacks: record the caller's Python stack with each event.
+        stack_skip: path prefixes of frames left out of stacks besides gpuviz's own (e.g. the
+            array library's), so a stack starts at the user's call site.
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class BFCAllocator:
         log: EventLog | None = None,
         record: bool = True,
         stacks: bool = False,
+        stack_skip: tuple[str, ...] = (),
     ) -> None:
         capacity = upstream.capacity
         if memory_limit is not None and memory_fraction is not None:
@@ -147,7 +150,10 @@ class BFCAllocator:
             growth=growth,
             garbage_collection=garbage_collection,
         )
-        self._observer: Observer = Recorder(self.log, device_index, stacks=stacks) if record else NullRecorder()
+        self._stack_skip = stack_skip
+        self._observer: Observer = (
+            Recorder(self.log, device_index, stacks=stacks, skip=stack_skip) if record else NullRecorder()
+        )
         self._lock = threading.RLock()
         self._busy = False
         self._pending: list[int] = []
@@ -453,7 +459,7 @@ class BFCAllocator:
         with self._lock:
             keep_stacks = self._observer.stacks if stacks is None else stacks
             device_index = log.add_device(self.device, **self.log.devices[self.log.device_index(self.device)].options)
-            observer: Observer = Recorder(log, device_index, stacks=keep_stacks)
+            observer: Observer = Recorder(log, device_index, stacks=keep_stacks, skip=self._stack_skip)
             emit = observer.emit
             largest = self._free.largest()  # reported for the synthetic events: the current value
             for base in sorted(self._segments):

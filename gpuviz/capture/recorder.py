@@ -95,17 +95,18 @@ class Recorder:
     with ``ROW_STRUCT`` and added to the log's staging buffer in one call.
     """
 
-    def __init__(self, log: EventLog, device: int, *, stacks: bool = False) -> None:
+    def __init__(self, log: EventLog, device: int, *, stacks: bool = False, skip: tuple[str, ...] = ()) -> None:
         self.log = log
         self.device = device
         self.stacks = stacks
+        self.skip = skip
         self.emit: EmitFn = _make_emit(log, device)  # a closure: no attribute lookups per event
 
     def tag_id(self, tag: str | None) -> int:
         return NO_INDEX if tag is None else self.log.intern_string(tag)
 
     def stack_id(self) -> int:
-        return capture_stack(self.log) if self.stacks else NO_INDEX
+        return capture_stack(self.log, skip=self.skip) if self.stacks else NO_INDEX
 
 
 class NullRecorder:

@@ -57,7 +57,23 @@ def _info(args: argparse.Namespace) -> int:
 
     print(f"gpuviz {__version__} on Python {platform.python_version()} ({platform.platform()})")
     print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, plotly {plotly.__version__}")
-    print("backend: simulated devices (no GPU backend in this version)")
+    from gpuviz.capture.nvml import device_facts, nvml_status
+
+    try:
+        import cupy
+
+        gpus = cupy.cuda.runtime.getDeviceCount() if cupy.cuda.is_available() else 0
+        cupy_line = f"cupy {cupy.__version__}, {gpus} GPU(s) visible to CUDA"
+    except ImportError:
+        cupy_line = "cupy not installed (pip install gpuviz[cuda12] or [cuda13])"
+    status = nvml_status()
+    print(cupy_line)
+    print(f"NVML: {status.reason}" + (f", driver {status.driver_version}" if status.driver_version else ""))
+    for facts in device_facts():
+        print(
+            f"  {facts.index}: {facts.name} ({facts.pci_bus_id}), {facts.used_bytes} of {facts.total_bytes} bytes used"
+        )
+    print("device runtime: simulated devices")
     for device in list_physical_devices():
         print(f"  {device.name}")
     return 0
