@@ -10,12 +10,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from gpuviz.base.scopes import ThreadStack
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import MarkPhase
 
 __all__ = ["mark", "span", "activate", "current_log", "default_log"]
 
-_state = threading.local()
+_active: ThreadStack[EventLog] = ThreadStack()
 _default: list[EventLog] = []
 _default_lock = threading.Lock()
 
@@ -35,19 +36,15 @@ def set_default_log(log: EventLog) -> None:
 
 def current_log() -> EventLog:
     """The innermost log activated on this thread, else the default log."""
-    stack: list[EventLog] = getattr(_state, "stack", [])
-    return stack[-1] if stack else default_log()
+    active = _active.top()
+    return active if active is not None else default_log()
 
 
 @contextmanager
 def activate(log: EventLog) -> Iterator[EventLog]:
     """Make ``log`` the target of unqualified marks on this thread for the ``with`` block."""
-    stack: list[EventLog] = _state.__dict__.setdefault("stack", [])
-    stack.append(log)
-    try:
+    with _active.pushed(log):
         yield log
-    finally:
-        stack.pop()
 
 
 def mark(label: str, *, log: EventLog | None = None) -> None:

@@ -125,29 +125,24 @@ class EventLog:
         self._check_writable()
         return self._staged, self._flush_len
 
-    def intern_string(self, text: str) -> int:
-        """Index of ``text`` in the string table, adding it if new."""
-        index = self._string_ids.get(text)
+    def _intern(self, value: Any, table: list[Any], ids: dict[Any, int]) -> int:
+        index = ids.get(value)
         if index is None:
             with self._lock:
-                index = self._string_ids.get(text)
+                index = ids.get(value)
                 if index is None:
-                    index = len(self.strings)
-                    self.strings.append(text)
-                    self._string_ids[text] = index
+                    index = len(table)
+                    table.append(value)
+                    ids[value] = index
         return index
+
+    def intern_string(self, text: str) -> int:
+        """Index of ``text`` in the string table, adding it if new."""
+        return self._intern(text, self.strings, self._string_ids)
 
     def intern_stack(self, frames: tuple[Frame, ...]) -> int:
         """Index of ``frames`` in the stack table, adding it if new."""
-        index = self._stack_ids.get(frames)
-        if index is None:
-            with self._lock:
-                index = self._stack_ids.get(frames)
-                if index is None:
-                    index = len(self.stacks)
-                    self.stacks.append(frames)
-                    self._stack_ids[frames] = index
-        return index
+        return self._intern(frames, self.stacks, self._stack_ids)
 
     def add_device(self, name: str, **options: Any) -> int:
         """Index of device ``name``, registering it (with its allocator options) if new."""

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpuviz.base.devices import DeviceSpec, parse_device
+from gpuviz.base.scopes import ThreadStack
 from gpuviz.base.units import GiB, MiB
 from gpuviz.capture.bfc import BFCAllocator
 from gpuviz.capture.events import record_placement, record_transfer
@@ -247,7 +248,7 @@ class Runtime:
 
 _runtime: list[Runtime] = []
 _runtime_lock = threading.Lock()
-_scopes = threading.local()
+_scopes: ThreadStack[DeviceSpec] = ThreadStack()
 
 
 def get_runtime() -> Runtime:
@@ -261,20 +262,15 @@ def get_runtime() -> Runtime:
 
 
 def current_scope() -> DeviceSpec | None:
-    stack: list[DeviceSpec] = getattr(_scopes, "stack", [])
-    return stack[-1] if stack else None
+    return _scopes.top()
 
 
 @contextmanager
 def device(name: str | LogicalDevice | DeviceSpec) -> Iterator[DeviceSpec]:
     """Run ops (and create arrays) on ``name`` inside the block, e.g. ``with gpuviz.device("/GPU:1"):``."""
     spec = parse_device(name.name if isinstance(name, LogicalDevice) else name)
-    stack: list[DeviceSpec] = _scopes.__dict__.setdefault("stack", [])
-    stack.append(spec)
-    try:
+    with _scopes.pushed(spec):
         yield spec
-    finally:
-        stack.pop()
 
 
 def reset(*, configuration: bool = False, log: EventLog | None = None) -> None:
