@@ -73,7 +73,9 @@ def _info(args: argparse.Namespace) -> int:
         print(
             f"  {facts.index}: {facts.name} ({facts.pci_bus_id}), {facts.used_bytes} of {facts.total_bytes} bytes used"
         )
-    print("device runtime: simulated devices")
+    from gpuviz.runtime.config import get_backend
+
+    print(f"device runtime: {get_backend()} devices")
     for device in list_physical_devices():
         print(f"  {device.name}")
     return 0

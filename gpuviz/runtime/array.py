@@ -121,14 +121,8 @@ class DeviceArray(NDArrayOperatorsMixin):
     @property
     def address(self) -> int:
         """Address of the device memory holding the array's first byte."""
-        offset = int(self._view.__array_interface__["data"][0]) - self._buffer_base()
-        return self._buffer.address + offset
-
-    def _buffer_base(self) -> int:
-        base = self._view
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        return int(base.__array_interface__["data"][0])
+        buffer = self._buffer
+        return buffer.address + buffer.device.backend.offset(self._view, buffer.address)
 
     def __len__(self) -> int:
         return len(self._view)
@@ -142,7 +136,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         """A host copy (a device-to-host transfer when the array is on a GPU)."""
         runtime = get_runtime()
         start = time.perf_counter_ns()
-        result = np.array(self._data, copy=True)
+        result = self._buffer.device.backend.to_host(self._data)
         runtime.record_copy(self._buffer.device, runtime.cpu, result.nbytes, start, "numpy")
         return result
 
@@ -268,15 +262,15 @@ def _to_device(value: Any, target: Device, runtime: Runtime, *, reason: str) -> 
         source_device = value._buffer.device
         if source_device is target:
             return value
-        data = np.ascontiguousarray(value._data)
+        data = value._data
     else:
         source_device = runtime.cpu
         data = np.ascontiguousarray(value)
     if data.dtype.kind == "O":
         raise TypeError("DeviceArrays hold numbers, booleans or fixed-width strings, not Python objects")
-    tag = array_tag(reason, _dtype_name(data.dtype), data.shape)
-    buffer = runtime.copy(data, source_device, target, tag, reason)
-    return DeviceArray(buffer, target.view(buffer, data.shape, data.dtype))
+    tag = array_tag(reason, _dtype_name(data.dtype), tuple(data.shape))
+    buffer, view = runtime.copy(data, source_device, target, tag, reason)
+    return DeviceArray(buffer, view)
 
 
 def _wrap(result: Any, target: Device, op: str, runtime: Runtime, inputs: list[DeviceArray]) -> Any:
@@ -286,16 +280,18 @@ def _wrap(result: Any, target: Device, op: str, runtime: Runtime, inputs: list[D
         return [_wrap(r, target, op, runtime, inputs) for r in result]
     if isinstance(result, np.generic):
         result = np.asarray(result)
-    if not isinstance(result, np.ndarray):
+    backend = target.backend
+    if not (isinstance(result, np.ndarray) or backend.is_array(result)):
         return result
     for source in inputs:
-        if source._buffer.device is target and source._view.size and np.may_share_memory(result, source._view):
+        if source._buffer.device is target and backend.shares_memory(result, source._view):
             return DeviceArray(source._buffer, result)  # a view: no new memory
     if result.dtype.kind == "O":
         return result  # Python objects cannot live in raw device memory; they stay on the host
-    buffer = target.allocate(result.nbytes, array_tag(op, _dtype_name(result.dtype), result.shape))
-    view = target.view(buffer, result.shape, result.dtype)
-    np.copyto(view, result, casting="no")
+    shape = tuple(result.shape)
+    buffer = target.allocate(int(result.nbytes), array_tag(op, _dtype_name(result.dtype), shape))
+    view = target.view(buffer, shape, result.dtype)
+    backend.copy_into(view, result)
     return DeviceArray(buffer, view)
 
 
@@ -308,7 +304,7 @@ def _collect(value: Any, found: list[Any]) -> None:
 
 
 def _convert(value: Any, target: Device, runtime: Runtime, op: str, moved: list[DeviceArray]) -> Any:
-    """``value`` with every array in it replaced by a host view of its copy on ``target``.
+    """``value`` with every array in it replaced by the backend array of its copy on ``target``.
 
     (A module-level function: a recursive closure would form a reference cycle that keeps
     the moved arrays, and their device memory, alive until the cycle collector runs.)
@@ -338,7 +334,7 @@ def run_op(op: str, func: Callable[..., Any], args: Any, kwargs: dict[str, Any])
     host_args = _convert(args, target, runtime, op, moved)
     host_kwargs = {k: _convert(v, target, runtime, op, moved) for k, v in kwargs.items()}
     start = time.perf_counter_ns()
-    result = func(*host_args, **host_kwargs)
+    result = target.backend.run(func, host_args, host_kwargs)
     runtime.record_op(op, target, requested, soft, start, time.perf_counter_ns() - start)
     return _wrap(result, target, op, runtime, moved)
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from gpuviz.base.devices import parse_device
 from gpuviz.base.units import GiB, MiB, parse_bytes
+from gpuviz.runtime.backends import cupy_gpu_count
 
 __all__ = [
     "PhysicalDevice",
@@ -27,6 +28,8 @@ __all__ = [
     "set_memory_fraction",
     "set_memory_limit",
     "set_record_stacks",
+    "set_backend",
+    "get_backend",
     "set_logical_device_configuration",
     "get_logical_device_configuration",
     "set_visible_devices",
@@ -112,6 +115,7 @@ class _Config:
     transfer: TransferModel = field(default_factory=TransferModel)
     memory_limits: dict[int, int] = field(default_factory=dict)
     record_stacks: bool = False
+    backend: str = "auto"
     initialized: bool = False
 
 
@@ -129,15 +133,42 @@ def _gpu_index(device: PhysicalDevice | str) -> int:
     spec = parse_device(name.replace("/physical_device:", "/device:"))
     if spec.device_type != "GPU":
         raise ValueError("Cannot set memory growth on non-GPU devices")
-    if spec.index >= _config.simulated_gpus:
-        raise ValueError(f"unknown physical device {name!r} ({_config.simulated_gpus} GPU(s))")
+    if spec.index >= gpu_count():
+        raise ValueError(f"unknown physical device {name!r} ({gpu_count()} GPU(s))")
     return spec.index
 
 
+BACKENDS = ("auto", "simulated", "cupy")
+
+
+def set_backend(backend: str) -> None:
+    """Where GPUs come from: ``"cupy"`` (real GPUs), ``"simulated"``, or ``"auto"`` (default:
+    real GPUs when CuPy finds any, else simulated ones)."""
+    with _lock:
+        _check_not_initialized("The backend")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if backend == "cupy" and cupy_gpu_count() == 0:
+            raise RuntimeError("the cupy backend needs CuPy and an NVIDIA GPU; none was found")
+        _config.backend = backend
+
+
+def get_backend() -> str:
+    """The backend in use: ``"cupy"`` or ``"simulated"`` (``"auto"`` resolved)."""
+    if _config.backend == "auto":
+        return "cupy" if cupy_gpu_count() > 0 else "simulated"
+    return _config.backend
+
+
+def gpu_count() -> int:
+    """Physical GPUs: real ones with the cupy backend, else the simulated count."""
+    return cupy_gpu_count() if get_backend() == "cupy" else _config.simulated_gpus
+
+
 def list_physical_devices(device_type: str | None = None) -> list[PhysicalDevice]:
-    """The CPU and every GPU of the machine (simulated when there is no GPU backend)."""
+    """The CPU and every GPU of the machine: real ones when CuPy finds them, else simulated."""
     devices = [PhysicalDevice("/physical_device:CPU:0", "CPU")]
-    devices += [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(_config.simulated_gpus)]
+    devices += [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(gpu_count())]
     return [d for d in devices if device_type is None or d.device_type == device_type.upper()]
 
 
@@ -257,7 +288,7 @@ def set_visible_devices(
             if device_type is not None and spec.device_type != device_type.upper():
                 raise ValueError(f"{name} is not a {device_type} device")
             if spec.device_type == "GPU":
-                if spec.index >= _config.simulated_gpus:
+                if spec.index >= gpu_count():
                     raise ValueError(f"unknown physical device {name!r}")
                 gpus.append(spec.index)
         _config.visible_gpus = sorted(set(gpus))

@@ -8,7 +8,6 @@ committed host memory, so data on them is real.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -27,10 +26,11 @@ from gpuviz.base.units import GiB, MiB
 from gpuviz.capture.bfc import BFCAllocator
 from gpuviz.capture.events import record_placement, record_transfer
 from gpuviz.capture.marks import default_log, set_default_log
-from gpuviz.capture.upstream import SimUpstream
+from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Direction
 from gpuviz.runtime import config as _config_module
+from gpuviz.runtime.backends import Backend, CupyBackend, SimulatedBackend
 from gpuviz.runtime.config import LogicalDevice
 
 __all__ = [
@@ -76,14 +76,18 @@ class Buffer:
 
 
 class Device:
-    """A logical device: its name, allocator and (shared with sibling logical devices) upstream."""
+    """A logical device: its name, allocator, backend and (shared with sibling logical
+    devices) upstream."""
 
-    def __init__(self, spec: DeviceSpec, allocator: BFCAllocator, upstream: SimUpstream, physical: int) -> None:
+    def __init__(
+        self, spec: DeviceSpec, allocator: BFCAllocator, upstream: Upstream, physical: int, backend: Backend
+    ) -> None:
         self.spec = spec
         self.name = spec.short
         self.allocator = allocator
         self.upstream = upstream
         self.physical = physical
+        self.backend = backend
         self.index = allocator.log.device_index(spec.short)
         self.buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
 
@@ -97,12 +101,9 @@ class Device:
         self.buffers.add(buffer)
         return buffer
 
-    def view(self, buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """A NumPy array over the buffer's device memory."""
-        if buffer.nbytes == 0:
-            return np.empty(shape, dtype=dtype)
-        memory = self.upstream.buffer(buffer.address, buffer.nbytes)
-        return np.frombuffer(memory, dtype=dtype, count=math.prod(shape)).reshape(shape)
+    def view(self, buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        """An array (NumPy or CuPy, by backend) over the buffer's device memory."""
+        return self.backend.view(buffer.address, buffer.nbytes, shape, dtype, buffer)
 
     def __repr__(self) -> str:
         return f"<Device {self.name}>"
@@ -113,23 +114,25 @@ class Runtime:
         cfg = _config_module.current()
         self.config = cfg
         self.devices: dict[str, Device] = {}
-        self._upstreams: list[tuple[SimUpstream, int, DeviceSpec, dict[str, Any]]] = []
+        self._upstreams: list[tuple[Upstream, int, DeviceSpec, dict[str, Any]]] = []
         host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self._upstreams.append(
             (SimUpstream(host, base=CPU_BASE, backed=True), -1, DeviceSpec("CPU", 0), {"growth": True})
         )
-        visible = cfg.visible_gpus if cfg.visible_gpus is not None else list(range(cfg.simulated_gpus))
+        real = _config_module.get_backend() == "cupy"
+        visible = cfg.visible_gpus if cfg.visible_gpus is not None else list(range(_config_module.gpu_count()))
         logical_index = 0
         for physical in visible:
-            upstream = SimUpstream(cfg.gpu_memory, base=(physical + 1) << 40, backed=True)
+            upstream = self._gpu_upstream(physical, real, cfg.gpu_memory)
+            memory = upstream.capacity
             limits = cfg.logical.get(physical)
             if limits is None:
                 if physical in cfg.memory_limits:
                     limit = cfg.memory_limits[physical]
                 elif cfg.memory_fraction is not None:
-                    limit = int(cfg.gpu_memory * cfg.memory_fraction)
+                    limit = int(memory * cfg.memory_fraction)
                 else:
-                    limit = cfg.gpu_memory - min_system_memory(cfg.gpu_memory)
+                    limit = memory - min_system_memory(memory)
                 limits = [max(limit, MiB)]
             growth = cfg.memory_growth.get(physical, False)
             for limit in limits:
@@ -138,6 +141,20 @@ class Runtime:
                 logical_index += 1
         self._build(log)
         cfg.initialized = True
+
+    @staticmethod
+    def _gpu_upstream(physical: int, real: bool, memory: int) -> Upstream:
+        if real:
+            from gpuviz.cupy.upstream import CupyUpstream
+
+            return CupyUpstream(physical)
+        return SimUpstream(memory, base=(physical + 1) << 40, backed=True)
+
+    @staticmethod
+    def _backend(upstream: Upstream, physical: int, allocator: BFCAllocator) -> Backend:
+        if isinstance(upstream, SimUpstream):
+            return SimulatedBackend(upstream)
+        return CupyBackend(physical, allocator)
 
     def _build(self, log: EventLog) -> None:
         self.log = log
@@ -154,7 +171,8 @@ class Runtime:
             )
             if "physical_device" in options:
                 log.add_device(spec.short, physical_device=options["physical_device"])
-            self.devices[spec.short] = Device(spec, allocator, upstream, physical)
+            backend = self._backend(upstream, physical, allocator)
+            self.devices[spec.short] = Device(spec, allocator, upstream, physical, backend)
         self.cpu = self.devices["CPU:0"]
         self.gpus = [d for d in self.devices.values() if d.is_gpu]
 
@@ -205,15 +223,16 @@ class Runtime:
             print(f"Executing op {op} in device {target.spec.full}", file=sys.stdout)
 
     # ------------------------------------------------------------------- copies
-    def copy(self, source: np.ndarray, src: Device, dst: Device, tag: str, reason: str) -> Buffer:
-        """Allocate on ``dst`` and copy ``source`` (a view on ``src``) there, recording the transfer."""
-        nbytes = source.nbytes
+    def copy(self, source: Any, src: Device, dst: Device, tag: str, reason: str) -> tuple[Buffer, Any]:
+        """Allocate on ``dst`` and copy ``source`` (an array on ``src``) there, recording the
+        transfer; returns the buffer and ``dst``'s view of it."""
+        nbytes = int(source.nbytes)
         buffer = dst.allocate(nbytes, tag)
         start = time.perf_counter_ns()
-        view = dst.view(buffer, source.shape, source.dtype)
-        np.copyto(view, source, casting="no")
+        view = dst.view(buffer, tuple(source.shape), source.dtype)
+        dst.backend.copy_into(view, source)
         self.record_copy(src, dst, nbytes, start, reason)
-        return buffer
+        return buffer, view
 
     def record_copy(self, src: Device, dst: Device, nbytes: int, start_ns: int, reason: str) -> None:
         if not (src.is_gpu or dst.is_gpu):
