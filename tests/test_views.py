@@ -151,3 +151,28 @@ def test_lean_map_for_reports_uses_numeric_rows_and_customdata() -> None:
     assert [list(c) for c in used.customdata] == [[BASE, 512, 300], [BASE + 1024, 512, 512]]
     assert used.hovertext is None and "customdata[2]" in used.hovertemplate
     assert list(figure.layout.yaxis.ticktext) == [f"{BASE:#x}"]
+
+
+def allocate_here(alloc: BFCAllocator, nbytes: int) -> int:
+    return alloc.allocate(nbytes, tag="x")
+
+
+def test_call_sites_in_the_map_and_the_call_site_table() -> None:
+    from gpuviz.analysis.tables import call_site_table
+    from gpuviz.views.tables import call_site_html
+
+    alloc = BFCAllocator(SimUpstream("1GiB"), stacks=True)
+    allocate_here(alloc, 1000)
+    allocate_here(alloc, 3000)
+    keep = alloc.allocate(256)
+    state = gpuviz.replay(alloc.log).state_at(-1)
+    assert state == alloc.state()  # stack ids do not take part in equality
+    assert [c.stack >= 0 for c in state.chunks() if c.in_use] == [True, True, True]
+    figure = fragmentation_map(state, stacks=alloc.log.stacks)
+    hover = " ".join(figure.data[0].hovertext)
+    assert f"call site {__file__}:" in hover and "(allocate_here)" in hover
+    table = call_site_table(alloc.log)
+    assert table[["allocations", "bytes_allocated", "transfers"]].values.tolist() == [[2, 1024 + 3072, 0], [1, 256, 0]]
+    assert table["call_site"][0].endswith("(allocate_here)")
+    assert "(allocate_here)" in call_site_html(table)
+    assert keep

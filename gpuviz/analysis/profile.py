@@ -14,7 +14,14 @@ import pandas as pd
 
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
 from gpuviz.analysis.replay import Replay, replay
-from gpuviz.analysis.tables import mark_table, oom_table, placement_table, segment_table, transfer_table
+from gpuviz.analysis.tables import (
+    call_site_table,
+    mark_table,
+    oom_table,
+    placement_table,
+    segment_table,
+    transfer_table,
+)
 from gpuviz.analysis.timeline import Peak, TimelineSeries, peak, timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.log.eventlog import EventLog
@@ -83,6 +90,7 @@ class Profile:
     ooms: pd.DataFrame
     segments: pd.DataFrame
     placements: pd.DataFrame
+    call_sites: pd.DataFrame
     diagnosis: Diagnosis
     t0_ns: int
     strict: bool = True
@@ -138,6 +146,7 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
         ooms=oom_table(log),
         segments=segment_table(log),
         placements=placement_table(log),
+        call_sites=call_site_table(log),
         diagnosis=diagnose(log, top=options.top, group_by=options.group_by),
         t0_ns=int(time_ns.min()) if len(time_ns) else 0,
         strict=strict,

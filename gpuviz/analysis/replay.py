@@ -26,8 +26,9 @@ __all__ = ["Replay", "replay", "HEAP_KINDS"]
 HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE)
 _SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE = (int(k) for k in HEAP_KINDS)
 
-# chunk address -> (size, requested, tag index); requested == 0 means free
-_Chunks = dict[int, tuple[int, int, int]]
+# chunk address -> (size, requested, tag index, stack index); requested == 0 means free
+_Chunks = dict[int, tuple[int, int, int, int]]
+_FREE_CHUNK = (0, -1, -1)  # requested, tag, stack of a free chunk
 _Segments = dict[int, int]
 
 
@@ -39,26 +40,27 @@ class _DeviceReplay:
     sizes: list[int]
     requested: list[int]
     tags: list[int]
+    stacks: list[int]
     checkpoints: list[tuple[_Chunks, _Segments]]
 
 
-def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int, int, int, int]]) -> None:
-    for kind, address, size, requested, tag in events:
+def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int, int, int, int, int]]) -> None:
+    for kind, address, size, requested, tag, stack in events:
         if kind == _ALLOC:
-            chunks[address] = (size, requested, tag)
+            chunks[address] = (size, requested, tag, stack)
         elif kind == _FREE:
-            chunks[address] = (size, 0, -1)
+            chunks[address] = (size, *_FREE_CHUNK)
         elif kind == _SPLIT:
             old = chunks[address][0]
-            chunks[address] = (size, 0, -1)
-            chunks[address + size] = (old - size, 0, -1)
+            chunks[address] = (size, *_FREE_CHUNK)
+            chunks[address + size] = (old - size, *_FREE_CHUNK)
         elif kind == _MERGE:
             old = chunks[address][0]
             del chunks[address + old]
-            chunks[address] = (size, 0, -1)
+            chunks[address] = (size, *_FREE_CHUNK)
         elif kind == _SEGMENT_ALLOC:
             segments[address] = size
-            chunks[address] = (size, 0, -1)
+            chunks[address] = (size, *_FREE_CHUNK)
         else:  # segment_free
             del segments[address]
             del chunks[address]
@@ -108,6 +110,7 @@ class Replay:
             sizes=cols["size"][positions].tolist(),
             requested=cols["requested"][positions].tolist(),
             tags=cols["tag"][positions].tolist(),
+            stacks=cols["stack"][positions].tolist(),
             checkpoints=[({}, {})],
         )
         chunks: _Chunks = {}
@@ -120,13 +123,14 @@ class Replay:
         return prepared
 
     @staticmethod
-    def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int]]:
+    def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int, int]]:
         return zip(
             p.kinds[start:stop],
             p.addresses[start:stop],
             p.sizes[start:stop],
             p.requested[start:stop],
             p.tags[start:stop],
+            p.stacks[start:stop],
             strict=True,
         )
 
@@ -155,10 +159,10 @@ class Replay:
         bases = sorted(segments)
         grouped: dict[int, list[ChunkState]] = {base: [] for base in bases}
         for address in sorted(chunks):
-            size, requested, tag = chunks[address]
+            size, requested, tag, stack = chunks[address]
             base = bases[bisect_right(bases, address) - 1]
             grouped[base].append(
-                ChunkState(address, size, requested, requested > 0, strings[tag] if tag >= 0 else None)
+                ChunkState(address, size, requested, requested > 0, strings[tag] if tag >= 0 else None, stack)
             )
         return HeapState(device, tuple(SegmentState(b, segments[b], tuple(grouped[b])) for b in bases))
 

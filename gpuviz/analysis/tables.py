@@ -21,6 +21,7 @@ __all__ = [
     "oom_table",
     "segment_table",
     "placement_table",
+    "call_site_table",
     "alive_at",
 ]
 
@@ -253,3 +254,31 @@ def placement_table(log: EventLog) -> pd.DataFrame:
     table["requested"] = pd.Series([v or None for v in table["requested"]], dtype=object)
     table = table.sort_values(["op_ns", "transfer_ns"], ascending=False, kind="stable").reset_index(drop=True)
     return table[columns]
+
+
+def call_site_table(log: EventLog) -> pd.DataFrame:
+    """One row per call site (innermost recorded frame) of allocations and transfers, most
+    bytes first: the placement table of code without ops, such as CuPy code with stacks on."""
+    cols = log.columns
+    columns = ["call_site", "allocations", "bytes_allocated", "transfers", "bytes_transferred", "transfer_ns"]
+    kind, stack = cols["kind"], cols["stack"]
+    rows = np.flatnonzero(((kind == Kind.ALLOC) | (kind == Kind.TRANSFER)) & (stack >= 0))
+    if not len(rows):
+        return pd.DataFrame(columns=columns)
+    sites = np.array(
+        [f"{s[0].filename}:{s[0].lineno} ({s[0].function})" if s else "(no frame)" for s in log.stacks], dtype=object
+    )
+    is_alloc = kind[rows] == Kind.ALLOC
+    frame = pd.DataFrame(
+        {
+            "call_site": sites[stack[rows]],
+            "allocations": is_alloc.astype(np.int64),
+            "bytes_allocated": np.where(is_alloc, cols["size"][rows], 0),
+            "transfers": (~is_alloc).astype(np.int64),
+            "bytes_transferred": np.where(is_alloc, 0, cols["size"][rows]),
+            "transfer_ns": np.where(is_alloc, 0, cols["duration_ns"][rows]),
+        }
+    )
+    table = frame.groupby("call_site", sort=False).sum().reset_index()
+    table = table.sort_values(["bytes_allocated", "bytes_transferred"], ascending=False, kind="stable")
+    return table.reset_index(drop=True)[columns]

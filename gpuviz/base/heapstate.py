@@ -14,7 +14,7 @@ Invariants (checked by ``HeapState.check``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuviz.base.errors import InvariantError
 
@@ -30,6 +30,7 @@ class ChunkState:
     requested: int
     in_use: bool
     tag: str | None = None
+    stack: int = field(default=-1, compare=False)  # the allocating call site, where known (replay)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ zoom is aggregated, never dropped).
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import plotly.graph_objects as go
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
 from gpuviz.base.units import format_bytes
+from gpuviz.log.eventlog import Frame
 
 __all__ = ["fragmentation_map", "map_traces", "trace_specs", "map_layout", "segment_rows", "COLORS", "metric_text"]
 
@@ -45,7 +47,17 @@ def _group(tag: str | None, color_by: str) -> str:
     return tag or "(untagged)"
 
 
-def _exact(state: HeapState, color_by: str) -> dict[str, dict[str, list[Any]]]:
+def call_site(stacks: Sequence[tuple[Frame, ...]] | None, stack: int) -> str | None:
+    """``file:line (function)`` of the innermost recorded frame of stack ``stack``."""
+    if stacks is None or not 0 <= stack < len(stacks) or not stacks[stack]:
+        return None
+    frame = stacks[stack][0]
+    return f"{frame.filename}:{frame.lineno} ({frame.function})"
+
+
+def _exact(
+    state: HeapState, color_by: str, stacks: Sequence[tuple[Frame, ...]] | None = None
+) -> dict[str, dict[str, list[Any]]]:
     traces: dict[str, dict[str, list[Any]]] = {}
 
     def add(name: str, y: str, start: int, length: int, text: str, custom: tuple[int, int, int]) -> None:
@@ -62,6 +74,9 @@ def _exact(state: HeapState, color_by: str) -> dict[str, dict[str, list[Any]]]:
             offset = c.address - seg.base
             tag = html.escape(c.tag) if c.tag else "-"
             info = f"address {c.address:#x}<br>size {c.size} B<br>requested {c.requested} B<br>tag {tag}"
+            site = call_site(stacks, c.stack)
+            if site is not None:
+                info += f"<br>call site {html.escape(site)}"
             if c.in_use:
                 used = "used" if color_by == "state" else html.escape(_group(c.tag, color_by))
                 custom = (c.address, c.size, c.requested)
@@ -132,7 +147,12 @@ _LEAN_HOVER = {
 
 
 def trace_specs(
-    state: HeapState, *, color_by: str = "state", max_rectangles: int = 20_000, lean: bool = False
+    state: HeapState,
+    *,
+    color_by: str = "state",
+    max_rectangles: int = 20_000,
+    lean: bool = False,
+    stacks: Sequence[tuple[Frame, ...]] | None = None,
 ) -> list[dict[str, Any]]:
     """The map's bars as plain plotly trace dicts: always ``used``, ``waste``, ``free`` first
     (possibly empty) in ``"state"`` mode or when aggregated, so scrubber frames line up.
@@ -143,7 +163,7 @@ def trace_specs(
     """
     n_chunks = sum(len(s.chunks) for s in state.segments)
     aggregated = n_chunks * 2 > max_rectangles
-    traces = _aggregated(state, max_rectangles) if aggregated else _exact(state, color_by)
+    traces = _aggregated(state, max_rectangles) if aggregated else _exact(state, color_by, stacks)
     names = ["used", "waste", "free", *sorted(n for n in traces if n not in COLORS)]
     rows = {_label(seg.base): i for i, seg in enumerate(state.segments)}
     specs = []
@@ -173,10 +193,16 @@ def trace_specs(
 
 
 def map_traces(
-    state: HeapState, *, color_by: str = "state", max_rectangles: int = 20_000, lean: bool = False
+    state: HeapState,
+    *,
+    color_by: str = "state",
+    max_rectangles: int = 20_000,
+    lean: bool = False,
+    stacks: Sequence[tuple[Frame, ...]] | None = None,
 ) -> list[go.Bar]:
     """``trace_specs`` as validated plotly ``Bar`` traces."""
-    return [go.Bar(**spec) for spec in trace_specs(state, color_by=color_by, max_rectangles=max_rectangles, lean=lean)]
+    specs = trace_specs(state, color_by=color_by, max_rectangles=max_rectangles, lean=lean, stacks=stacks)
+    return [go.Bar(**spec) for spec in specs]
 
 
 def segment_rows(state: HeapState) -> dict[str, Any]:
@@ -219,9 +245,14 @@ def fragmentation_map(
     max_rectangles: int = 20_000,
     title: str | None = None,
     lean: bool = False,
+    stacks: Sequence[tuple[Frame, ...]] | None = None,
 ) -> go.Figure:
-    """The fragmentation map of ``state`` with its metric strip as the title (``lean``: see trace_specs)."""
+    """The fragmentation map of ``state`` with its metric strip as the title.
+
+    ``stacks``: the log's stack table, to show each chunk's call site on hover (chunks from
+    a replay carry their allocation's stack id). ``lean``: see ``trace_specs``.
+    """
     return go.Figure(
-        data=map_traces(state, color_by=color_by, max_rectangles=max_rectangles, lean=lean),
+        data=map_traces(state, color_by=color_by, max_rectangles=max_rectangles, lean=lean, stacks=stacks),
         layout=map_layout(state, title=title, lean=lean),
     )

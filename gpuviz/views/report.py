@@ -19,7 +19,7 @@ from plotly.utils import PlotlyJSONEncoder
 from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.base.units import format_bytes
 from gpuviz.views.fragmentation import map_layout, metric_text, trace_specs
-from gpuviz.views.tables import TABLE_CSS, placement_html, summary_html
+from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
 __all__ = ["report_html", "FRAME_RECTANGLES", "to_script_json"]
@@ -139,6 +139,8 @@ def report_html(
     body.append('<h2>Placement</h2><div class="gpuviz">')
     body.append(placement_html(p.placements) if len(p.placements) else "<p>No ops were recorded.</p>")
     body.append("</div>")
+    if len(p.call_sites):
+        body.append('<h2>Call sites</h2><div class="gpuviz">' + call_site_html(p.call_sites) + "</div>")
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{script}"

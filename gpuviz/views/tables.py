@@ -10,7 +10,7 @@ import pandas as pd
 from gpuviz.analysis.diagnosis import Diagnosis
 from gpuviz.base.units import format_bytes
 
-__all__ = ["placement_html", "summary_html", "TABLE_CSS"]
+__all__ = ["placement_html", "call_site_html", "summary_html", "TABLE_CSS"]
 
 TABLE_CSS = """
 .gpuviz table { border-collapse: collapse; font: 12px/1.4 system-ui, sans-serif; margin: 4px 0 12px; }
@@ -63,6 +63,22 @@ def placement_html(table: pd.DataFrame) -> str:
         f'<table class="gpuviz-placement"><thead><tr>{header}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody><tfoot>{total}</tfoot></table>"
     )
+
+
+def call_site_html(table: pd.DataFrame) -> str:
+    """Allocations and transfers per call site (for code without ops, e.g. CuPy with stacks)."""
+    rows = []
+    for r in table.to_dict("records"):
+        rows.append(
+            f'<tr><td class="text">{_e(r["call_site"])}</td><td>{int(r["allocations"])}</td>'
+            f"<td>{format_bytes(int(r['bytes_allocated']))}</td><td>{int(r['transfers'])}</td>"
+            f"<td>{format_bytes(int(r['bytes_transferred']))}</td><td>{_ms(r['transfer_ns'])}</td></tr>"
+        )
+    header = (
+        '<tr><th class="text">call site</th><th>allocations</th><th>allocated</th><th>transfers</th>'
+        "<th>transferred</th><th>transfer time</th></tr>"
+    )
+    return f'<table class="gpuviz-placement"><thead>{header}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _frame_html(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> str:

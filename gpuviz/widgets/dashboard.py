@@ -21,7 +21,7 @@ from gpuviz.analysis.profile import Profile, ViewOptions, profile
 from gpuviz.log.eventlog import EventLog
 from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.static import static_html
-from gpuviz.views.tables import TABLE_CSS, placement_html, summary_html
+from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
 __all__ = ["Dashboard"]
@@ -99,11 +99,10 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
                 self.device_select.value = chosen  # triggers _on_device -> _draw_device
             else:
                 self._draw_device(chosen)
-            self.placement.value = (
-                f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
-                + (placement_html(p.placements) if len(p.placements) else "<p>No ops recorded yet.</p>")
-                + "</div>"
-            )
+            tables = placement_html(p.placements) if len(p.placements) else "<p>No ops recorded yet.</p>"
+            if len(p.call_sites):
+                tables += "<h4>Call sites</h4>" + call_site_html(p.call_sites)
+            self.placement.value = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
             self.summary.value = (
                 f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
                 + summary_html(p.diagnosis, group_by=self.options.group_by)
@@ -143,7 +142,7 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
         state = dp.state_at(index)
         figure = fragmentation_map(
             state, color_by=self.options.color_by, max_rectangles=self.options.max_rectangles,
-            title=f"{device} after event {index}",
+            title=f"{device} after event {index}", stacks=p.log.stacks,
         )  # fmt: skip
         _replace(self.map, figure)
 
