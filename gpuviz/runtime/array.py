@@ -276,7 +276,7 @@ def _to_device(value: Any, target: Device, runtime: Runtime, *, reason: str) -> 
 def _wrap(result: Any, target: Device, op: str, runtime: Runtime, inputs: list[DeviceArray]) -> Any:
     if isinstance(result, tuple):
         return tuple(_wrap(r, target, op, runtime, inputs) for r in result)
-    if isinstance(result, list) and all(isinstance(r, np.ndarray) for r in result):
+    if isinstance(result, list) and all(isinstance(r, np.ndarray) or target.backend.is_array(r) for r in result):
         return [_wrap(r, target, op, runtime, inputs) for r in result]
     if isinstance(result, np.generic):
         result = np.asarray(result)
