@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -87,7 +88,10 @@ def _free_port() -> int:
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port, token = _free_port(), "gpuviz-test-token"
-    cell = "%%gpuviz --no-live\nimport numpy as np, gpuviz\nx = gpuviz.asarray(np.ones((32, 32)))\ny = x @ x"
+    cell = (  # live (the default): the dashboard refreshes from a thread while the cell runs
+        "%%gpuviz\nimport time, numpy as np, gpuviz\nx = gpuviz.asarray(np.ones((32, 32)))\n"
+        "for _ in range(15):\n    y = x @ x\n    time.sleep(0.1)"
+    )
     book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(cell)])
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(book, tmp_path / "magic.ipynb")
@@ -127,6 +131,8 @@ def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # typ
     page.wait_for_selector(".gpuviz-dashboard", timeout=120_000)
     page.wait_for_selector(".gpuviz-dashboard .js-plotly-plot", timeout=120_000)
     assert page.locator(".gpuviz-dashboard .js-plotly-plot").count() >= 1
-    assert "events" in page.inner_text(".gpuviz-dashboard")
+    header = page.inner_text(".gpuviz-dashboard")
+    events = int(re.search(r"(\d+) events", header).group(1))  # type: ignore[union-attr]
+    assert events >= 15 * 3  # each of the 15 matmuls: a placement, an alloc and a free at least
     page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", lab[1])) / "lab.png"))
     page.close()
