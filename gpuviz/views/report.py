@@ -51,15 +51,16 @@ function gpuvizSortTable(table) {
     });
   });
 }
-function gpuvizScrubber(id, frames) {
+function gpuvizScrubber(id, first) {
+  // Only the first frame is parsed at load; the rest is inert JSON, parsed on first use.
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
-  function show(i) {
-    var f = frames[i];
-    Plotly.react(id, f.data, f.layout);
-    label.textContent = f.label;
-  }
-  input.addEventListener('input', function () { show(parseInt(input.value, 10)); });
-  show(parseInt(input.value, 10));
+  var frames = null;
+  function show(f) { Plotly.react(id, f.data, f.layout); label.textContent = f.label; }
+  input.addEventListener('input', function () {
+    if (frames === null) { frames = JSON.parse(document.getElementById(id + '-frames').textContent); }
+    show(frames[parseInt(input.value, 10)]);
+  });
+  show(first);
 }
 """
 _ON_LOAD = "document.querySelectorAll('table.gpuviz-placement').forEach(gpuvizSortTable);"
@@ -99,11 +100,13 @@ def _scrubber(div_id: str, p: Profile, device: DeviceProfile) -> str:
             }
         )
     start = positions.index(device.peak.index) if device.peak.index in positions else max(len(positions) - 1, 0)
+    first = to_script_json(frames[start]) if frames else '{"data":[],"layout":{},"label":""}'
     return (
         f'<div class="scrubber"><span>time</span><input type="range" id="{div_id}-slider" min="0" '
         f'max="{max(len(positions) - 1, 0)}" value="{start}" step="1" aria-label="time scrubber">'
         f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot"></div>'
-        f"<script>gpuvizScrubber('{div_id}', {to_script_json(frames)});</script>"
+        f'<script type="application/json" id="{div_id}-frames">{to_script_json(frames)}</script>'
+        f"<script>gpuvizScrubber('{div_id}', {first});</script>"
     )
 
 

@@ -19,7 +19,7 @@ from gpuviz.base.units import format_bytes
 __all__ = ["timeline", "DIRECTION_COLORS", "MAX_TRANSFER_SPANS", "MAX_MARKS"]
 
 DIRECTION_COLORS = {"H2D": "#2e86de", "D2H": "#e67e22", "D2D": "#8e44ad"}
-MAX_TRANSFER_SPANS = 5000
+MAX_TRANSFER_SPANS = 500
 MAX_MARKS = 200
 _LINES = {
     "bytes_in_use": ("bytes in use", "#3b6fb6"),
@@ -30,6 +30,39 @@ _LINES = {
 
 def _seconds(time_ns: np.ndarray, t0_ns: int) -> np.ndarray:
     return (np.asarray(time_ns, dtype=np.int64) - t0_ns) / 1e9
+
+
+def _transfer_spans(group: pd.DataFrame, direction: str, t0: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Spans (start s, length s, hover) of one direction's transfers: one per transfer, or,
+    past ``MAX_TRANSFER_SPANS``, one per time bucket covering its transfers (count, bytes,
+    busy time), so none disappears and the browser draws few rectangles."""
+    times = group["time_ns"].to_numpy()
+    durations = group["duration_ns"].to_numpy()
+    sizes = group["bytes"].to_numpy()
+    if len(group) <= MAX_TRANSFER_SPANS:
+        gbps = group["bandwidth"].to_numpy() / 1e9
+        text = [
+            f"{direction} {format_bytes(int(b))} {html.escape(str(s))}→{html.escape(str(d))}"
+            f" in {int(ns) / 1e3:.1f} µs ({g:.1f} GB/s), {html.escape(str(r))}"
+            for b, s, d, ns, g, r in zip(sizes.tolist(), group["source"].tolist(), group["destination"].tolist(),
+                                         durations.tolist(), gbps.tolist(), group["reason"].tolist(), strict=True)
+        ]  # fmt: skip
+        return _seconds(times, t0), durations / 1e9, text
+    order = np.argsort(times, kind="stable")
+    times, durations, sizes = times[order], durations[order], sizes[order]
+    edges = np.linspace(times[0], times[-1] + 1, MAX_TRANSFER_SPANS + 1)
+    bucket = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, MAX_TRANSFER_SPANS - 1)
+    starts = np.flatnonzero(np.concatenate(([True], bucket[1:] != bucket[:-1])))
+    first = times[starts]
+    last_end = np.maximum.reduceat(times + durations, starts)
+    count = np.diff(np.append(starts, len(times)))
+    total = np.add.reduceat(sizes, starts)
+    busy = np.add.reduceat(durations, starts)
+    text = [
+        f"{n} {direction} transfers, {format_bytes(int(b))} in {int(ns) / 1e3:.1f} µs of copying"
+        for n, b, ns in zip(count.tolist(), total.tolist(), busy.tolist(), strict=True)
+    ]
+    return _seconds(first, t0), (last_end - first) / 1e9, text
 
 
 def timeline(
@@ -111,23 +144,12 @@ def timeline(
         figure.update_layout(shapes=shapes, annotations=notes)
     if has_transfers:
         assert transfers is not None
-        shown_transfers = (
-            transfers.nlargest(MAX_TRANSFER_SPANS, "duration_ns") if len(transfers) > MAX_TRANSFER_SPANS else transfers
-        )
-        for key, group in shown_transfers.groupby("direction", sort=True):
+        for key, group in transfers.groupby("direction", sort=True):
             direction = str(key)
-            gbps = group["bandwidth"].to_numpy() / 1e9
+            start, length, text = _transfer_spans(group, direction, t0)
             figure.add_trace(
-                go.Bar(orientation="h", name=f"{direction} transfers", y=[direction] * len(group),
-                       base=_seconds(group["time_ns"].to_numpy(), t0), x=group["duration_ns"].to_numpy() / 1e9,
-                       marker={"color": DIRECTION_COLORS.get(direction, "#555")},
-                       hovertext=[f"{direction} {format_bytes(int(b))} {html.escape(str(s))}→{html.escape(str(d))}"
-                                  f" in {int(ns) / 1e3:.1f} µs ({g:.1f} GB/s), {html.escape(str(r))}"
-                                  for b, s, d, ns, g, r in zip(group["bytes"].tolist(), group["source"].tolist(),
-                                                              group["destination"].tolist(),
-                                                              group["duration_ns"].tolist(), gbps.tolist(),
-                                                              group["reason"].tolist(), strict=True)],
-                       hoverinfo="text"),
+                go.Bar(orientation="h", name=f"{direction} transfers", y=[direction] * len(start), base=start, x=length,
+                       marker={"color": DIRECTION_COLORS.get(direction, "#555")}, hovertext=text, hoverinfo="text"),
                 row=2, col=1,
             )  # fmt: skip
         figure.update_yaxes(title_text="transfers", row=2, col=1)
