@@ -9,6 +9,7 @@ Targets (issue 2): <= 4 us per allocate+free pair with recording on; recording c
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -16,6 +17,7 @@ import time
 import numpy as np
 
 from gpuviz import BFCAllocator, EventLog, SimUpstream, replay, timeline_series
+from gpuviz.capture.recorder import native_available
 
 
 def mixed_workload(n_pairs: int, seed: int = 0) -> list[tuple[int, int]]:
@@ -40,16 +42,29 @@ def run_pairs(alloc: BFCAllocator, ops: list[tuple[int, int]]) -> float:
 
 
 def bench_pairs(n_pairs: int, repeats: int) -> None:
+    """Recording off, on with the C row writer (when built), on with the Python recorder.
+
+    Runs are interleaved and repeated; best and median are printed (the machine is shared).
+    """
     ops = mixed_workload(n_pairs)
-    on, off = [], []
+    modes = {"off": (False, "1"), "on": (True, "1"), "on, Python recorder": (True, "0")}
+    if not native_available():
+        del modes["on"]
+    results: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(repeats):
-        for record, sink in ((True, on), (False, off)):
+        for mode, (record, native) in modes.items():
+            os.environ["GPUVIZ_NATIVE"] = native
             alloc = BFCAllocator(SimUpstream("64GiB"), growth=True, record=record)
-            sink.append(run_pairs(alloc, ops) / n_pairs * 1e6)
-    best_on, best_off = min(on), min(off)
-    print(f"allocate+free pair, recording on : {best_on:.2f} us (median {statistics.median(on):.2f})")
-    print(f"allocate+free pair, recording off: {best_off:.2f} us (median {statistics.median(off):.2f})")
-    print(f"recording overhead               : {(best_on / best_off - 1) * 100:.1f} %")
+            results[mode].append(run_pairs(alloc, ops) / n_pairs * 1e6)
+    os.environ.pop("GPUVIZ_NATIVE")
+    best_off, median_off = min(results["off"]), statistics.median(results["off"])
+    for mode, times in results.items():
+        best, median = min(times), statistics.median(times)
+        print(f"allocate+free pair, recording {mode:20s}: {best:.2f} us (median {median:.2f})", end="")
+        if mode != "off":
+            print(f", overhead {(best / best_off - 1) * 100:.1f} % (median {(median / median_off - 1) * 100:.1f} %)")
+        else:
+            print()
 
 
 def build_log(n_events: int) -> tuple[EventLog, float]:
@@ -71,9 +86,9 @@ def build_log(n_events: int) -> tuple[EventLog, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pairs", type=int, default=200_000)
+    parser.add_argument("--pairs", type=int, default=50_000)
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
 
     bench_pairs(args.pairs, args.repeats)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 
 import gpuviz
 from gpuviz import load, replay
+from gpuviz.capture import recorder
+from gpuviz.capture.recorder import recorder_description
 from gpuviz.frontends.cli import main
 
 
@@ -63,3 +66,8 @@ def test_python_dash_m_and_info() -> None:
     proc = subprocess.run([sys.executable, "-m", "gpuviz", "info"], capture_output=True, text=True, check=True)
     assert proc.stdout.startswith("gpuviz 0.1.0")
     assert "/physical_device:GPU:0" in proc.stdout
+    assert f"event recorder: {recorder_description()}\n" in proc.stdout
+    assert recorder_description() == "C row writer" or recorder._RowWriter is None
+    env = {**os.environ, "GPUVIZ_NATIVE": "0"}
+    proc = subprocess.run([sys.executable, "-m", "gpuviz", "info"], capture_output=True, text=True, check=True, env=env)
+    assert "event recorder: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout

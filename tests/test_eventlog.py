@@ -67,7 +67,7 @@ def test_columns_are_numpy_arrays_not_objects() -> None:
 def test_staged_rows_are_flushed_in_batches() -> None:
     log = EventLog(flush_rows=3)
     small_run(log)
-    assert len(log._batches) == 3  # 9 events in batches of 3, nothing staged
+    assert len(log._blocks) == 3 and not log._staged  # 9 events flushed in blocks of 3, nothing staged
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))
 
 

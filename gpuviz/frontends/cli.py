@@ -53,10 +53,12 @@ def _info(args: argparse.Namespace) -> int:
     import pyarrow
 
     from gpuviz._version import __version__
+    from gpuviz.capture.recorder import recorder_description
     from gpuviz.runtime.config import list_physical_devices
 
     print(f"gpuviz {__version__} on Python {platform.python_version()} ({platform.platform()})")
     print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, plotly {plotly.__version__}")
+    print(f"event recorder: {recorder_description()}")
     from gpuviz.capture.nvml import device_facts, nvml_status
 
     try:

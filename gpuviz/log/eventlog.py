@@ -1,9 +1,11 @@
 """EventLog: all events of a run, columnar, plus side tables (devices, strings, stacks).
 
 Rows are packed (``schema.ROW_STRUCT``) into one ``bytearray`` (no Python object per
-event) and moved into NumPy column batches every ``flush_rows`` events, on ``flush()``,
-or, when recording to a file, at least every ``flush_interval_s`` seconds by a
-background thread. Readers see flushed and staged rows alike: every read flushes first.
+event). Every ``flush_rows`` events, on ``flush()``, or, when recording to a file, at
+least every ``flush_interval_s`` seconds (a background thread), staged rows move out of
+the staging buffer as one immutable block; blocks are split into NumPy columns when the
+log is read (or at once when recording to a file), so recording pays one copy per row.
+Readers see flushed and staged rows alike: every read flushes first.
 
 Appending takes no lock: a row is added by one ``bytearray.extend`` call, and a flush
 takes whole rows off the front with one slice and one ``del``; each of these is a single
@@ -94,8 +96,10 @@ class EventLog:
         self._lock = threading.Lock()
         self._staged = bytearray()
         self._flush_len = flush_rows * _ROW
+        self._blocks: list[bytes] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
+        self._block_rows = 0
         self._batches: list[dict[str, np.ndarray]] = []
-        self._n_flushed = 0
+        self._n_flushed = 0  # rows in blocks and batches
         self._readonly = False
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
@@ -174,17 +178,31 @@ class EventLog:
         nbytes = len(staged)
         if not nbytes:
             return
-        data = bytes(staged[:nbytes])
+        block = bytes(staged[:nbytes])
         del staged[:nbytes]
-        rows = np.frombuffer(data, dtype=ROW_DTYPE)
-        n = len(rows)
-        batch = {"seq": np.arange(self._n_flushed, self._n_flushed + n, dtype=np.int64)}
-        for name in ROW_COLUMNS:
-            batch[name] = rows[name].astype(DTYPES[name])
-        self._batches.append(batch)
+        n = nbytes // _ROW
+        self._blocks.append(block)
+        self._block_rows += n
         self._n_flushed += n
         if self._writer is not None:
-            self._writer.write(self, batch)
+            for batch in self._split_blocks_locked():
+                self._writer.write(self, batch)
+
+    def _split_blocks_locked(self) -> list[dict[str, np.ndarray]]:
+        """Split each flushed block into a batch of columns (appended to the batches)."""
+        start = self._n_flushed - self._block_rows
+        new = []
+        for block in self._blocks:
+            rows = np.frombuffer(block, dtype=ROW_DTYPE)
+            batch = {"seq": np.arange(start, start + len(rows), dtype=np.int64)}
+            for name in ROW_COLUMNS:
+                batch[name] = rows[name].astype(DTYPES[name])
+            new.append(batch)
+            start += len(rows)
+        self._batches.extend(new)
+        self._blocks = []
+        self._block_rows = 0
+        return new
 
     def record_to(self, path: str | Path, *, flush_interval_s: float = 0.1) -> None:
         """Also write this log to ``path`` (Arrow IPC stream), flushing at least every interval.
@@ -201,6 +219,8 @@ class EventLog:
         writer = LogWriter(path, self)
         with self._lock:
             self._flush_locked()
+            if self._blocks:
+                self._split_blocks_locked()
             for batch in self._batches:
                 writer.write(self, batch)
             self._writer = writer
@@ -237,6 +257,8 @@ class EventLog:
         """All columns as NumPy arrays (a shared, read-only snapshot; do not modify)."""
         with self._lock:
             self._flush_locked()
+            if self._blocks:
+                self._split_blocks_locked()
             if not self._batches:
                 return {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()}
             if len(self._batches) > 1:
@@ -341,6 +363,8 @@ class EventLog:
         view._lock = threading.Lock()
         view._staged = bytearray()
         view._flush_len = self._flush_len
+        view._blocks = []
+        view._block_rows = 0
         view._batches = [columns]
         view._n_flushed = len(columns["seq"])
         view._readonly = True

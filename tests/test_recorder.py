@@ -1,0 +1,146 @@
+"""The recorders: the C row writer and the Python recorder write the same rows."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import sysconfig
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, SimUpstream
+from gpuviz.capture import recorder
+from gpuviz.capture.recorder import Recorder, native_available
+from gpuviz.log.schema import ROW_STRUCT, Kind
+
+BASE = 1 << 40
+needs_native = pytest.mark.skipif(recorder._RowWriter is None, reason="the C row writer is not built (no C compiler)")
+
+
+def workload(seed: int) -> BFCAllocator:
+    """Splits, merges both ways, growth, an OOM, segment release: every allocator event kind."""
+    rng = random.Random(seed)
+    alloc = BFCAllocator(SimUpstream("64MiB"), memory_limit="48MiB", garbage_collection=True)
+    live: list[int] = []
+    for step in range(600):
+        if live and rng.random() < 0.45:
+            alloc.free(live.pop(rng.randrange(len(live))))
+        else:
+            with contextlib.suppress(OutOfMemoryError):
+                live.append(alloc.allocate(int(2 ** rng.uniform(0, 24.5)), tag=f"t{step % 7}"))
+        if step % 150 == 149:
+            alloc.release_free_segments()
+    alloc.log.flush()
+    return alloc
+
+
+def test_a_compiler_means_the_row_writer_is_built() -> None:
+    """Where this Python can compile extensions, the install must have built the C row writer."""
+    cc = (sysconfig.get_config_var("CC") or "").split()
+    if not cc or shutil.which(cc[0]) is None:
+        pytest.skip("no C compiler: gpuviz installs as pure Python")
+    assert recorder._RowWriter is not None, "a C compiler exists but gpuviz.capture._rowwriter was not built"
+
+
+@needs_native
+def test_native_and_python_recorders_write_identical_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("GPUVIZ_NATIVE", native)
+        assert native_available() is (native == "1")
+        alloc = workload(seed=7)
+        assert alloc._observer.native is (native == "1")  # type: ignore[attr-defined]
+        logs[native] = alloc.log.columns
+    native_cols, python_cols = logs["1"], logs["0"]
+    kinds = set(native_cols["kind"].tolist())
+    assert {int(k) for k in Kind if k <= Kind.OOM} <= kinds  # the workload makes every allocator event kind
+    assert len(native_cols["seq"]) > 1000
+    for name, column in python_cols.items():
+        if name != "time_ns":
+            np.testing.assert_array_equal(native_cols[name], column, err_msg=name)
+    for cols in (native_cols, python_cols):
+        assert (np.diff(cols["time_ns"]) >= 0).all()
+
+
+@needs_native
+def test_native_rows_are_perf_counter_stamped_rows_of_the_log_format() -> None:
+    assert recorder._RowWriter is not None
+    staged = bytearray()
+    flushes: list[int] = []
+    writer = recorder._RowWriter(staged, 3 * ROW_STRUCT.size, lambda: flushes.append(len(staged)), 5)
+    before = time.perf_counter_ns()
+    writer.emit(Kind.ALLOC, BASE + 256, 512, 300, BASE, 4096, 12, -1)
+    after = time.perf_counter_ns()
+    row = ROW_STRUCT.unpack(bytes(staged))
+    assert row[1:] == (Kind.ALLOC, 0, 5, -1, threading.get_ident(), BASE + 256, 512, 300, BASE, 4096, 0, 12, -1)
+    assert before <= row[0] <= after
+    writer.emit(Kind.FREE, BASE + 256, 512, 300, BASE, 8192, 12, -1)
+    assert flushes == []
+    writer.emit(Kind.MERGE, BASE, 768, 0, BASE, 8192, -1, -1)
+    assert flushes == [3 * ROW_STRUCT.size]  # flush() is called once the threshold is reached
+
+
+@needs_native
+def test_native_writer_rejects_bad_rows_and_appends_nothing() -> None:
+    assert recorder._RowWriter is not None
+    staged = bytearray(b"x" * 78)
+    writer = recorder._RowWriter(staged, 1 << 20, lambda: None, 0)
+    with pytest.raises(OverflowError, match="32-bit"):
+        writer.emit(Kind.ALLOC, BASE, 256, 1, BASE, 0, 1 << 40, -1)
+    with pytest.raises(OverflowError):
+        writer.emit(Kind.ALLOC, 1 << 64, 256, 1, BASE, 0, -1, -1)
+    with pytest.raises(OverflowError, match="byte"):
+        writer.emit(300, BASE, 256, 1, BASE, 0, -1, -1)
+    with pytest.raises(TypeError, match="8 arguments"):
+        writer.emit(Kind.ALLOC, BASE)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        writer.emit(Kind.ALLOC, "0x100", 256, 1, BASE, 0, -1, -1)  # type: ignore[arg-type]
+    assert staged == bytearray(b"x" * 78)
+    with pytest.raises(TypeError):
+        recorder._RowWriter(b"immutable", 100, lambda: None, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="callable"):
+        recorder._RowWriter(bytearray(), 100, None, 0)  # type: ignore[arg-type]
+
+
+@needs_native
+def test_native_rows_from_many_threads_are_never_torn() -> None:
+    log = EventLog(flush_rows=1000)
+    writers = [Recorder(log, device, native=True) for device in range(8)]
+    per_thread = 5000
+
+    def run(device: int) -> None:
+        emit = writers[device].emit
+        for i in range(per_thread):
+            emit(Kind.ALLOC, BASE + i * 256, 256, device, BASE, i, -1, -1)
+
+    threads = [threading.Thread(target=run, args=(d,)) for d in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cols = log.columns
+    assert len(cols["seq"]) == 8 * per_thread
+    for device in range(8):
+        mine = cols["device"] == device
+        assert (cols["requested"][mine] == device).all()
+        assert cols["largest_free"][mine].tolist() == list(range(per_thread))  # in order, none lost
+
+
+def test_python_recorder_can_be_chosen_explicitly() -> None:
+    log = EventLog()
+    rec = Recorder(log, log.add_device("GPU:0"), native=False)
+    assert rec.native is False
+    rec.emit(Kind.OOM, 0, 512, 500, -1, 256, -1, -1)
+    assert [(e.kind, e.size, e.requested, e.largest_free) for e in log] == [("oom", 512, 500, 256)]
+
+
+def test_asking_for_a_missing_native_writer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorder, "_RowWriter", None)
+    assert native_available() is False
+    with pytest.raises(RuntimeError, match="not built"):
+        Recorder(EventLog(), 0, native=True)
+    assert Recorder(EventLog(), 0).native is False
