@@ -110,3 +110,19 @@ def test_no_visible_gpu_runs_everything_on_the_cpu(runtime_log: EventLog) -> Non
     x = gpuviz.asarray([1, 2, 3]) * 2
     assert x.device == "CPU:0"
     assert len(runtime_log.filter(kind="transfer")) == 0
+
+
+def test_simulated_gpus_are_used_even_where_real_gpus_exist(
+    runtime_log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the hardware seam: CuPy reports two real GPUs
+    monkeypatch.setattr("gpuviz.runtime.config.cupy_gpu_count", lambda: 2)
+    assert config.get_backend() == "cupy"
+    config.set_simulated_gpus(3, "1GiB")
+    assert config.get_backend() == "simulated"
+    assert len(config.list_physical_devices("GPU")) == 3
+    gpuviz.reset(configuration=True)
+    config.set_backend("cupy")
+    with pytest.raises(ValueError, match="not used with the cupy backend"):
+        config.set_simulated_gpus(1)
+    assert config.get_backend() == "cupy"  # unchanged

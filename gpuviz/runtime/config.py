@@ -173,7 +173,12 @@ def list_physical_devices(device_type: str | None = None) -> list[PhysicalDevice
 
 
 def set_simulated_gpus(count: int = 1, memory: int | str = "16GiB") -> None:
-    """How many simulated GPUs the machine has, and the memory of each."""
+    """How many simulated GPUs the machine has, and the memory of each.
+
+    With the ``"auto"`` backend this also selects the ``"simulated"`` backend, so the
+    simulated GPUs are used even on a machine with real ones; with the ``"cupy"`` backend
+    it is an error (call ``set_backend("simulated")`` first).
+    """
     with _lock:
         _check_not_initialized("Physical devices")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -181,6 +186,9 @@ def set_simulated_gpus(count: int = 1, memory: int | str = "16GiB") -> None:
         size = parse_bytes(memory, name="memory")
         if size < MiB:
             raise ValueError(f"a simulated GPU needs at least 1 MiB, got {size} bytes")
+        if _config.backend == "cupy":
+            raise ValueError("simulated GPUs are not used with the cupy backend; call set_backend('simulated') first")
+        _config.backend = "simulated"
         _config.simulated_gpus = count
         _config.gpu_memory = size
         _config.memory_growth.clear()
