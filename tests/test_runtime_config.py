@@ -126,3 +126,19 @@ def test_simulated_gpus_are_used_even_where_real_gpus_exist(
     with pytest.raises(ValueError, match="not used with the cupy backend"):
         config.set_simulated_gpus(1)
     assert config.get_backend() == "cupy"  # unchanged
+
+
+def test_limits_are_checked_against_the_real_gpus_memory(
+    runtime_log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the hardware seam: one real 80 GiB GPU (the simulated default is 16 GiB)
+    monkeypatch.setattr("gpuviz.runtime.config.cupy_gpu_count", lambda: 1)
+    monkeypatch.setattr("gpuviz.runtime.config.cupy_gpu_memory", lambda index: 80 * GiB)
+    assert config.gpu_memory(0) == 80 * GiB
+    config.set_memory_limit("GPU:0", "40GiB")
+    config.set_logical_device_configuration("GPU:0", ["30GiB", "30GiB"])
+    with pytest.raises(ValueError, match=f"between 1 MiB and the GPU's {80 * GiB} bytes"):
+        config.set_memory_limit("GPU:0", "81GiB")
+    with pytest.raises(ValueError, match=f"more than the {80 * GiB} bytes of GPU:0"):
+        config.set_logical_device_configuration("GPU:0", ["50GiB", "40GiB"])
+    assert [c.memory_limit_bytes for c in config.get_logical_device_configuration("GPU:0") or []] == [30 * GiB] * 2

@@ -90,6 +90,13 @@ def cupy_gpu_count() -> int:
         return 0
 
 
+def cupy_gpu_memory(index: int) -> int:
+    """Total memory of real GPU ``index`` in bytes (``cudaGetDeviceProperties``)."""
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceProperties(index)["totalGlobalMem"])
+
+
 class CupyBackend:
     """CuPy arrays over real memory of GPU ``device_id`` handed out by ``allocator``."""
 

@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass, field
 
 from gpuviz.base.devices import parse_device
 from gpuviz.base.units import GiB, MiB, parse_bytes
-from gpuviz.runtime.backends import cupy_gpu_count
+from gpuviz.runtime.backends import cupy_gpu_count, cupy_gpu_memory
 
 __all__ = [
     "PhysicalDevice",
     "LogicalDevice",
     "LogicalDeviceConfiguration",
     "TransferModel",
+    "gpu_memory",
     "list_physical_devices",
     "set_simulated_gpus",
     "set_memory_growth",
@@ -165,6 +166,12 @@ def gpu_count() -> int:
     return cupy_gpu_count() if get_backend() == "cupy" else _config.simulated_gpus
 
 
+def gpu_memory(index: int) -> int:
+    """Total memory of physical GPU ``index`` in bytes: the real GPU's with the cupy backend,
+    else the simulated size."""
+    return cupy_gpu_memory(index) if get_backend() == "cupy" else _config.gpu_memory
+
+
 def list_physical_devices(device_type: str | None = None) -> list[PhysicalDevice]:
     """The CPU and every GPU of the machine: real ones when CuPy finds them, else simulated."""
     devices = [PhysicalDevice("/physical_device:CPU:0", "CPU")]
@@ -223,8 +230,9 @@ def set_memory_limit(device: PhysicalDevice | str, limit: int | str | None) -> N
             _config.memory_limits.pop(index, None)
             return
         size = parse_bytes(limit, name="memory limit")
-        if not MiB <= size <= _config.gpu_memory:
-            raise ValueError(f"memory limit must be between 1 MiB and the GPU's {_config.gpu_memory} bytes, got {size}")
+        total = gpu_memory(index)
+        if not MiB <= size <= total:
+            raise ValueError(f"memory limit must be between 1 MiB and the GPU's {total} bytes, got {size}")
         _config.memory_limits[index] = size
 
 
@@ -269,10 +277,9 @@ def set_logical_device_configuration(
             ).memory_limit_bytes
             for item in logical_devices
         ]
-        if sum(limits) > _config.gpu_memory:
-            raise ValueError(
-                f"logical devices ask for {sum(limits)} bytes, more than the {_config.gpu_memory} bytes of GPU:{index}"
-            )
+        total = gpu_memory(index)
+        if sum(limits) > total:
+            raise ValueError(f"logical devices ask for {sum(limits)} bytes, more than the {total} bytes of GPU:{index}")
         _config.logical[index] = limits
         _config.memory_growth.pop(index, None)
 
