@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gpuviz import BFCAllocator, HeapState, OutOfMemoryError, SimUpstream, replay
+from gpuviz import BFCAllocator, EventLog, HeapState, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
 
 SIZES = st.one_of(
@@ -28,6 +28,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         super().__init__()
         self.live: dict[int, int] = {}
         self.states: list[tuple[int, HeapState]] = []
+        self.steps = 0
 
     @initialize(
         limit_mib=st.integers(4, 24),
@@ -40,6 +41,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         )
 
     def _capture(self) -> None:
+        self.steps += 1
         self.states.append((len(self.alloc.log) - 1, self.alloc.state()))
 
     @rule(size=SIZES)
@@ -75,6 +77,13 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self.alloc.stats().pool_bytes == before - released
         self._capture()
 
+    @rule()
+    def record_into_a_fresh_log(self) -> None:
+        # the heap written as synthetic events: the new log must replay exactly from here on
+        self.alloc.record_into(EventLog())
+        self.states = []
+        self._capture()
+
     @invariant()
     def invariants_hold(self) -> None:
         if hasattr(self, "alloc"):
@@ -87,13 +96,16 @@ class AllocatorMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not hasattr(self, "alloc"):
             return
-        STEPS.append(len(self.states))
+        STEPS.append(self.steps)
         heap = replay(self.alloc.log, checkpoint_every=7)
         for index, state in self.states:
             if index >= 0:
                 assert heap.state_at(index) == state
         if len(self.alloc.log):
             assert heap.state_at(-1) == self.alloc.state()
+        # the log's largest_free column is what replay finds at every event
+        for index, value in enumerate(self.alloc.log["largest_free"].tolist()):
+            assert value == heap.state_at(index).largest_free_chunk, index
 
 
 AllocatorMachine.TestCase.settings = settings(

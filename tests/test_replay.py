@@ -80,3 +80,31 @@ def test_record_into_a_new_log_starts_with_the_current_heap() -> None:
     heap = replay(fresh)
     for index, state in states:
         assert heap.state_at(index) == state
+
+
+def assert_largest_free_column_matches_replay(log: EventLog) -> None:
+    heap = replay(log)
+    column = log["largest_free"].tolist()
+    assert column == [heap.state_at(i).largest_free_chunk for i in range(len(log))]
+
+
+def test_largest_free_of_record_into_events_is_exact_at_every_event() -> None:
+    alloc = BFCAllocator(SimUpstream("1GiB"), growth=True)
+    p = [alloc.allocate(n) for n in (MiB, 768 * 1024, 3 * MiB, 256, 5 * MiB, 700 * 1024, 2 * MiB)]
+    for i in (0, 2, 5):  # free chunks before in-use ones, a wholly free segment
+        alloc.free(p[i])
+    fresh = EventLog()
+    alloc.record_into(fresh)
+    assert [e.kind for e in fresh].count("split") == 4 and len(fresh) == 12
+    assert_largest_free_column_matches_replay(fresh)
+    assert fresh["largest_free"].tolist()[:4] == [2 * MiB, MiB, MiB, 4 * MiB]
+
+
+def test_largest_free_after_a_split_by_the_128mib_rule_counts_the_split_off_part() -> None:
+    # 300 MiB chunk, 170 MiB request: split because the 130 MiB remainder is >= 128 MiB,
+    # so the part split off (170 MiB, allocated by the next event) is larger than the remainder
+    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit=300 * MiB, growth=False)
+    alloc.allocate(170 * MiB)
+    assert [e.kind for e in alloc.log] == ["segment_alloc", "split", "alloc"]
+    assert alloc.log["largest_free"].tolist() == [300 * MiB, 170 * MiB, 130 * MiB]
+    assert_largest_free_column_matches_replay(alloc.log)

@@ -216,7 +216,9 @@ class BFCAllocator:
             chunk.size = size = rounded
             self._chunks[address + rounded] = remainder
             insort(keys, remainder.size << _SHIFT | remainder.address)
-            emit(_SPLIT, address, rounded, 0, segment_base, keys[-1] >> _SHIFT, -1, stack)
+            # as replay sees it, the part split off stays free until the alloc event
+            largest = keys[-1] >> _SHIFT
+            emit(_SPLIT, address, rounded, 0, segment_base, rounded if rounded > largest else largest, -1, stack)
         tag_id = -1 if tag is None else observer.tag_id(tag)
         chunk.in_use = True
         chunk.requested = nbytes
@@ -461,18 +463,27 @@ class BFCAllocator:
             device_index = log.add_device(self.device, **self.log.devices[self.log.device_index(self.device)].options)
             observer: Observer = Recorder(log, device_index, stacks=keep_stacks, skip=self._stack_skip)
             emit = observer.emit
-            largest = self._free.largest()  # reported for the synthetic events: the current value
+            # largest free chunk after each synthetic event, as replay sees it: free chunks of
+            # earlier segments, free chunks passed in this one, and the unsplit tail
+            earlier = 0
             for base in sorted(self._segments):
                 segment = self._segments[base]
-                emit(_SEGMENT_ALLOC, base, segment.size, 0, base, largest, -1, -1)
+                emit(_SEGMENT_ALLOC, base, segment.size, 0, base, max(earlier, segment.size), -1, -1)
+                passed, tail = earlier, segment.size
                 chunk: Chunk | None = self._chunks[base]
                 while chunk is not None:
+                    rest = tail - chunk.size
                     if chunk.next is not None:
-                        emit(_SPLIT, chunk.address, chunk.size, 0, base, largest, -1, -1)
+                        emit(_SPLIT, chunk.address, chunk.size, 0, base, max(passed, chunk.size, rest), -1, -1)
                     if chunk.in_use:
                         chunk.tag_id = observer.tag_id(chunk.tag)
+                        largest = max(passed, rest)
                         emit(_ALLOC, chunk.address, chunk.size, chunk.requested, base, largest, chunk.tag_id, -1)
+                    else:
+                        passed = max(passed, chunk.size)
+                    tail = rest
                     chunk = chunk.next
+                earlier = passed
             self.log = log
             self._observer = observer
 

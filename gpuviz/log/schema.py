@@ -23,7 +23,8 @@ size           bytes: chunk size (alloc/free), size of the first part after a sp
 requested      bytes the caller asked for (alloc/free/oom), else 0
 segment        base address of the segment holding the chunk, -1 when not applicable
 largest_free   largest free chunk of the device's pool right after the event
-               (allocator events), -1 when not applicable
+               (allocator events), -1 when not applicable; exactly what replay finds
+               at that event (a split's first part counts as free until its alloc)
 duration_ns    transfer or op duration in nanoseconds, else 0
 tag            index into the string table (op name, scope, label, dtype/shape), -1 none
 stack          index into the stack table, -1 when stacks are off
