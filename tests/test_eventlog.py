@@ -71,6 +71,24 @@ def test_staged_rows_are_flushed_in_batches() -> None:
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))
 
 
+def test_reading_a_growing_log_copies_only_the_new_rows() -> None:
+    """A live view reads the log again and again: earlier rows are not copied each time,
+    and a snapshot taken earlier never changes."""
+    log = EventLog(flush_rows=5)
+    alloc = small_run(log)
+    first = log.columns
+    snapshot = {name: column.copy() for name, column in first.items()}
+    for _ in range(20):
+        alloc.free(alloc.allocate(512))
+    second = log.columns
+    assert len(second["seq"]) == len(log) == len(first["seq"]) + 80  # split, alloc, free, merge each
+    assert np.shares_memory(first["address"], second["address"])
+    for name, column in snapshot.items():
+        np.testing.assert_array_equal(first[name], column)
+    assert second["seq"].tolist() == list(range(len(log)))
+    assert [e.kind for e in log][-4:] == ["split", "alloc", "free", "merge"]
+
+
 def test_filter_by_kind_device_time_and_tag() -> None:
     log = EventLog()
     small_run(log)

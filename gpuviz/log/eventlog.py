@@ -5,6 +5,8 @@ event). Every ``flush_rows`` events, on ``flush()``, or, when recording to a fil
 least every ``flush_interval_s`` seconds (a background thread), staged rows move out of
 the staging buffer as one immutable block; blocks are split into NumPy columns when the
 log is read (or at once when recording to a file), so recording pays one copy per row.
+Columns grow by doubling their capacity, so a reader that comes back (a live view) pays
+only for the rows added since, and the arrays it got earlier never change.
 Readers see flushed and staged rows alike: every read flushes first.
 
 Appending takes no lock: a row is added by one ``bytearray.extend`` call, and a flush
@@ -98,8 +100,10 @@ class EventLog:
         self._flush_len = flush_rows * _ROW
         self._blocks: list[bytes] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
         self._block_rows = 0
-        self._batches: list[dict[str, np.ndarray]] = []
-        self._n_flushed = 0  # rows in blocks and batches
+        # columns with spare capacity (doubling): rows [0, _n_columns) are valid
+        self._columns: dict[str, np.ndarray] = {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()}
+        self._n_columns = 0
+        self._n_flushed = 0  # rows in blocks and columns
         self._readonly = False
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
@@ -189,20 +193,35 @@ class EventLog:
                 self._writer.write(self, batch)
 
     def _split_blocks_locked(self) -> list[dict[str, np.ndarray]]:
-        """Split each flushed block into a batch of columns (appended to the batches)."""
-        start = self._n_flushed - self._block_rows
+        """Split each flushed block into the columns; returns the new rows of each block."""
+        start = self._n_columns
+        needed = start + self._block_rows
+        capacity = len(self._columns["seq"])
+        if needed > capacity:  # grow by doubling: appending n rows costs O(n) overall
+            capacity = max(needed, 2 * capacity, 4096)
+            grown = {name: np.empty(capacity, dtype=dt) for name, dt in DTYPES.items()}
+            for name, old in self._columns.items():
+                grown[name][:start] = old[:start]
+            self._columns = grown
+        cols = self._columns
         new = []
         for block in self._blocks:
             rows = np.frombuffer(block, dtype=ROW_DTYPE)
-            batch = {"seq": np.arange(start, start + len(rows), dtype=np.int64)}
+            end = start + len(rows)
+            cols["seq"][start:end] = np.arange(start, end)
             for name in ROW_COLUMNS:
-                batch[name] = rows[name].astype(DTYPES[name])
-            new.append(batch)
-            start += len(rows)
-        self._batches.extend(new)
+                cols[name][start:end] = rows[name]
+            new.append({name: cols[name][start:end] for name in DTYPES})
+            start = end
+        self._n_columns = start
         self._blocks = []
         self._block_rows = 0
         return new
+
+    def _set_columns(self, columns: dict[str, np.ndarray]) -> None:
+        """Make ``columns`` (all of ``DTYPES``, equal lengths) this log's rows (views and loaded files)."""
+        self._columns = columns
+        self._n_columns = self._n_flushed = len(columns["seq"])
 
     def record_to(self, path: str | Path, *, flush_interval_s: float = 0.1) -> None:
         """Also write this log to ``path`` (Arrow IPC stream), flushing at least every interval.
@@ -221,8 +240,10 @@ class EventLog:
             self._flush_locked()
             if self._blocks:
                 self._split_blocks_locked()
-            for batch in self._batches:
-                writer.write(self, batch)
+            step = self._flush_len // _ROW  # the rows so far, in batches of flush_rows
+            for start in range(0, self._n_columns, step):
+                end = min(start + step, self._n_columns)
+                writer.write(self, {name: column[start:end] for name, column in self._columns.items()})
             self._writer = writer
         stop = threading.Event()
         self._stop_flusher = stop
@@ -259,12 +280,8 @@ class EventLog:
             self._flush_locked()
             if self._blocks:
                 self._split_blocks_locked()
-            if not self._batches:
-                return {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()}
-            if len(self._batches) > 1:
-                merged = {name: np.concatenate([b[name] for b in self._batches]) for name in DTYPES}
-                self._batches = [merged]
-            return self._batches[0]
+            n = self._n_columns
+            return {name: column[:n] for name, column in self._columns.items()}
 
     def column(self, name: str) -> np.ndarray:
         if name not in DTYPES:
@@ -365,8 +382,7 @@ class EventLog:
         view._flush_len = self._flush_len
         view._blocks = []
         view._block_rows = 0
-        view._batches = [columns]
-        view._n_flushed = len(columns["seq"])
+        view._set_columns(columns)
         view._readonly = True
         view.strings = self.strings
         view._string_ids = self._string_ids

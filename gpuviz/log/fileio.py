@@ -181,8 +181,8 @@ def load(path: str | Path) -> EventLog:
                         for i, (name, _) in enumerate(COLUMNS)
                     }
                 )
-    log._batches = batches
-    log._n_flushed = sum(len(b["seq"]) for b in batches)
+    if batches:
+        log._set_columns({name: np.concatenate([b[name] for b in batches]) for name in DTYPES})
     log._readonly = True
     return log
 
