@@ -90,15 +90,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def lab_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """A real JupyterLab server over ``tmp_path``: (base URL, token, root folder)."""
     port, token = _free_port(), "gpuviz-test-token"
-    cell = (  # live (the default): the dashboard refreshes from a thread while the cell runs
-        "%%gpuviz\nimport time, numpy as np, gpuviz\nx = gpuviz.asarray(np.ones((32, 32)))\n"
-        "for _ in range(15):\n    y = x @ x\n    time.sleep(0.1)"
-    )
-    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(cell)])
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(book, tmp_path / "magic.ipynb")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", "--allow-root",
          f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}", "--ServerApp.disable_check_xsrf=True",
@@ -117,10 +111,23 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                 time.sleep(0.5)
         else:
             raise RuntimeError("jupyter lab did not start")
-        yield f"{base}/lab/tree/magic.ipynb?token={token}", tmp_path
+        yield base, token, tmp_path
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture
+def lab(lab_server: tuple[str, str, Path]) -> tuple[str, Path]:
+    base, token, root = lab_server
+    cell = (  # live (the default): the dashboard refreshes from a thread while the cell runs
+        "%%gpuviz\nimport time, numpy as np, gpuviz\nx = gpuviz.asarray(np.ones((32, 32)))\n"
+        "for _ in range(15):\n    y = x @ x\n    time.sleep(0.1)"
+    )
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(cell)])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, root / "magic.ipynb")
+    return f"{base}/lab/tree/magic.ipynb?token={token}", root
 
 
 def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # type: ignore[no-untyped-def]
@@ -139,4 +146,47 @@ def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # typ
     events = int(re.search(r"(\d+) events", header).group(1))  # type: ignore[union-attr]
     assert events >= 15 * 3  # each of the 15 matmuls: a placement, an alloc and a free at least
     page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", lab[1])) / "lab.png"))
+    page.close()
+
+
+def test_labextension_renders_saved_results(browser, lab_server, runtime_log) -> None:  # type: ignore[no-untyped-def]
+    """Saved results render in JupyterLab without a kernel: a .gpuviz.json file opened from
+    the file browser, and an EventLog output stored in an executed notebook."""
+    from nbclient import NotebookClient
+
+    base, token, root = lab_server
+    import numpy as np
+
+    with gpuviz.device("CPU:0"):
+        host = gpuviz.asarray(np.ones((64, 64), dtype=np.float32))
+    x = gpuviz.asarray(host)  # a placement, a copy to the GPU
+    for _ in range(3):
+        x = x @ x
+    gpuviz.mark(EVIL)
+    runtime_log.save(root / "run.arrow")
+    write_report(runtime_log, root / "run.gpuviz.json")
+    book = new_notebook(cells=[new_code_cell("import gpuviz\ngpuviz.load('run.arrow')")])
+    NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    assert "application/vnd.gpuviz.v1+json" in book.cells[0].outputs[0]["data"]
+    nbformat.write(book, root / "saved.ipynb")
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/run.gpuviz.json?token={token}")
+    page.wait_for_selector(".jp-gpuviz-result .js-plotly-plot", timeout=90_000)
+    figures = len(json.loads((root / "run.gpuviz.json").read_text())["figures"])
+    assert figures == 4  # heap at the peak and timeline, for GPU:0 and CPU:0
+    page.wait_for_function(f"document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === {figures}")
+    text = page.inner_text(".jp-gpuviz-result")
+    assert "GPU:0: peak in use" in text and "Placement" in text
+    rows = page.locator(".jp-gpuviz-result table[data-name='placement'] tbody tr").all_inner_texts()
+    assert [row.split("\t")[:4] for row in rows] == [["Const", "CPU:0", "CPU:0", "1"], ["MatMul", "", "GPU:0", "3"]]
+
+    page.goto(f"{base}/lab/tree/saved.ipynb?token={token}")
+    page.wait_for_selector(".jp-OutputArea-output.jp-gpuviz-result .js-plotly-plot", timeout=90_000)
+    assert page.locator(".jp-OutputArea-output.jp-gpuviz-result").count() == 1  # ranked above the HTML fallback
+    assert page.evaluate("window.__pwned === undefined")
+    assert errors == []
+    page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root)) / "labextension.png"))
     page.close()

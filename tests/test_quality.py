@@ -24,7 +24,7 @@ def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff() -> None:
-    proc = run("ruff", "check", "gpuviz", "tests", "benchmarks", "setup.py")
+    proc = run("ruff", "check", "gpuviz", "tests", "benchmarks", "setup.py", "labextension/gpuviz_labextension")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -37,3 +37,11 @@ def test_layering_contracts() -> None:
     proc = run("lint-imports")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Contracts: 4 kept, 0 broken" in proc.stdout
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv")]
+    assert len(commands) == 2, "the README opens with two commands: the demo and the tests"
+    ci = (ROOT / ".ci" / "run").read_text().rstrip().splitlines()
+    assert ci[-1] == commands[1]

@@ -98,15 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuviz", description="GPU memory profiler and visualizer")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a demo workload on the default device and write its report")
-    demo.add_argument("-o", "--output", default="gpuviz-demo.html", help="HTML report to write")
+    demo.add_argument("-o", "--output", default="gpuviz-demo.html", help="report to write (HTML, or .gpuviz.json)")
     demo.add_argument("--log", default="gpuviz-demo.arrow", help="event-log file to write")
     demo.add_argument("--gpu-memory", default="1GiB", help="memory of the simulated GPU, e.g. 1GiB")
     demo.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
     add_view_arguments(demo)
     demo.set_defaults(run=_demo)
-    report = commands.add_parser("report", help="write the HTML report of a saved event log")
+    report = commands.add_parser("report", help="write the HTML report (or .gpuviz.json result) of a saved event log")
     report.add_argument("log", help="an event-log file (.arrow)")
-    report.add_argument("-o", "--output", help="HTML file to write (default: the log's name with .html)")
+    report.add_argument(
+        "-o",
+        "--output",
+        help="HTML file to write (default: the log's name with .html); a name ending in .gpuviz.json "
+        "gets the result as JSON, for JupyterLab",
+    )
     report.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
     add_view_arguments(report)
     report.set_defaults(run=_report)

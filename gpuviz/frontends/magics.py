@@ -48,7 +48,7 @@ def _cell_parser() -> _Parser:
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True, help="refresh while it runs")
     parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
     parser.add_argument("--save", help="save the event log to this .arrow file")
-    parser.add_argument("--report", help="write the HTML report to this file")
+    parser.add_argument("--report", help="write the HTML report (or a .gpuviz.json result) to this file")
     add_view_arguments(parser)
     return parser
 
@@ -56,7 +56,7 @@ def _cell_parser() -> _Parser:
 def _line_parser() -> _Parser:
     parser = _Parser(prog="%gpuviz", add_help=False)
     parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset"])
-    parser.add_argument("path", nargs="?", help="report: the HTML file to write")
+    parser.add_argument("path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write")
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
     add_view_arguments(parser)

@@ -14,6 +14,7 @@ from gpuviz.analysis.profile import COLOR_BY, GROUP_BY, ViewOptions, profile
 from gpuviz.base.devices import parse_device
 from gpuviz.log.eventlog import EventLog
 from gpuviz.views.report import report_html
+from gpuviz.views.result import FILE_EXTENSION, result_json
 
 __all__ = ["add_view_arguments", "view_options", "write_report"]
 
@@ -40,8 +41,15 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
 def write_report(
     log: EventLog, path: str | Path, options: ViewOptions | None = None, *, cdn: bool = False, title: str | None = None
 ) -> Path:
-    """Write the self-contained HTML report of ``log`` to ``path``; returns the path."""
+    """Write the self-contained HTML report of ``log`` to ``path``; returns the path.
+
+    A path ending in ``.gpuviz.json`` gets the result as JSON instead (what the JupyterLab
+    extension opens; ``cdn`` does not apply).
+    """
     target = Path(path)
+    if target.name.endswith(FILE_EXTENSION):
+        target.write_text(result_json(profile(log, options), title=title or target.name), encoding="utf-8")
+        return target
     document = report_html(
         profile(log, options),
         plotlyjs="cdn" if cdn else "inline",

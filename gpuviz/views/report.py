@@ -22,7 +22,7 @@ from gpuviz.views.fragmentation import map_layout, metric_text, trace_specs
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
-__all__ = ["report_html", "FRAME_RECTANGLES", "to_script_json"]
+__all__ = ["report_html", "FRAME_RECTANGLES", "figure_json", "to_script_json"]
 
 FRAME_RECTANGLES = 1500
 """The most rectangles one scrubber frame draws (the rest is aggregated)."""
@@ -72,13 +72,14 @@ def to_script_json(value: Any) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def _figure_json(figure: go.Figure) -> dict[str, Any]:
+def figure_json(figure: go.Figure) -> dict[str, Any]:
+    """A figure's ``data`` and ``layout`` as plotly.py writes them (NumPy arrays left in)."""
     data = figure.to_plotly_json()
     return {"data": data["data"], "layout": data.get("layout", {})}
 
 
 def _plot(div_id: str, figure: go.Figure) -> str:
-    spec = to_script_json(_figure_json(figure))
+    spec = to_script_json(figure_json(figure))
     return (
         f'<div id="{div_id}" class="gpuviz-plot"></div>'
         f"<script>(function(){{var s={spec};"

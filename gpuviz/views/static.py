@@ -4,6 +4,7 @@ inline SVG. No scripts, so it shows in nbconvert output, VS Code and sanitising 
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from gpuviz.analysis.profile import Profile, profile
 from gpuviz.analysis.timeline import resample
 from gpuviz.base.units import format_bytes
 from gpuviz.log.eventlog import EventLog, set_renderer
+from gpuviz.views.result import MIME_TYPE, result
 from gpuviz.views.tables import TABLE_CSS, placement_html, summary_html
 
 __all__ = ["static_html", "sparkline_svg"]
@@ -46,8 +48,15 @@ def static_html(p: Profile, *, title: str = "gpuviz") -> str:
     return "\n".join(parts)
 
 
-def _event_log_bundle(log: EventLog) -> dict[str, str]:
-    return {"text/html": static_html(profile(log), title=repr(log)), "text/plain": repr(log)}
+def _event_log_bundle(log: EventLog) -> dict[str, Any]:
+    """An EventLog in a notebook: the gpuviz result for the JupyterLab extension (which
+    ranks first where installed), static HTML everywhere else, and text."""
+    p = profile(log)
+    return {
+        MIME_TYPE: result(p, title=repr(log)),
+        "text/html": static_html(p, title=repr(log)),
+        "text/plain": repr(log),
+    }
 
 
 set_renderer(_event_log_bundle)

@@ -1,0 +1,41 @@
+// The wire format of a gpuviz result, as written by gpuviz.views.result (Python).
+// tests/test_labextension.py checks that these constants match the Python side.
+
+export const MIME_TYPE = 'application/vnd.gpuviz.v1+json';
+export const FORMAT = 'gpuviz-result';
+export const FORMAT_VERSION = 1;
+export const FILE_EXTENSION = '.gpuviz.json';
+
+/** A plotly figure as plotly.py writes it (`fig.to_plotly_json()`). */
+export interface IFigure {
+  data: unknown[];
+  layout: Record<string, unknown>;
+}
+
+export interface IResult {
+  format: typeof FORMAT;
+  version: number;
+  title: string;
+  /** Plain-text summary lines (diagnosis of the run). */
+  summary: string[];
+  figures: { name: string; title: string; figure: IFigure }[];
+  tables: { name: string; title: string; columns: string[]; rows: (string | number | null)[][] }[];
+}
+
+/** The result in `data`, or an explanation of why it is not one this renderer reads. */
+export function parseResult(data: unknown): IResult | string {
+  if (typeof data !== 'object' || data === null) {
+    return 'not a gpuviz result (expected a JSON object)';
+  }
+  const result = data as Partial<IResult>;
+  if (result.format !== FORMAT) {
+    return `not a gpuviz result (format ${JSON.stringify(result.format)})`;
+  }
+  if (result.version !== FORMAT_VERSION) {
+    return `gpuviz result format version ${result.version}; this extension reads version ${FORMAT_VERSION}`;
+  }
+  if (!Array.isArray(result.summary) || !Array.isArray(result.figures) || !Array.isArray(result.tables)) {
+    return 'malformed gpuviz result (summary, figures and tables must be lists)';
+  }
+  return result as IResult;
+}

@@ -1,0 +1,9 @@
+declare module 'plotly.js-dist-min' {
+  export function newPlot(
+    root: HTMLElement,
+    data: unknown[],
+    layout?: Record<string, unknown>,
+    config?: Record<string, unknown>
+  ): Promise<HTMLElement>;
+  export function purge(root: HTMLElement): void;
+}

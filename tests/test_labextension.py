@@ -1,0 +1,106 @@
+"""The JupyterLab extension and the result format it renders: both sides of the wire
+format agree, the extension is installed, and results are written as documented.
+(Rendering in a real JupyterLab is in test_browser.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import plotly.offline
+import pytest
+
+import gpuviz
+from gpuviz.analysis.profile import profile
+from gpuviz.frontends.cli import main
+from gpuviz.views import result as result_module
+from gpuviz.views.result import FILE_EXTENSION, FORMAT, FORMAT_VERSION, MIME_TYPE, result
+
+EXTENSION = Path(__file__).resolve().parent.parent / "labextension"
+
+
+def ts_constant(name: str) -> str | int:
+    source = (EXTENSION / "src" / "format.ts").read_text()
+    match = re.search(rf"export const {name} = ('([^']*)'|(\d+));", source)
+    assert match is not None, f"format.ts declares no {name}"
+    return match.group(2) if match.group(2) is not None else int(match.group(3))
+
+
+def test_both_sides_declare_the_same_wire_format() -> None:
+    assert ts_constant("MIME_TYPE") == MIME_TYPE == "application/vnd.gpuviz.v1+json"
+    assert ts_constant("FORMAT") == FORMAT
+    assert ts_constant("FORMAT_VERSION") == FORMAT_VERSION
+    assert ts_constant("FILE_EXTENSION") == FILE_EXTENSION
+    interface = (EXTENSION / "src" / "format.ts").read_text()
+    for key in ("format", "version", "title", "summary", "figures", "tables"):
+        assert re.search(rf"^\s+{key}: ", interface, re.MULTILINE), key
+    for key in ("name", "title", "figure", "columns", "rows"):
+        assert f"{key}: " in interface, key
+
+
+def test_extension_draws_figures_with_the_plotly_js_of_the_python_side() -> None:
+    package = json.loads((EXTENSION / "package.json").read_text())
+    assert package["dependencies"]["plotly.js-dist-min"] == plotly.offline.get_plotlyjs_version()
+    assert package["jupyterlab"]["mimeExtension"] is True
+
+
+def test_extension_is_installed_and_enabled() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True, check=True
+    )
+    listing = proc.stdout + proc.stderr  # jupyter prints the list on stderr
+    assert re.search(r"gpuviz-labextension v0\.1\.0 \S*enabled\S* \S*OK", listing), (
+        "the JupyterLab extension is not installed: pip install ./labextension (the README's test command does)"
+    )
+
+
+def small_log() -> gpuviz.EventLog:
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="8MiB", log=log)
+    keep = alloc.allocate(3 << 20, tag="weights")
+    alloc.free(alloc.allocate(1 << 20, tag="grads"))
+    with pytest.raises(gpuviz.OutOfMemoryError):
+        alloc.allocate(6 << 20)
+    assert keep
+    return log
+
+
+def test_result_of_a_run() -> None:
+    data = result(profile(small_log()), title="a run")
+    assert json.loads(json.dumps(data)) == data  # plain JSON values only
+    assert (data["format"], data["version"], data["title"]) == ("gpuviz-result", 1, "a run")
+    # 3 MiB takes a whole 4 MiB segment (no split: 1 MiB remainder); 1 MiB splits a second
+    # 4 MiB segment and is freed; 6 MiB cannot fit under the 8 MiB limit
+    assert data["summary"] == [
+        "8 events · devices: GPU:0",
+        "hint: GPU:0: out of memory at event 7 requesting 6291456 bytes - not enough free memory under the limit.",
+        "GPU:0: peak in use 5.00MiB at event 4, peak pool 8.00MiB, in use at end 4.00MiB, "
+        "fragmentation at peak 0.0%, internal waste at peak 1.00MiB",
+        "out of memory on GPU:0: 6.00MiB requested, 4.00MiB free, largest free chunk 4.00MiB",
+    ]
+    assert [(f["name"], f["title"]) for f in data["figures"]] == [
+        ("map:GPU:0", "GPU:0: heap at the peak"),
+        ("timeline:GPU:0", "GPU:0: timeline"),
+    ]
+    for figure in data["figures"]:
+        assert set(figure["figure"]) == {"data", "layout"} and figure["figure"]["data"]
+    assert data["tables"] == []  # no ops, no stacks
+
+
+def test_report_to_a_gpuviz_json_name_writes_the_result(tmp_path: Path) -> None:
+    log = small_log()
+    log.save(tmp_path / "run.arrow")
+    assert main(["report", str(tmp_path / "run.arrow"), "-o", str(tmp_path / "run.gpuviz.json")]) == 0
+    written = json.loads((tmp_path / "run.gpuviz.json").read_text())
+    assert written == result(profile(gpuviz.load(tmp_path / "run.arrow")), title="gpuviz report: run.arrow")
+
+
+def test_an_event_log_displays_as_a_result_with_an_html_fallback() -> None:
+    bundle = small_log()._repr_mimebundle_()
+    assert set(bundle) == {MIME_TYPE, "text/html", "text/plain"}
+    assert bundle[MIME_TYPE]["format"] == FORMAT
+    assert "<script" not in bundle["text/html"]
+    assert result_module.__doc__ and "format.ts" in result_module.__doc__
