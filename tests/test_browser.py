@@ -183,6 +183,12 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     rows = page.locator(".jp-gpuviz-result table[data-name='placement'] tbody tr").all_inner_texts()
     assert [row.split("\t")[:4] for row in rows] == [["Const", "CPU:0", "CPU:0", "1"], ["MatMul", "", "GPU:0", "3"]]
 
+    newer = json.loads((root / "run.gpuviz.json").read_text()) | {"version": 2}
+    (root / "newer.gpuviz.json").write_text(json.dumps(newer))
+    page.goto(f"{base}/lab/tree/newer.gpuviz.json?token={token}")
+    page.wait_for_selector(".jp-gpuviz-result .jp-gpuviz-error", timeout=90_000)
+    assert page.inner_text(".jp-gpuviz-error") == "gpuviz result format version 2; this extension reads version 1"
+
     page.goto(f"{base}/lab/tree/saved.ipynb?token={token}")
     page.wait_for_selector(".jp-OutputArea-output.jp-gpuviz-result .js-plotly-plot", timeout=90_000)
     assert page.locator(".jp-OutputArea-output.jp-gpuviz-result").count() == 1  # ranked above the HTML fallback
