@@ -23,6 +23,7 @@ from gpuviz.capture.events import record_placement, record_transfer
 from gpuviz.log.schema import Direction
 from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.report import report_html
+from gpuviz.views.result import result_json
 from gpuviz.views.tables import placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
@@ -99,6 +100,8 @@ def main() -> None:
         timed("summary HTML", summary_html, diagnosis)
         p = timed("profile (all of the above, shared)", profile, log)
         document = timed("report HTML (40 scrub frames)", report_html, p)
+        text = timed("result JSON (.gpuviz.json, notebook output)", result_json, p)
+        print(f"  {'result size':<40} {len(text) / 1e6:8.2f} MB")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "report.html"
             path.write_text(document, encoding="utf-8")
