@@ -41,6 +41,7 @@ export class ResultRenderer extends Widget implements IRenderMime.IRenderer {
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
     const parsed = parseResult(model.data[this._mimeType]);
+    this._purge();
     this.node.textContent = '';
     if (typeof parsed === 'string') {
       const error = document.createElement('div');
@@ -75,13 +76,30 @@ export class ResultRenderer extends Widget implements IRenderMime.IRenderer {
     }
     if (plots.length) {
       const Plotly = await import('plotly.js-dist-min'); // its own chunk, loaded on first use
+      this._plotly = Plotly;
       for (const [div, figure] of plots) {
         await Plotly.newPlot(div, figure.figure.data, figure.figure.layout, { responsive: true });
       }
     }
   }
 
+  dispose(): void {
+    this._purge();
+    super.dispose();
+  }
+
+  /** Release the plots drawn so far (plotly keeps listeners and data on each). */
+  private _purge(): void {
+    if (this._plotly === null) {
+      return;
+    }
+    for (const div of Array.from(this.node.querySelectorAll<HTMLElement>('.jp-gpuviz-figure'))) {
+      this._plotly.purge(div);
+    }
+  }
+
   private _mimeType: string;
+  private _plotly: typeof import('plotly.js-dist-min') | null = null;
 }
 
 export const rendererFactory: IRenderMime.IRendererFactory = {
