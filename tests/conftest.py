@@ -1,5 +1,14 @@
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from gpuviz import BFCAllocator, SimUpstream
@@ -50,3 +59,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def lab_server(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    """A real JupyterLab server over ``tmp_path``: (base URL, token, root folder)."""
+    port, token = _free_port(), "gpuviz-test-token"
+    workspaces = tmp_path_factory.mktemp("workspaces")  # no tabs restored from other tests
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", "--allow-root",
+         f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}", "--ServerApp.disable_check_xsrf=True",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         f"--LabApp.workspaces_dir={workspaces}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    json.load(r)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("jupyter lab did not start")
+        yield base, token, tmp_path
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -6,11 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,40 +78,6 @@ def test_report_offline(browser, tmp_path: Path) -> None:  # type: ignore[no-unt
     page.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def lab_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
-    """A real JupyterLab server over ``tmp_path``: (base URL, token, root folder)."""
-    port, token = _free_port(), "gpuviz-test-token"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", "--allow-root",
-         f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}", "--ServerApp.disable_check_xsrf=True",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    json.load(r)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError("jupyter lab did not start")
-        yield base, token, tmp_path
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
 @pytest.fixture
 def lab(lab_server: tuple[str, str, Path]) -> tuple[str, Path]:
     base, token, root = lab_server
@@ -173,7 +134,7 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{base}/lab/tree/run.gpuviz.json?token={token}")
+    page.goto(f"{base}/lab/tree/run.gpuviz.json?reset&token={token}")
     page.wait_for_selector(".jp-gpuviz-result .js-plotly-plot", timeout=90_000)
     figures = len(json.loads((root / "run.gpuviz.json").read_text())["figures"])
     assert figures == 4  # heap at the peak and timeline, for GPU:0 and CPU:0
@@ -183,13 +144,22 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     rows = page.locator(".jp-gpuviz-result table[data-name='placement'] tbody tr").all_inner_texts()
     assert [row.split("\t")[:4] for row in rows] == [["Const", "CPU:0", "CPU:0", "1"], ["MatMul", "", "GPU:0", "3"]]
 
+    # the event log itself opens as the same result, analysed by the server extension
+    page.goto(f"{base}/lab/tree/run.arrow?reset&token={token}")
+    page.wait_for_function(
+        f"document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === {figures}", timeout=90_000
+    )
+    opened = page.locator(".jp-gpuviz-result table[data-name='placement'] tbody tr").all_inner_texts()
+    assert opened == rows
+    assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "run.arrow"
+
     newer = json.loads((root / "run.gpuviz.json").read_text()) | {"version": 2}
     (root / "newer.gpuviz.json").write_text(json.dumps(newer))
-    page.goto(f"{base}/lab/tree/newer.gpuviz.json?token={token}")
+    page.goto(f"{base}/lab/tree/newer.gpuviz.json?reset&token={token}")
     page.wait_for_selector(".jp-gpuviz-result .jp-gpuviz-error", timeout=90_000)
     assert page.inner_text(".jp-gpuviz-error") == "gpuviz result format version 2; this extension reads version 1"
 
-    page.goto(f"{base}/lab/tree/saved.ipynb?token={token}")
+    page.goto(f"{base}/lab/tree/saved.ipynb?reset&token={token}")
     page.wait_for_selector(".jp-OutputArea-output.jp-gpuviz-result .js-plotly-plot", timeout=90_000)
     assert page.locator(".jp-OutputArea-output.jp-gpuviz-result").count() == 1  # ranked above the HTML fallback
     assert page.evaluate("window.__pwned === undefined")

@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import plotly.offline
@@ -30,7 +32,11 @@ def ts_constant(name: str) -> str | int:
 
 
 def test_both_sides_declare_the_same_wire_format() -> None:
+    from gpuviz_labextension.handlers import ROUTE
+
     assert ts_constant("MIME_TYPE") == MIME_TYPE == "application/vnd.gpuviz.v1+json"
+    route = re.search(r"export const RESULT_ROUTE = \[([^\]]*)\];", (EXTENSION / "src" / "format.ts").read_text())
+    assert route is not None and tuple(re.findall(r"'([^']*)'", route.group(1))) == ROUTE
     assert ts_constant("FORMAT") == FORMAT
     assert ts_constant("FORMAT_VERSION") == FORMAT_VERSION
     assert ts_constant("FILE_EXTENSION") == FILE_EXTENSION
@@ -44,7 +50,10 @@ def test_both_sides_declare_the_same_wire_format() -> None:
 def test_extension_draws_figures_with_the_plotly_js_of_the_python_side() -> None:
     package = json.loads((EXTENSION / "package.json").read_text())
     assert package["dependencies"]["plotly.js-dist-min"] == plotly.offline.get_plotlyjs_version()
-    assert package["jupyterlab"]["mimeExtension"] is True
+    assert (package["jupyterlab"]["mimeExtension"], package["jupyterlab"]["extension"]) == (
+        "lib/index.js",
+        "lib/plugin.js",
+    )
 
 
 def test_extension_is_installed_and_enabled() -> None:
@@ -104,3 +113,32 @@ def test_an_event_log_displays_as_a_result_with_an_html_fallback() -> None:
     assert bundle[MIME_TYPE]["format"] == FORMAT
     assert "<script" not in bundle["text/html"]
     assert result_module.__doc__ and "format.ts" in result_module.__doc__
+
+
+def get(url: str) -> tuple[int, dict[str, object]]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def test_server_extension_answers_with_the_result_of_a_saved_log(lab_server) -> None:  # type: ignore[no-untyped-def]
+    base, token, root = lab_server
+    (root / "runs").mkdir()
+    small_log().save(root / "runs" / "run.arrow")
+    (root / "notes.arrow").write_bytes(b"not an event log")
+    route = f"{base}/gpuviz/result?token={token}&path="
+
+    status, body = get(route + "runs/run.arrow")
+    assert status == 200
+    assert body == result(profile(gpuviz.load(root / "runs" / "run.arrow")), title="runs/run.arrow")
+
+    status, body = get(route + "notes.arrow")
+    assert status == 400 and "not a gpuviz event log" in str(body["message"])
+    status, _ = get(route + "runs/missing.arrow")
+    assert status == 404
+    status, _ = get(route + "../../etc/passwd")
+    assert status in (403, 404)  # nothing outside the server's root
+    status, _ = get(f"{base}/gpuviz/result?path=runs/run.arrow")  # no token
+    assert status == 403

@@ -5,6 +5,9 @@ export const MIME_TYPE = 'application/vnd.gpuviz.v1+json';
 export const FORMAT = 'gpuviz-result';
 export const FORMAT_VERSION = 1;
 export const FILE_EXTENSION = '.gpuviz.json';
+/** Saved event logs, opened through the server extension's route. */
+export const LOG_EXTENSION = '.arrow';
+export const RESULT_ROUTE = ['gpuviz', 'result'];
 
 /** A plotly figure as plotly.py writes it (`fig.to_plotly_json()`). */
 export interface IFigure {
