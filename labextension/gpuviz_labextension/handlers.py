@@ -23,8 +23,8 @@ ROUTE = ("gpuviz", "result")
 
 def result_json(data: bytes, title: str) -> str:
     """The ``gpuviz-result`` JSON of the event-log file ``data`` (raises LogFormatError)."""
+    from gpuviz import load
     from gpuviz.analysis.profile import profile
-    from gpuviz.log.fileio import load
     from gpuviz.views.result import result_json as to_json
 
     with tempfile.TemporaryDirectory() as folder:
@@ -39,7 +39,7 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
     async def get(self) -> None:
         path = self.get_query_argument("path")
         try:
-            from gpuviz.log.fileio import LogFormatError
+            from gpuviz import LogFormatError
         except ImportError:
             raise tornado.web.HTTPError(501, "gpuviz is not installed in the Jupyter server's environment") from None
         model = await ensure_async(self.contents_manager.get(path, content=True, type="file", format="base64"))
