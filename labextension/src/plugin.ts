@@ -28,7 +28,7 @@ export async function fetchResult(path: string): Promise<unknown> {
 class LogView extends ResultView {
   constructor(context: DocumentRegistry.Context) {
     super();
-    void context.ready.then(() => this._load(context.path));
+    void this._load(context.path); // no need to wait for the browser's copy of the file
   }
 
   private async _load(path: string): Promise<void> {
