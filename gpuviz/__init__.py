@@ -16,8 +16,8 @@ from gpuviz.base.units import format_bytes, parse_bytes
 from gpuviz.capture.bfc import AllocatorStats, BFCAllocator
 from gpuviz.capture.marks import activate, current_log, default_log, mark, span
 from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOutOfMemory
+from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
-from gpuviz.log.fileio import load
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, reset
 

@@ -38,7 +38,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from gpuviz.log.fileio import load
+    from gpuviz.importers import load
 
     log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
@@ -84,7 +84,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from gpuviz.log.fileio import load
+    from gpuviz.importers import load
     from gpuviz.views.text import summary_text
 
     log = load(args.log)
