@@ -82,7 +82,8 @@ def _choose(source: Source) -> ModuleType:
     tried = "; ".join(module.DESCRIPTION for module in modules)
     compressed = " (gzip-compressed)" if source.compressed else ""
     raise LogFormatError(
-        f"{source.path}{compressed} is not a format gpuviz can open: {_describe(source.head)}. Formats tried: {tried}"
+        f"{source.path}{compressed} is not a gpuviz event log nor a trace gpuviz can open: {_describe(source.head)}. "
+        f"Formats tried: {tried}"
     )
 
 
