@@ -137,7 +137,8 @@ def test_unknown_files_name_what_they_are_not_and_the_formats_tried(tmp_path: Pa
         assert str(path) in message and what in message and "Formats tried: a gpuviz event log" in message
     compressed = tmp_path / "other.json.gz"
     compressed.write_bytes(gzip.compress(b'{"hello": 1}'))
-    with pytest.raises(LogFormatError, match=r"\(gzip-compressed\) is not a gpuviz event log nor a trace gpuviz can open: it is JSON"):
+    expected = r"\(gzip-compressed\) is not a gpuviz event log nor a trace gpuviz can open: it is JSON"
+    with pytest.raises(LogFormatError, match=expected):
         load(compressed)
     with pytest.raises(FileNotFoundError):
         load(tmp_path / "missing.arrow")
