@@ -375,6 +375,19 @@ class EventLog:
             mask &= cols["tag"] == (tag_id if tag_id is not None else -2)
         return self._view({name: array_[mask] for name, array_ in cols.items()})
 
+    def with_columns(self, **replacements: np.ndarray) -> EventLog:
+        """A read-only view of this log with some columns replaced (same length and dtype cast),
+        sharing its side tables: e.g. ``log.with_columns(time_ns=times)``."""
+        cols = dict(self.columns)
+        n = len(cols["seq"])
+        for name, values in replacements.items():
+            if name not in DTYPES or name == "seq":
+                raise KeyError(f"no replaceable column {name!r}")
+            if len(values) != n:
+                raise ValueError(f"column {name!r} has {len(values)} values for a log of {n} events")
+            cols[name] = np.asarray(values).astype(DTYPES[name], copy=False)
+        return self._view(cols)
+
     def _view(self, columns: dict[str, np.ndarray]) -> EventLog:
         view = EventLog.__new__(EventLog)
         view._lock = threading.Lock()
