@@ -4,6 +4,7 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 (replay, timelines) -> views -> front-ends (CLI, magics, widgets, reports).
 """
 
+import gpuviz.views.comparison
 import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
 from gpuviz._version import __version__ as __version__
@@ -20,6 +21,7 @@ from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, reset
+from gpuviz.scenarios import whatif
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -71,4 +73,5 @@ __all__ = [
     "resample",
     "span",
     "timeline_series",
+    "whatif",
 ]

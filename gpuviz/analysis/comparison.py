@@ -10,7 +10,8 @@ Each policy's replay is an ordinary EventLog; this module measures each one the 
     waste_at_peak    reserved minus in-use bytes when the reserved bytes peaked, measured where an
                      operation has completed (after an alloc, free or oom event, never between a
                      segment's reservation and the allocation that needed it)
-    oom              the first out-of-memory event, with the pool's state and its cause
+    oom              the first out-of-memory event, with the pool's state; its cause is fragmentation
+                     when the pool held enough free bytes for the request but no chunk was large enough
     worst_index      where its fragmentation map is shown: the OOM, else the moment with the most
                      reserved bytes not in use (the first such, on ties)
 """
@@ -29,7 +30,9 @@ from gpuviz.base.units import format_bytes
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["PolicyOutcome", "Comparison", "OomAt", "outcome", "set_renderer"]
+__all__ = ["PolicyOutcome", "Comparison", "OomAt", "outcome", "set_renderer", "RECORDED"]
+
+RECORDED = "recorded"  # the name of the run as it happened, listed beside the replays
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,15 @@ class OomAt:
     fragmentation_cause: bool
 
     def cause(self) -> str:
+        """Why, in words: fragmentation when enough bytes were free in the pool but no chunk fitted."""
         if self.fragmentation_cause:
             return (
                 f"fragmentation: {format_bytes(self.free)} free in the pool, but the largest free chunk is "
                 f"{format_bytes(self.largest_free)}"
             )
         return (
-            f"not enough memory: {format_bytes(self.free + self.reservable)} free or reservable "
-            f"for {format_bytes(self.rounded)}"
+            f"not enough memory: {format_bytes(self.free)} free in the pool (largest chunk "
+            f"{format_bytes(self.largest_free)}), {format_bytes(self.reservable)} still reservable from the device"
         )
 
 
@@ -109,7 +113,7 @@ def outcome(name: str, log: EventLog, device: str, *, requests: int, served: int
             free=int(first["free"]),
             largest_free=int(first["largest_free"]),
             reservable=int(first["reservable"]),
-            fragmentation_cause=bool(first["fragmentation_cause"]),
+            fragmentation_cause=int(first["free"]) >= int(first["rounded"]),
         )
         worst = index
     return PolicyOutcome(
@@ -138,7 +142,12 @@ class Comparison:
         parts = []
         where = f" on {format_bytes(self.capacity)}" if self.capacity is not None else ""
         for o in self.outcomes:
-            if o.oom is not None:
+            if o.name == RECORDED:
+                over = (
+                    " (more than the capacity)" if self.capacity is not None and o.peak_reserved > self.capacity else ""
+                )
+                parts.append(f"as recorded: reserved at most {format_bytes(o.peak_reserved)}{over}")
+            elif o.oom is not None:
                 parts.append(
                     f"{o.name}: out of memory{where} after {o.served} of {o.requests} requests ({o.oom.cause()})"
                 )

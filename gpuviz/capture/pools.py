@@ -43,6 +43,7 @@ class _Recorded:
         self.upstream = upstream
         self.device = device
         self.log = log if log is not None else EventLog()
+        options = {**options, "memory_limit": upstream.capacity}
         self.heap = HeapBuilder(self.log, self.log.add_device(device, **options))
         self.reserved = 0
         self.peak_reserved = 0

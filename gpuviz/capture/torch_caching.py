@@ -149,6 +149,7 @@ class TorchCachingAllocator:
             "roundup_power2_divisions": roundup_power2_divisions,
             "garbage_collection_threshold": garbage_collection_threshold,
             "memory_fraction": memory_fraction,
+            "memory_limit": upstream.capacity if self.allowed is None else self.allowed,
         }
         self.log = log if log is not None else EventLog()
         self.device = device

@@ -3,6 +3,7 @@
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
 gpuviz summary RUN.arrow
+gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz info
 """
 
@@ -94,6 +95,19 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _whatif(args: argparse.Namespace) -> int:
+    from gpuviz.frontends.whatif_options import run_whatif, write_comparison
+    from gpuviz.importers import load
+
+    comparison = run_whatif(load(args.log), args)
+    print(comparison.headline())
+    for note in comparison.notes:
+        print(f"note: {note}")
+    if args.output:
+        print(f"report written to {write_comparison(comparison, args.output, cdn=args.cdn)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuviz", description="GPU memory profiler and visualizer")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -118,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
     summary.add_argument("log", help="an event-log file (.arrow)")
     summary.set_defaults(run=_summary)
+    from gpuviz.frontends.whatif_options import add_whatif_arguments
+
+    whatif = commands.add_parser("whatif", help="replay a run's requests under other allocator policies")
+    whatif.add_argument("log", help="an event log or any trace gpuviz.load reads")
+    whatif.add_argument("-o", "--output", help="write the comparison: HTML, or .gpuviz.json for JupyterLab")
+    whatif.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
+    add_whatif_arguments(whatif)
+    whatif.set_defaults(run=_whatif)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(run=_info)
     return parser

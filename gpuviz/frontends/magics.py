@@ -23,6 +23,7 @@ from IPython.display import display as _display
 
 from gpuviz.capture.marks import span
 from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+from gpuviz.frontends.whatif_options import add_whatif_arguments, run_whatif
 from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
 from gpuviz.runtime.context import device, get_runtime, reconfigure, record_into, reset
@@ -55,11 +56,14 @@ def _cell_parser() -> _Parser:
 
 def _line_parser() -> _Parser:
     parser = _Parser(prog="%gpuviz", add_help=False)
-    parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset"])
-    parser.add_argument("path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write")
+    parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset", "whatif"])
+    parser.add_argument(
+        "path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write; whatif: the run to replay"
+    )
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
     add_view_arguments(parser)
+    add_whatif_arguments(parser, device=False)
     return parser
 
 
@@ -165,6 +169,8 @@ class GpuvizMagics(Magics):
             reset()
             print("gpuviz: every array released, every segment returned upstream")
             return None
+        if command == "whatif":
+            return self._whatif(args)
         log = self.recording or self.last
         if log is None:
             raise UsageError(f"%gpuviz {command}: nothing recorded yet; run %%gpuviz or %gpuviz start first")
@@ -177,6 +183,21 @@ class GpuvizMagics(Magics):
         path = write_report(log, args.path, args.view, cdn=args.cdn)
         print(f"gpuviz: report written to {path}")
         return None
+
+    def _whatif(self, args: argparse.Namespace) -> Any:
+        """``%gpuviz whatif [RUN] --policy P ... --capacity C``: the comparison, displayed (and returned)."""
+        if args.path:
+            from gpuviz.importers import load
+
+            log = load(args.path)
+        elif self.last is not None:
+            log = self.last
+        else:
+            raise UsageError("%gpuviz whatif: give a run to replay (a log or trace file), or profile a cell first")
+        try:
+            return run_whatif(log, args)
+        except ValueError as error:
+            raise UsageError(f"%gpuviz whatif: {error}") from None
 
     def _status(self) -> str:
         from gpuviz.base.units import format_bytes

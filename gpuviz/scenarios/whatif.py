@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuviz.analysis.comparison import Comparison, PolicyOutcome, outcome
+from gpuviz.analysis.comparison import RECORDED, Comparison, PolicyOutcome, outcome
 from gpuviz.analysis.requests import RequestStream, request_stream
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
@@ -91,8 +91,10 @@ def replay_policy(
             addresses[i] = address
         else:
             address = int(addresses[stream.alloc_of[i]])
-            if address >= 0:
-                alloc.free(address)
+            if address < 0:  # its allocation failed and was skipped
+                starts.append(len(log))
+                continue
+            alloc.free(address)
         served += 1
         starts.append(len(log))
     log.flush()
@@ -137,7 +139,7 @@ def whatif(
     outcomes: list[PolicyOutcome] = []
     if include_source:
         served = stream.allocations + int((~stream.is_alloc).sum())
-        outcomes.append(outcome("recorded", log, name, requests=len(stream), served=served))
+        outcomes.append(outcome(RECORDED, log, name, requests=len(stream), served=served))
     for policy in chosen:
         upstream = SimUpstream(size if size is not None else UNBOUNDED)
         replayed, served = replay_policy(stream, log, policy, upstream, stop_at_oom=stop_at_oom)
