@@ -23,10 +23,12 @@ class RequestStream:
     """One device's requests. Arrays are aligned, one entry per request, in log order.
 
     ``is_alloc``: True for an allocation, False for a free. ``alloc_of``: for a free, the
-    position (in this stream) of the allocation it frees. ``requested`` (bytes), ``time_ns``,
-    ``tag``/``stack`` (indices into the source log's tables) describe allocations; ``position``
-    is each request's index in the source log. ``unmatched_frees`` counts frees of allocations
-    made before the log begins (left out of the stream).
+    position (in this stream) of the allocation it frees, or -1 for a free of an allocation
+    made before ``start`` (kept only with ``keep_unmatched``; ``address`` then names it).
+    ``requested`` (bytes), ``time_ns``, ``tag``/``stack`` (indices into the source log's tables)
+    describe allocations; ``address`` is the source's address of each request; ``position`` is
+    each request's index in the source log. ``unmatched_frees`` counts frees of allocations made
+    before the stream begins.
     """
 
     device: str
@@ -34,6 +36,7 @@ class RequestStream:
     alloc_of: np.ndarray
     requested: np.ndarray
     time_ns: np.ndarray
+    address: np.ndarray
     tag: np.ndarray
     stack: np.ndarray
     position: np.ndarray
@@ -47,8 +50,12 @@ class RequestStream:
         return int(self.is_alloc.sum())
 
 
-def request_stream(log: EventLog, device: str, *, start: int = 0) -> RequestStream:
-    """The requests of ``device`` in ``log`` from log position ``start`` on (allocations and frees)."""
+def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched: bool = False) -> RequestStream:
+    """The requests of ``device`` in ``log`` from log position ``start`` on (allocations and frees).
+
+    Frees of allocations made before ``start`` are left out, unless ``keep_unmatched`` (for a
+    replay seeded with the heap at ``start``, where those allocations exist).
+    """
     device_id = log.device_index(device)
     cols = log.columns
     kinds = cols["kind"]
@@ -66,9 +73,10 @@ def request_stream(log: EventLog, device: str, *, start: int = 0) -> RequestStre
         else:
             j = live.pop(address, None)
             if j is None:
-                keep[i] = False
+                keep[i] = keep_unmatched
             else:
                 alloc_of[i] = j
+    unmatched = int((~is_alloc & (alloc_of < 0)).sum())
     # renumber after dropping unmatched frees
     new_index = np.cumsum(keep) - 1
     alloc_of = np.where(alloc_of >= 0, new_index[np.maximum(alloc_of, 0)], -1)[keep]
@@ -79,8 +87,9 @@ def request_stream(log: EventLog, device: str, *, start: int = 0) -> RequestStre
         alloc_of=alloc_of,
         requested=cols["requested"][kept],
         time_ns=cols["time_ns"][kept],
+        address=cols["address"][kept],
         tag=cols["tag"][kept],
         stack=cols["stack"][kept],
         position=kept,
-        unmatched_frees=int((~keep).sum()),
+        unmatched_frees=unmatched,
     )

@@ -18,20 +18,26 @@ class ScriptedUpstream:
 
     ``capacity`` bounds the total reserved bytes. A request past the script, or of another size
     than the script recorded, raises ``UpstreamOutOfMemory`` with the reason (the model has
-    diverged from the run).
+    diverged from the run). ``preexisting``: segments (base -> size) reserved before the script
+    began, which may be freed too.
     """
 
     def __init__(
-        self, addresses: Sequence[int], sizes: Sequence[int] | None = None, *, capacity: int = 1 << 50
+        self,
+        addresses: Sequence[int],
+        sizes: Sequence[int] | None = None,
+        *,
+        capacity: int = 1 << 50,
+        preexisting: dict[int, int] | None = None,
     ) -> None:
         if sizes is not None and len(sizes) != len(addresses):
             raise ValueError("addresses and sizes differ in length")
         self._addresses = list(addresses)
         self._sizes = list(sizes) if sizes is not None else None
         self._next = 0
-        self._live: dict[int, int] = {}
+        self._live: dict[int, int] = dict(preexisting or {})  # base -> size of segments held before the script
         self._capacity = capacity
-        self.reserved = 0
+        self.reserved = sum(self._live.values())
         self.divergence: str | None = None
 
     @property

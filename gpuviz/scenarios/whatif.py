@@ -90,7 +90,9 @@ def replay_policy(
                 continue
             addresses[i] = address
         else:
-            address = int(addresses[stream.alloc_of[i]])
+            made = int(stream.alloc_of[i])
+            # -1: an allocation from before the stream, alive in a seeded allocator at the source's address
+            address = int(addresses[made]) if made >= 0 else int(stream.address[i])
             if address < 0:  # its allocation failed and was skipped
                 starts.append(len(log))
                 continue
