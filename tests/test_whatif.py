@@ -130,3 +130,18 @@ def test_magic_whatif_replays_the_last_run_or_a_file(tmp_path: Path) -> None:
     assert [o.name for o in c.outcomes] == ["recorded", "torch", "tf-bfc"]
     with pytest.raises(UsageError, match="unknown policy"):
         magics.gpuviz(f"whatif {path} --policy nope")
+
+
+def test_smallest_capacity_answers_what_would_have_fit() -> None:
+    from gpuviz.scenarios import smallest_capacity
+
+    log = _run().log
+    # no pool: at most 1024 + 3 MiB + 512 + 7 MiB held at once -> 11 MiB at 1 MiB resolution
+    assert smallest_capacity(log, "no-pool", resolution="1MiB") == 11 * MiB
+    # PyTorch: a 2 MiB small-pool segment and one 20 MiB segment (5 + 3 MiB, later 7 MiB in its rest)
+    assert smallest_capacity(log, "torch", resolution="1MiB") == 22 * MiB
+    bfc = smallest_capacity(log, "tf-bfc", resolution="1MiB")
+    assert whatif(log, ["tf-bfc"], capacity=bfc)["tf-bfc"].fits
+    assert not whatif(log, ["tf-bfc"], capacity=bfc - MiB)["tf-bfc"].fits
+    with pytest.raises(ValueError, match="preallocates the whole device: give a capacity"):
+        whatif(log, ["tf-bfc:growth=false"])

@@ -27,7 +27,7 @@ from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.scenarios.policies import Policy, PolicyAllocator, parse_policy
 
-__all__ = ["whatif", "replay_policy", "busiest_device", "UNBOUNDED"]
+__all__ = ["whatif", "replay_policy", "busiest_device", "smallest_capacity", "UNBOUNDED"]
 
 UNBOUNDED = 1 << 50  # the simulated device when no capacity is given: 1 PiB
 
@@ -136,6 +136,10 @@ def whatif(
     if len(set(labels)) != len(labels):
         raise ValueError(f"policies must differ; got {labels}")
     size = None if capacity is None else parse_bytes(capacity, name="capacity")
+    if size is None:
+        preallocating = [p.label for p in chosen if p.kind == "tf-bfc" and p.options.get("growth") is False]
+        if preallocating:
+            raise ValueError(f"{', '.join(preallocating)} preallocates the whole device: give a capacity")
     name = device if device is not None else busiest_device(log)
     stream = request_stream(log, name)
     outcomes: list[PolicyOutcome] = []
@@ -151,3 +155,54 @@ def whatif(
         notes.append(f"{stream.unmatched_frees} frees of allocations made before the log began were left out")
     source = str(log.meta.get("source", {}).get("file", "")) if isinstance(log.meta.get("source"), dict) else ""
     return Comparison(source=source, device=name, capacity=size, outcomes=tuple(outcomes), notes=tuple(notes))
+
+
+def smallest_capacity(
+    log: EventLog,
+    policy: str | Policy,
+    *,
+    device: str | None = None,
+    resolution: int | str = "64MiB",
+    upper: int | str | None = None,
+) -> int:
+    """The smallest device memory (bytes, a multiple of ``resolution``) on which ``policy`` serves
+    every request of ``log`` without running out of memory: "what would have fit?".
+
+    Found by bisection between the most bytes the program ever held and ``upper`` (default: what
+    the policy reserves on an unbounded device), assuming more memory never hurts a policy.
+    """
+    chosen = parse_policy(policy)
+    step = parse_bytes(resolution, name="resolution")
+    if step <= 0:
+        raise ValueError("resolution must be positive")
+    name = device if device is not None else busiest_device(log)
+    stream = request_stream(log, name)
+
+    def fits(capacity: int) -> bool:
+        _, served = replay_policy(stream, log, chosen, SimUpstream(capacity))
+        return served == len(stream)
+
+    if upper is None:
+        if chosen.kind == "tf-bfc" and chosen.options.get("growth") is False:
+            raise ValueError("a preallocating policy needs an upper bound: give upper=")
+        unbounded, _ = replay_policy(stream, log, chosen, SimUpstream(UNBOUNDED))
+        high = int(np.max(np.cumsum(_reserved_deltas(unbounded)), initial=0))
+    else:
+        high = parse_bytes(upper, name="upper")
+    high = -(-high // step) * step
+    if not fits(high):
+        raise ValueError(f"{chosen.label} does not fit even in {high} bytes")
+    low = max(int(stream.requested[stream.is_alloc].max(initial=0)), step) // step * step - step
+    while high - low > step:  # invariant: fits(high), not fits(low) (or low below any need)
+        middle = (low + high) // 2 // step * step
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _reserved_deltas(log: EventLog) -> np.ndarray:
+    cols = log.columns
+    kinds, sizes = cols["kind"], cols["size"]
+    return np.where(kinds == Kind.SEGMENT_ALLOC, sizes, np.where(kinds == Kind.SEGMENT_FREE, -sizes, 0))
