@@ -51,6 +51,7 @@ _US = 1000  # ns per µs: time_us -> time_ns, and the spacing of entries without
 _KEYS = (b"segments", b"device_traces")
 _JSON_FIRST_KEY = re.compile(rb'\s*\{\s*"(segments|device_traces|allocator_settings|external_annotations)"\s*:')
 _MARK = int(Kind.MARK)
+_BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indices
 
 
 def sniff(head: bytes) -> bool:
@@ -121,40 +122,44 @@ def read(source: Source, *, progress: Progress) -> EventLog:
 
 
 class _Stacks:
-    """Frames lists -> stack indices (Python frames only, innermost first), cached by identity:
-    a snapshot shares its frame dicts and often whole frame lists between entries."""
+    """Frames lists -> stack indices (Python frames only, innermost first), cached by the identity
+    of the frame dicts: a snapshot shares its frame dicts between entries, so lists with the same
+    frames are converted once (the snapshot keeps the dicts alive while the cache is used)."""
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self._lists: dict[int, int] = {}
+        self._stacks: dict[tuple[int, ...], int] = {}
         self._frames: dict[int, Frame | None] = {}
-        self._keep: list[Any] = []  # the lists and dicts keyed by id stay alive while cached
 
     def index(self, frames: Any) -> int:
         if not frames:
             return NO_INDEX
-        key = id(frames)
-        found = self._lists.get(key)
+        key = tuple(map(id, frames))
+        found = self._stacks.get(key)
         if found is not None:
             return found
-        converted = []
+        converted: list[Frame] = []
         cache = self._frames
         for frame in frames:
-            fkey = id(frame)
-            if fkey in cache:
-                python = cache[fkey]
+            if id(frame) in cache:
+                python = cache[id(frame)]
             else:
-                filename = str(frame.get("filename", "")) if isinstance(frame, Mapping) else ""
-                is_python = filename.endswith(".py") or (filename.startswith("<") and filename.endswith(">"))
-                python = Frame(filename, int(frame.get("line", 0)), str(frame.get("name", ""))) if is_python else None
-                cache[fkey] = python
-                self._keep.append(frame)
+                python = cache[id(frame)] = _python_frame(frame)
             if python is not None:
                 converted.append(python)
         stack = self.log.intern_stack(tuple(converted)) if converted else NO_INDEX
-        self._lists[key] = stack
-        self._keep.append(frames)
+        self._stacks[key] = stack
         return stack
+
+
+def _python_frame(frame: Any) -> Frame | None:
+    """The frame as a gpuviz Frame when it is a Python frame, else None (C/C++ frames)."""
+    if not isinstance(frame, Mapping):
+        return None
+    filename = str(frame.get("filename", ""))
+    if filename.endswith(".py") or (filename.startswith("<") and filename.endswith(">")):
+        return Frame(filename, int(frame.get("line", 0)), str(frame.get("name", "")))
+    return None
 
 
 class _Device:
@@ -197,7 +202,9 @@ class _Device:
             elif action in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"):
                 first_segment_event.setdefault(entry["addr"], entry)
         segments = {
-            int(s["address"]): int(s["total_size"]) for s in self.final_segments if s["address"] not in first_segment_event
+            int(s["address"]): int(s["total_size"])
+            for s in self.final_segments
+            if s["address"] not in first_segment_event
         }
         for address, entry in first_segment_event.items():
             if entry["action"] in ("segment_free", "segment_unmap"):
@@ -277,9 +284,9 @@ class _Device:
 
     def _mark(self, time_ns: int, label: str, phase: MarkPhase, entry: Mapping[str, Any]) -> None:
         self.log.append(
-            event_row(time_ns=time_ns, kind=_MARK, flags=int(phase), device=self.device, tag=self.log.intern_string(label),
-                      address=int(entry.get("addr", 0)), requested=int(entry.get("size", 0)),
-                      stack=self.stacks.index(entry.get("frames")))
+            event_row(time_ns=time_ns, kind=_MARK, flags=int(phase), device=self.device,
+                      tag=self.log.intern_string(label), address=int(entry.get("addr", 0)),
+                      requested=int(entry.get("size", 0)), stack=self.stacks.index(entry.get("frames")))
         )  # fmt: skip
 
     def _conflict(self, what: str, exc: HeapConflict) -> None:
@@ -327,8 +334,9 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     marks: list[tuple[int, int, int, Any]] = []
     if all_exact:
         for position, note in enumerate(annotations):
-            if isinstance(note.get("time_us"), int):
-                marks.append((note["time_us"] * _US, -1, position, note))
+            if isinstance(note.get("time_us"), int):  # at equal times: START before entries, END after
+                order = _AFTER if str(note.get("stage", "")).upper() == "END" else _BEFORE
+                marks.append((note["time_us"] * _US, order, position, note))
         marks.sort(key=lambda m: m[0])
     firsts = [times[0] for times, _ in timed.values() if times] + [m[0] for m in marks]
     start = min(firsts) if firsts else 0
@@ -338,7 +346,7 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     last = start
     for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=lambda item: (item[0], item[1])):
         last = time_ns
-        if index < 0:
+        if index in (_BEFORE, _AFTER):
             _annotation(log, time_ns, entry)
         elif isinstance(entry, Mapping):
             devices[index].apply(time_ns, position, entry)
