@@ -3,6 +3,7 @@
     %%gpuviz [--device D] [--memory-limit 4GiB] [--growth/--no-growth] [--live/--no-live]
              [--stacks] [--save run.arrow] [--report report.html] [view options]
     %gpuviz start [--live/--no-live] | stop | status | show [view options] | report PATH [--cdn] | reset
+    %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
 
 A profiled cell records into a fresh EventLog (which then stays the runtime's log) and
 keeps every array; the cell runs inside a ``cell`` span so allocations still alive at its
@@ -58,7 +59,9 @@ def _line_parser() -> _Parser:
     parser = _Parser(prog="%gpuviz", add_help=False)
     parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset", "whatif"])
     parser.add_argument(
-        "path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write; whatif: the run to replay"
+        "path",
+        nargs="?",
+        help="report: the HTML (or .gpuviz.json) file to write; show: a log or trace to open; whatif: the run to replay",
     )
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
@@ -171,6 +174,9 @@ class GpuvizMagics(Magics):
             return None
         if command == "whatif":
             return self._whatif(args)
+        if command == "show" and args.path:
+            self._show_file(args.path, args.view)
+            return None
         log = self.recording or self.last
         if log is None:
             raise UsageError(f"%gpuviz {command}: nothing recorded yet; run %%gpuviz or %gpuviz start first")
@@ -198,6 +204,20 @@ class GpuvizMagics(Magics):
             return run_whatif(log, args)
         except ValueError as error:
             raise UsageError(f"%gpuviz whatif: {error}") from None
+
+    def _show_file(self, path: str, view: Any) -> None:
+        """``%gpuviz show SRC``: the dashboard of a saved log or an imported trace."""
+        from pathlib import Path
+
+        from gpuviz.base.errors import GpuvizError
+        from gpuviz.importers import load
+
+        try:
+            log = load(path)
+        except (OSError, GpuvizError) as error:
+            raise UsageError(f"%gpuviz show: {error}") from None
+        self.dashboard = Dashboard(log, view, title=f"gpuviz: {Path(path).name}")
+        display(self.dashboard)
 
     def _status(self) -> str:
         from gpuviz.base.units import format_bytes
