@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuviz import OutOfMemoryError, SimUpstream, replay
+from gpuviz.base.torch_rules import CachingRules, allocation_size
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
-from gpuviz.capture.torch_caching import TorchCachingAllocator, allocation_size, round_size
+from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.scenarios import parse_policy
 
 B = 1 << 40
@@ -22,11 +23,13 @@ def _events(log, kinds=("segment_alloc", "segment_free")):  # type: ignore[no-un
 
 
 def test_torch_rounding_and_segment_sizes() -> None:
+    round_size = CachingRules().round_size
+    four = CachingRules.from_settings({"roundup_power2_divisions": 4}).round_size
     assert [round_size(n) for n in (1, 511, 512, 513, 1000, 3 * MiB + 1)] == [512, 512, 512, 1024, 1024, 3 * MiB + 512]
     # roundup_power2_divisions=4: 1.2 MiB lies between 1 and 2 MiB, in steps of 256 KiB -> 1.25 MiB
-    assert round_size(int(1.2 * MiB), 4) == 1280 * KiB
-    assert round_size(2 * MiB, 4) == 2 * MiB  # powers of two stay
-    assert round_size(1000, 4) == 1024  # below 512 * 4: plain 512 rounding
+    assert four(int(1.2 * MiB)) == 1280 * KiB
+    assert four(2 * MiB) == 2 * MiB  # powers of two stay
+    assert four(1000) == 1024  # below 512 * 4: plain 512 rounding
     assert [allocation_size(n) for n in (512, MiB, MiB + 512, 10 * MiB - 512, 10 * MiB, 25 * MiB)] == [
         2 * MiB, 2 * MiB, 20 * MiB, 20 * MiB, 10 * MiB, 26 * MiB,
     ]  # fmt: skip
@@ -71,7 +74,7 @@ def test_torch_releases_cached_segments_and_retries_before_oom() -> None:
 
 
 def test_torch_max_split_size_keeps_oversize_blocks_whole() -> None:
-    t = TorchCachingAllocator(SimUpstream("1GiB"), max_split_size=32 * MiB)
+    t = TorchCachingAllocator(SimUpstream("1GiB"), rules=CachingRules(max_split_size=32 * MiB))
     a = t.allocate(40 * MiB)
     t.free(a)
     small = t.allocate(8 * MiB)  # may not take the oversize 40 MiB block: a new 20 MiB segment
@@ -82,7 +85,7 @@ def test_torch_max_split_size_keeps_oversize_blocks_whole() -> None:
     assert again == a
     t.free(again)
     with pytest.raises(ValueError, match="above 20 MiB"):
-        TorchCachingAllocator(SimUpstream("1GiB"), max_split_size=MiB)
+        TorchCachingAllocator(SimUpstream("1GiB"), rules=CachingRules(max_split_size=MiB))
     t.check()
 
 

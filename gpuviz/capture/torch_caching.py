@@ -1,11 +1,12 @@
 """A model of PyTorch's CUDA caching allocator (``c10/cuda/CUDACachingAllocator.cpp``), for what-if replays.
 
-Policy, as PyTorch's source defines it (sizes in bytes):
+Policy, as PyTorch's source defines it (sizes in bytes; the size rules are
+``gpuviz.base.torch_rules``, shared with the importer of PyTorch snapshots):
     rounding     ``round_size``: < 512 -> 512; else to a multiple of 512, or with
                  ``roundup_power2_divisions`` d (> 1) and size > 512·d, up to the next of d
                  equal divisions between the powers of two around the size
     pools        a request of rounded size <= 1 MiB uses the small pool, else the large one
-    segments     ``get_allocation_size``: <= 1 MiB -> 2 MiB; < 10 MiB -> 20 MiB; else rounded up
+    segments     ``allocation_size``: <= 1 MiB -> 2 MiB; < 10 MiB -> 20 MiB; else rounded up
                  to a multiple of 2 MiB (one cudaMalloc each)
     best fit     the free block of the pool with the smallest (stream, size, address) >= the request
                  (``lower_bound``); an oversize block (>= max_split_size) is not used for a request
@@ -33,69 +34,12 @@ from dataclasses import dataclass
 
 from gpuviz.base.errors import InvalidFreeError, OutOfMemoryError
 from gpuviz.base.heapstate import HeapState
+from gpuviz.base.torch_rules import LARGE_BUFFER, NO_MAX_SPLIT, SMALL_BUFFER, SMALL_SIZE, CachingRules, allocation_size
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.heapbuilder import HeapBuilder
 
-__all__ = [
-    "TorchCachingAllocator",
-    "round_size",
-    "allocation_size",
-    "MIN_BLOCK",
-    "SMALL_SIZE",
-    "SMALL_BUFFER",
-    "LARGE_BUFFER",
-    "MIN_LARGE_ALLOC",
-    "ROUND_LARGE",
-]
-
-MIN_BLOCK = 512  # kMinBlockSize: every size is rounded to at least 512 B
-SMALL_SIZE = 1 << 20  # kSmallSize: the largest "small" allocation, 1 MiB
-SMALL_BUFFER = 2 << 20  # kSmallBuffer: small allocations are packed in 2 MiB segments
-LARGE_BUFFER = 20 << 20  # kLargeBuffer: 1-10 MiB requests get 20 MiB segments
-MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
-ROUND_LARGE = 2 << 20  # kRoundLarge: larger segments are rounded to 2 MiB
-_NO_MAX_SPLIT = (1 << 64) - 1  # max_split_size unset: SIZE_MAX
-
-
-def _divisions_for(size: int, divisions: int | dict[int, int] | None) -> int:
-    """``roundup_power2_divisions`` for ``size``: one value, or per power-of-two interval from 1 MiB
-    (keys are interval starts in bytes, as ``{1<<20: 4, 1<<30: 8}``; sizes below 1 MiB use the first)."""
-    if divisions is None:
-        return 0
-    if isinstance(divisions, int):
-        return divisions
-    chosen = 0
-    for start in sorted(divisions):
-        if size >= start or chosen == 0:
-            chosen = divisions[start]
-    return chosen
-
-
-def round_size(size: int, divisions: int | dict[int, int] | None = None) -> int:
-    """PyTorch's ``round_size``: the block size a request of ``size`` bytes needs."""
-    if size < MIN_BLOCK:
-        return MIN_BLOCK
-    d = _divisions_for(size, divisions)
-    if d > 1 and size > MIN_BLOCK * d:
-        if size & (size - 1) == 0:
-            return size
-        floor = 1 << (size.bit_length() - 1)
-        step = floor >> (d.bit_length() - 1)
-        if step == 0:
-            return floor << 1
-        rounded_floor = size & ~(step - 1)
-        return size if rounded_floor == size else rounded_floor + step
-    return MIN_BLOCK * ((size + MIN_BLOCK - 1) // MIN_BLOCK)
-
-
-def allocation_size(size: int) -> int:
-    """PyTorch's ``get_allocation_size``: the segment cudaMalloc'd for a rounded request."""
-    if size <= SMALL_SIZE:
-        return SMALL_BUFFER
-    if size < MIN_LARGE_ALLOC:
-        return LARGE_BUFFER
-    return ROUND_LARGE * ((size + ROUND_LARGE - 1) // ROUND_LARGE)
+__all__ = ["TorchCachingAllocator"]
 
 
 @dataclass
@@ -115,8 +59,8 @@ class TorchCachingAllocator:
         upstream: where segments come from; its ``capacity`` is the device's total memory.
         device: the device name recorded in events.
         log: the EventLog to record into (default: a new one).
-        max_split_size: bytes (``max_split_size_mb`` · 1 MiB); None: unlimited.
-        roundup_power2_divisions: int, or ``{interval start bytes: divisions}``; None: off.
+        rules: the size rules and settings (``max_split_size``, ``roundup_power2_divisions``);
+            default PyTorch's defaults (no limit, 512 B rounding).
         garbage_collection_threshold: fraction in (0, 1); needs ``memory_fraction`` as in PyTorch.
         memory_fraction: ``set_per_process_memory_fraction``: reserved bytes stay <= fraction · capacity.
     """
@@ -127,26 +71,27 @@ class TorchCachingAllocator:
         *,
         device: str = "GPU:0",
         log: EventLog | None = None,
-        max_split_size: int | None = None,
-        roundup_power2_divisions: int | dict[int, int] | None = None,
+        rules: CachingRules | None = None,
         garbage_collection_threshold: float | None = None,
         memory_fraction: float | None = None,
     ) -> None:
-        if max_split_size is not None and max_split_size <= LARGE_BUFFER:
-            raise ValueError(f"max_split_size must be above 20 MiB as in PyTorch, got {max_split_size}")
+        self.rules = rules if rules is not None else CachingRules()
+        if self.rules.max_split_size <= LARGE_BUFFER:
+            raise ValueError(f"max_split_size must be above 20 MiB as in PyTorch, got {self.rules.max_split_size}")
+        if self.rules.expandable:
+            raise ValueError("expandable segments are not modelled (see the module docstring)")
         if garbage_collection_threshold is not None and not 0 < garbage_collection_threshold < 1:
             raise ValueError(f"garbage_collection_threshold must be in (0, 1), got {garbage_collection_threshold}")
         if memory_fraction is not None and not 0 < memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
         self.upstream = upstream
-        self.max_split_size = _NO_MAX_SPLIT if max_split_size is None else max_split_size
-        self.divisions = roundup_power2_divisions
+        self.max_split_size = self.rules.max_split_size
         self.gc_threshold = garbage_collection_threshold or 0.0
         self.allowed = None if memory_fraction is None else int(memory_fraction * upstream.capacity)
         options = {
             "policy": "torch-caching",
-            "max_split_size": max_split_size,
-            "roundup_power2_divisions": roundup_power2_divisions,
+            "max_split_size": None if self.max_split_size == NO_MAX_SPLIT else self.max_split_size,
+            "roundup_power2_divisions": list(self.rules.divisions),
             "garbage_collection_threshold": garbage_collection_threshold,
             "memory_fraction": memory_fraction,
             "memory_limit": upstream.capacity if self.allowed is None else self.allowed,
@@ -240,7 +185,7 @@ class TorchCachingAllocator:
         self.reserved -= block.size
 
     def _release_available_cached_blocks(self, stream: int, size: int) -> bool:
-        if self.max_split_size == _NO_MAX_SPLIT:
+        if self.max_split_size == NO_MAX_SPLIT:
             return False
         pool = self._pools[False] if size > SMALL_SIZE else self._pools[True]
         key_size = max(size, self.max_split_size)
@@ -310,8 +255,8 @@ class TorchCachingAllocator:
     def allocate(self, nbytes: int, *, stream: int = 0, tag: int = NO_INDEX, stack: int = NO_INDEX) -> int:
         """Allocate ``nbytes`` on ``stream``; returns the block's address. ``OutOfMemoryError`` when even
         releasing every cached segment does not make room (one ``oom`` event is recorded)."""
-        size = round_size(nbytes, self.divisions)
-        small = size <= SMALL_SIZE
+        size = self.rules.round_size(nbytes)
+        small = self.rules.is_small(size)
         alloc_size = allocation_size(size)
         address = self._get_free_block(small, stream, size)
         if address is None:
@@ -334,8 +279,7 @@ class TorchCachingAllocator:
                 )  # fmt: skip
         block = self._blocks[address]
         remaining = block.size - size
-        split = remaining >= MIN_BLOCK if block.small else (size < self.max_split_size and remaining > SMALL_SIZE)
-        if split:
+        if self.rules.should_split(block.size, size):
             self._blocks[address + size] = rest = _Block(remaining, block.segment, block.small, stream)
             self._insert_free(address + size, rest)
             block.size = size

@@ -61,7 +61,8 @@ def _line_parser() -> _Parser:
     parser.add_argument(
         "path",
         nargs="?",
-        help="report: the HTML (or .gpuviz.json) file to write; show: a log or trace to open; whatif: the run to replay",
+        help="report: the HTML (or .gpuviz.json) file to write; show: a log or trace to open; "
+        "whatif: the run to replay",
     )
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuviz.base.torch_rules import CachingRules
 from gpuviz.base.units import MiB, parse_bytes
 from gpuviz.capture.bfc import BFCAllocator
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
@@ -100,12 +101,15 @@ class Policy:
             )
         if self.kind == "torch":
             split = o.get("max_split_size_mb")
+            settings = {
+                "max_split_size": -1 if split is None else int(split) * MiB,  # type: ignore[call-overload]
+                "roundup_power2_divisions": o.get("roundup_power2_divisions", 0),
+            }
             return TorchCachingAllocator(
                 upstream,
                 device=device,
                 log=log,
-                max_split_size=None if split is None else int(split) * MiB,  # type: ignore[call-overload]
-                roundup_power2_divisions=o.get("roundup_power2_divisions"),  # type: ignore[arg-type]
+                rules=CachingRules.from_settings(settings),
                 garbage_collection_threshold=o.get("garbage_collection_threshold"),  # type: ignore[arg-type]
                 memory_fraction=o.get("fraction"),  # type: ignore[arg-type]
             )

@@ -16,13 +16,14 @@ the recorded ones:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.requests import request_stream
 from gpuviz.base.heapstate import HeapState
+from gpuviz.base.torch_rules import CachingRules
 from gpuviz.capture.scripted_upstream import ScriptedUpstream
 from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
@@ -90,7 +91,8 @@ def reproduce(
     addresses: Literal["source", "simulated"] = "source",
 ) -> Agreement:
     """Replay ``log``'s trace under the PyTorch model (``policy``: a ``torch`` policy with options;
-    default the run's own settings) seeded with the heap at the trace's start; see the module docstring."""
+    default the run's own settings from its snapshot) seeded with the heap at the trace's start; see
+    the module docstring."""
     name = device if device is not None else busiest_device(log)
     device_id = log.device_index(name)
     start = trace_start(log, name)
@@ -104,11 +106,21 @@ def reproduce(
         upstream = SimUpstream(UNBOUNDED)
     else:
         raise ValueError(f"addresses must be 'source' or 'simulated', not {addresses!r}")
-    chosen = policy if policy is not None else Policy("torch", _run_settings(log))
-    if chosen.kind != "torch":
-        raise ValueError(f"reproduce checks the PyTorch model; {chosen.kind!r} is another policy")
-    model = chosen.build(upstream, device=name, log=EventLog())
-    assert isinstance(model, TorchCachingAllocator)
+    if policy is not None and policy.kind != "torch":
+        raise ValueError(f"reproduce checks the PyTorch model; {policy.kind!r} is another policy")
+    chosen = policy if policy is not None else Policy("torch")
+    if policy is None:  # the run's own settings, as its snapshot recorded them
+        settings = _run_settings(log)
+        threshold = settings.get("garbage_collection_threshold")
+        gc = float(threshold) if isinstance(threshold, (int, float)) and threshold > 0 else None
+        model = TorchCachingAllocator(
+            upstream, device=name, log=EventLog(), rules=CachingRules.from_settings(settings),
+            garbage_collection_threshold=gc,
+        )  # fmt: skip
+    else:
+        built = chosen.build(upstream, device=name, log=EventLog())
+        assert isinstance(built, TorchCachingAllocator)
+        model = built
     if seed is not None:
         model.seed(seed)
     stream = request_stream(log, name, start=start, keep_unmatched=True)
@@ -136,17 +148,8 @@ def reproduce(
     )
 
 
-def _run_settings(log: EventLog) -> dict[str, object]:
-    """The ``torch`` policy options of the run, from a snapshot's ``allocator_settings`` where recorded."""
+def _run_settings(log: EventLog) -> dict[str, Any]:
+    """A PyTorch snapshot's ``allocator_settings`` as the importer kept them (empty when absent)."""
     source = log.meta.get("source")
     settings = source.get("allocator_settings") if isinstance(source, dict) else None
-    if not isinstance(settings, dict):
-        return {}
-    options: dict[str, object] = {}
-    split = settings.get("max_split_size")
-    if isinstance(split, int) and 0 < split < (1 << 63):
-        options["max_split_size_mb"] = split >> 20
-    threshold = settings.get("garbage_collection_threshold")
-    if isinstance(threshold, (int, float)) and threshold > 0:
-        options["garbage_collection_threshold"] = float(threshold)
-    return options
+    return dict(settings) if isinstance(settings, dict) else {}
