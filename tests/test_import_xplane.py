@@ -207,7 +207,7 @@ def test_untracked_bytes_that_vary_are_reported_not_hidden(tmp_path: Path) -> No
     path.write_bytes(_space([_alloc(1000, BASE, 256, 256), _alloc(2000, BASE + 256, 256, 4096)]))
     log = load(path)
     assert "untracked_bytes_in_use" not in log.devices[0].options
-    assert any("differs from the replayed bytes in use by 0..3584 bytes" in n for n in log.meta["notes"])
+    assert any("differ from the replayed bytes in use by 0..3584 bytes" in n for n in log.meta["notes"])
 
 
 def test_truncated_and_corrupt_protobufs_raise_clear_errors(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ __all__ = ["load", "detect", "formats", "IMPORTERS"]
 IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.xplane",
+    "gpuviz.importers.xprof_memory",
 )
 
 # What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.

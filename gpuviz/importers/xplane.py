@@ -37,12 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, infer_segments, set_source_meta
+from gpuviz.importers.builder import finish, set_source_meta
 from gpuviz.importers.protowire import FIXED64, LEN, VARINT, WireError, as_double, as_int64, fields, read_varint
 from gpuviz.importers.source import Progress, Source
-from gpuviz.importers.tf_memory import allocator_device, dtype_name, memory_tag
-from gpuviz.log.eventlog import NO_INDEX, EventLog
-from gpuviz.log.schema import Kind, MarkPhase
+from gpuviz.importers.tf_memory import MemoryRecord, add_devices, dtype_name, write_events
+from gpuviz.log.eventlog import EventLog
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MemoryRecord", "decode_memory_records"]
 
@@ -71,26 +70,6 @@ def sniff(head: bytes) -> bool:
     except (WireError, UnicodeDecodeError):
         return False
     return False
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns."""
-
-    time_ns: int
-    is_alloc: bool
-    allocator: str
-    address: int
-    requested: int
-    size: int
-    bytes_in_use: int  # TF's bytes_allocated after the event; -1 when absent
-    peak_bytes_in_use: int
-    op: str
-    dtype: str | None
-    shape: str | None
-    region_type: str
-    step: int | None
-    thread: int
 
 
 def _text(data: bytes, start: int, end: int) -> str:
@@ -241,8 +220,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     except WireError as exc:
         raise LogFormatError(f"{source.path} is not a complete XSpace protobuf (truncated or corrupt: {exc})") from None
     log = EventLog()
-    devices = _add_devices(log, planes, records)
-    notes = _write_events(log, records, devices)
+    known = {}
+    for plane in planes:
+        match = _DEVICE_PLANE.match(plane.name)
+        if match:
+            stats = {k: v for k, v in plane.stats.items() if isinstance(v, (int, float, str))}
+            known[f"{match[1]}:{int(match[2])}"] = {"plane": plane.name, **stats}
+    devices = add_devices(log, list(dict.fromkeys(r.allocator for r in records)), known)
+    notes = write_events(log, records, devices)
     allocators = Counter(r.allocator for r in records)
     set_source_meta(
         log,
@@ -272,134 +257,3 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         },
     )
     return finish(log)
-
-
-def _add_devices(log: EventLog, planes: list[_Plane], records: list[MemoryRecord]) -> dict[str, int]:
-    """Register GPUs (planes and allocators) first in index order, then host allocators."""
-    hosts: dict[str, str] = {}
-    gpu_planes = {}
-    for plane in planes:
-        match = _DEVICE_PLANE.match(plane.name)
-        if match:
-            gpu_planes[f"{match[1]}:{int(match[2])}"] = plane
-    by_device: dict[str, list[str]] = {}
-    for allocator in dict.fromkeys(r.allocator for r in records):
-        by_device.setdefault(allocator_device(allocator, hosts), []).append(allocator)
-    names = set(gpu_planes) | set(by_device)
-    gpus = sorted((n for n in names if not n.startswith("CPU:")), key=lambda n: (n.split(":")[0], int(n.split(":")[1])))
-    hosts_sorted = sorted((n for n in names if n.startswith("CPU:")), key=lambda n: int(n.split(":")[1]))
-    index = {}
-    for name in gpus + hosts_sorted:
-        options: dict[str, Any] = {}
-        if name in by_device:
-            options["allocator"] = by_device[name][0]
-        if name in gpu_planes:
-            options["plane"] = gpu_planes[name].name
-            options.update({k: v for k, v in gpu_planes[name].stats.items() if isinstance(v, (int, float, str))})
-        index[name] = log.add_device(name, **options)
-    return {a: index[allocator_device(a, hosts)] for a in dict.fromkeys(r.allocator for r in records)}
-
-
-def _write_events(log: EventLog, records: list[MemoryRecord], devices: dict[str, int]) -> list[str]:
-    """Seed, infer segments, then feed every record to its device's heap; returns the notes."""
-    notes: list[str] = []
-    if not records:
-        notes.append("the trace holds no MemoryAllocation/MemoryDeallocation events")
-        return notes
-    start = records[0].time_ns
-    heaps = {allocator: HeapBuilder(log, device) for allocator, device in devices.items()}
-    seeds, skipped = _plan(records)
-    for allocator, heap in heaps.items():
-        intervals = [(r.address, r.size) for r in records if r.allocator == allocator and r.is_alloc]
-        intervals += [(r.address, r.size) for r in seeds if r.allocator == allocator]
-        for base, size in infer_segments(intervals):
-            heap.segment_alloc(start, base, size)
-    for record in seeds:
-        heaps[record.allocator].alloc(start, record.address, record.size, record.requested, thread=record.thread,
-                                      tag=_tag(log, record))  # fmt: skip
-    in_use = Counter({a: sum(r.size for r in seeds if r.allocator == a) for a in heaps})
-    untracked: dict[str, set[int]] = {a: set() for a in heaps}
-    first, last = _step_bounds(records, skipped)
-    conflicts = 0
-    for i, record in enumerate(records):
-        if i in skipped:
-            continue
-        if i in first:
-            _mark(log, record.time_ns, MarkPhase.BEGIN, first[i])
-        heap = heaps[record.allocator]
-        try:
-            if record.is_alloc:
-                heap.alloc(record.time_ns, record.address, record.size, record.requested, thread=record.thread,
-                           tag=_tag(log, record))  # fmt: skip
-                in_use[record.allocator] += record.size
-            else:
-                in_use[record.allocator] -= heap.free(record.time_ns, record.address, thread=record.thread)
-        except HeapConflict:
-            conflicts += 1
-        if record.bytes_in_use >= 0:
-            untracked[record.allocator].add(record.bytes_in_use - in_use[record.allocator])
-        if i in last:
-            _mark(log, record.time_ns, MarkPhase.END, last[i])
-    for allocator, values in untracked.items():
-        device = log.devices[devices[allocator]]
-        if len(values) == 1:
-            device.options["untracked_bytes_in_use"] = values.pop()
-        elif values:
-            notes.append(f"{allocator}: TF's bytes_allocated differs from the replayed bytes in use by "
-                         f"{min(values)}..{max(values)} bytes (events missing from the trace)")  # fmt: skip
-        peaks = [r.peak_bytes_in_use for r in records if r.allocator == allocator and r.peak_bytes_in_use >= 0]
-        if peaks:
-            device.options["tf_peak_bytes_in_use"] = max(peaks)
-    notes.append("segments are inferred: the connected address ranges ever allocated (TF does not trace regions)")
-    if seeds:
-        notes.append(f"{len(seeds)} allocations made before the trace began (freed in it) are placed at its start")
-    if skipped or conflicts:
-        notes.append(
-            f"{len(skipped) + conflicts} events that contradict the heap (an allocation over memory in use, "
-            "a second free) were skipped"
-        )
-    return notes
-
-
-def _plan(records: list[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]]:
-    """Allocations to seed (freed in the trace, never allocated in it) and records to skip."""
-    live: dict[tuple[str, int], int] = {}
-    seen: set[tuple[str, int]] = set()
-    seeds: list[MemoryRecord] = []
-    skipped: set[int] = set()
-    for i, record in enumerate(records):
-        key = (record.allocator, record.address)
-        if record.is_alloc:
-            if key in live:
-                skipped.add(i)
-                continue
-            live[key] = i
-            seen.add(key)
-        elif key in live:
-            del live[key]
-        elif key in seen or record.size <= 0:
-            skipped.add(i)
-        else:
-            seeds.append(record)
-            seen.add(key)
-    return seeds, skipped
-
-
-def _tag(log: EventLog, record: MemoryRecord) -> int:
-    tag = memory_tag(record.op, record.dtype, record.shape)
-    return NO_INDEX if tag is None else log.intern_string(tag)
-
-
-def _step_bounds(records: list[MemoryRecord], skipped: set[int]) -> tuple[dict[int, int], dict[int, int]]:
-    """Indices of the first and of the last record of each profiler step -> the step."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i, record in enumerate(records):
-        if record.step is not None and i not in skipped:
-            first.setdefault(record.step, i)
-            last[record.step] = i
-    return {i: step for step, i in first.items()}, {i: step for step, i in last.items()}
-
-
-def _mark(log: EventLog, time_ns: int, phase: MarkPhase, step: int) -> None:
-    log.append(event_row(time_ns=time_ns, kind=int(Kind.MARK), flags=int(phase), tag=log.intern_string(f"step {step}")))
