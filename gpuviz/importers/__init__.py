@@ -36,6 +36,8 @@ __all__ = ["load", "detect", "formats", "IMPORTERS"]
 IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.torch_snapshot",
+    "gpuviz.importers.xplane",
+    "gpuviz.importers.xprof_memory",
 )
 
 # What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.
