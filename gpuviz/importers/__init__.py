@@ -33,7 +33,11 @@ from gpuviz.log.eventlog import EventLog
 __all__ = ["load", "detect", "formats", "IMPORTERS"]
 
 # Sniffed in this order; the first whose ``sniff`` accepts the head reads the file.
-IMPORTERS: tuple[str, ...] = ("gpuviz.importers.gpuviz_log",)
+IMPORTERS: tuple[str, ...] = (
+    "gpuviz.importers.gpuviz_log",
+    "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.tf_placement",
+)
 
 # What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.
 _PARSE_ERRORS = (
