@@ -36,6 +36,7 @@ __all__ = ["load", "detect", "formats", "IMPORTERS"]
 IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.rmm_csv",
     "gpuviz.importers.tf_placement",
 )
 

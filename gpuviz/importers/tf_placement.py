@@ -136,7 +136,8 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     return finish(log)
 
 
-def _device_order(name: str) -> tuple[int, str]:
+def _device_order(name: str) -> tuple[int, bool, str]:
+    """GPUs first, then XLA GPUs, other kinds, CPUs; local devices before remote ones."""
     short = name.rsplit("device:", 1)[-1]
     kind = short.split(":")[0]
-    return (0 if kind == "GPU" else 1 if "GPU" in kind else 3 if kind == "CPU" else 2, name)
+    return (0 if kind == "GPU" else 1 if "GPU" in kind else 3 if kind == "CPU" else 2, short != name, name)
