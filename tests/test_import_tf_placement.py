@@ -45,7 +45,8 @@ def test_placement_table_of_a_real_run() -> None:
     log = gpuviz.load(TRACES / "tf_placement_colab_gpu_guide.ipynb")
     assert log.device_names == ["GPU:0", "CPU:0"]
     table = placement_table(log)
-    counts = {(str(op), str(device)): int(n) for op, device, n in zip(table["op"], table["device"], table["count"])}
+    columns = zip(table["op"], table["device"], table["count"], strict=True)
+    counts = {(str(op), str(device)): int(n) for op, device, n in columns}
     text = (TRACES / "tf_placement_colab_gpu_guide.outputs.txt").read_text()
     assert counts == dict(_expected(text))
 
