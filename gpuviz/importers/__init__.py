@@ -35,6 +35,7 @@ __all__ = ["load", "detect", "formats", "IMPORTERS"]
 # Sniffed in this order; the first whose ``sniff`` accepts the head reads the file.
 IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
+    "gpuviz.importers.torch_snapshot",
     "gpuviz.importers.torch_profiler",
     "gpuviz.importers.rmm_csv",
     "gpuviz.importers.tf_placement",
