@@ -3,6 +3,7 @@
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
 gpuviz summary RUN.arrow
+gpuviz import SRC [-o RUN.arrow]
 gpuviz info
 """
 
@@ -13,9 +14,13 @@ import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuviz.base.errors import GpuvizError
 from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+
+if TYPE_CHECKING:
+    from gpuviz.log.eventlog import EventLog
 
 __all__ = ["main"]
 
@@ -94,6 +99,44 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    from gpuviz.importers import load
+
+    source = Path(args.source)
+    output = Path(args.output) if args.output else Path(source.name.split(".")[0] + ".arrow")
+    if output.exists() and output.resolve() == source.resolve():
+        raise ValueError(f"the output {output} is the file being imported; name another with -o")
+    log = load(source)
+    log.save(output)
+    print(_imported(log, source))
+    print(f"event log written to {output}")
+    return 0
+
+
+def _imported(log: EventLog, source: Path) -> str:
+    """What an import read: the format, each device's events by kind, the columns not exact, the notes."""
+    from collections import Counter
+
+    from gpuviz.log.schema import KIND_NAMES
+
+    meta = log.meta.get("source", {"format": "gpuviz"})
+    tool = f", written by {meta['tool']}" if meta.get("tool") else ""
+    lines = [f"imported {source.name}: {meta.get('format')}{tool}; {len(log)} events"]
+    kinds = Counter(zip(log["device"].tolist(), log["kind"].tolist(), strict=True))
+    for index, name in [*enumerate(log.device_names), (-1, "no device")]:
+        counts = {KIND_NAMES[k]: n for (d, k), n in sorted(kinds.items()) if d == index}
+        if counts:
+            by_kind = ", ".join(f"{k} {n}" for k, n in counts.items())
+            lines.append(f"  {name}: {sum(counts.values())} events ({by_kind})")
+    columns = log.meta.get("columns", {})
+    for fidelity in ("inferred", "absent"):
+        names = [c for c, f in columns.items() if f == fidelity]
+        if names:
+            lines.append(f"  {fidelity}: {', '.join(names)}")
+    lines.extend(f"  note: {note}" for note in log.meta.get("notes", []))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuviz", description="GPU memory profiler and visualizer")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -118,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
     summary.add_argument("log", help="an event-log file (.arrow)")
     summary.set_defaults(run=_summary)
+    imported = commands.add_parser("import", help="open a trace of another tool (PyTorch, TensorFlow, RMM...) "
+                                   "and save it as a gpuviz event log")  # fmt: skip
+    imported.add_argument("source", help="a trace file in any format gpuviz reads (gzip-compressed too)")
+    imported.add_argument("-o", "--output", help="event log to write (default: the source's name with .arrow, here)")
+    imported.set_defaults(run=_import)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(run=_info)
     return parser

@@ -4,6 +4,7 @@
              [--stacks] [--save run.arrow] [--report report.html] [view options]
     %%gpuviz --torch [--save run.arrow] [--report report.html] [view options]   (PyTorch's own memory)
     %gpuviz start [--live/--no-live] | stop | status | show [view options] | report PATH [--cdn] | reset
+    %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
 
 A profiled cell records into a fresh EventLog (which then stays the runtime's log) and
 keeps every array; the cell runs inside a ``cell`` span so allocations still alive at its
@@ -59,7 +60,9 @@ def _cell_parser() -> _Parser:
 def _line_parser() -> _Parser:
     parser = _Parser(prog="%gpuviz", add_help=False)
     parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset"])
-    parser.add_argument("path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write")
+    parser.add_argument(
+        "path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write; show: a log or trace to open"
+    )
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
     add_view_arguments(parser)
@@ -195,6 +198,9 @@ class GpuvizMagics(Magics):
             reset()
             print("gpuviz: every array released, every segment returned upstream")
             return None
+        if command == "show" and args.path:
+            self._show_file(args.path, args.view)
+            return None
         log = self.recording or self.last
         if log is None:
             raise UsageError(f"%gpuviz {command}: nothing recorded yet; run %%gpuviz or %gpuviz start first")
@@ -207,6 +213,20 @@ class GpuvizMagics(Magics):
         path = write_report(log, args.path, args.view, cdn=args.cdn)
         print(f"gpuviz: report written to {path}")
         return None
+
+    def _show_file(self, path: str, view: Any) -> None:
+        """``%gpuviz show SRC``: the dashboard of a saved log or an imported trace."""
+        from pathlib import Path
+
+        from gpuviz.base.errors import GpuvizError
+        from gpuviz.importers import load
+
+        try:
+            log = load(path)
+        except (OSError, GpuvizError) as error:
+            raise UsageError(f"%gpuviz show: {error}") from None
+        self.dashboard = Dashboard(log, view, title=f"gpuviz: {Path(path).name}")
+        display(self.dashboard)
 
     def _status(self) -> str:
         from gpuviz.base.units import format_bytes
