@@ -7,6 +7,7 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 import gpuviz.views.comparison
 import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
+from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series

@@ -2,6 +2,7 @@
 
     %%gpuviz [--device D] [--memory-limit 4GiB] [--growth/--no-growth] [--live/--no-live]
              [--stacks] [--save run.arrow] [--report report.html] [view options]
+    %%gpuviz --torch [--save run.arrow] [--report report.html] [view options]   (PyTorch's own memory)
     %gpuviz start [--live/--no-live] | stop | status | show [view options] | report PATH [--cdn] | reset
     %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
 
@@ -15,6 +16,7 @@ earlier cells.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shlex
 from typing import Any
 
@@ -51,6 +53,7 @@ def _cell_parser() -> _Parser:
     parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
     parser.add_argument("--save", help="save the event log to this .arrow file")
     parser.add_argument("--report", help="write the HTML report (or a .gpuviz.json result) to this file")
+    parser.add_argument("--torch", action="store_true", help="record PyTorch's memory instead (gpuviz.torch.record)")
     add_view_arguments(parser)
     return parser
 
@@ -102,6 +105,8 @@ class GpuvizMagics(Magics):
     # --------------------------------------------------------------------- cell
     def _cell(self, line: str, cell: str) -> None:
         args = _parse(_cell_parser(), line)
+        if args.torch:
+            return self._torch_cell(args, cell)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
             try:
@@ -140,6 +145,31 @@ class GpuvizMagics(Magics):
             log.save(args.save)
         if args.report:
             write_report(log, args.report, args.view, title="%%gpuviz report")
+        if failure is not None:
+            raise failure
+
+    def _torch_cell(self, args: argparse.Namespace, cell: str) -> None:
+        """``%%gpuviz --torch``: the cell's PyTorch memory (CUDA snapshot or CPU profiler), shown when it ends."""
+        from gpuviz.torch import record
+
+        if importlib.util.find_spec("torch") is None:
+            raise UsageError("%%gpuviz --torch needs PyTorch: pip install torch")
+        shell = self.shell
+        assert shell is not None, "the magics are registered on a running IPython shell"
+        failure: BaseException | None = None
+        try:
+            with record() as recording:
+                shell.ex(shell.transform_cell(cell))  # type: ignore[no-untyped-call]
+        except BaseException as error:  # the log is built all the same; shown, then raised
+            failure = error
+        log = recording.log
+        self.last = log
+        self.dashboard = Dashboard(log, args.view, live=False, title=f"%%gpuviz --torch ({recording.mode})")
+        display(self.dashboard)
+        if args.save:
+            log.save(args.save)
+        if args.report:
+            write_report(log, args.report, args.view, title="%%gpuviz --torch report")
         if failure is not None:
             raise failure
 

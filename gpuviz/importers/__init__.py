@@ -38,6 +38,9 @@ IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.torch_snapshot",
     "gpuviz.importers.xplane",
     "gpuviz.importers.xprof_memory",
+    "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.rmm_csv",
+    "gpuviz.importers.tf_placement",
 )
 
 # What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.
