@@ -116,12 +116,11 @@ def test_cli_whatif_prints_the_answer_and_writes_reports(tmp_path: Path, capsys:
 
 def test_magic_whatif_replays_the_last_run_or_a_file(tmp_path: Path) -> None:
     from IPython.core.error import UsageError
-    from IPython.testing.globalipapp import get_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
     from gpuviz.frontends.magics import GpuvizMagics
 
-    shell = get_ipython()
-    magics = GpuvizMagics(shell)
+    magics = GpuvizMagics(InteractiveShell.instance())
     with pytest.raises(UsageError, match="give a run to replay"):
         magics.gpuviz("whatif --policy torch")
     path = tmp_path / "run.arrow"
