@@ -14,18 +14,22 @@ earlier cells.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display as _display
 
+from gpuviz.base.devices import parse_device
 from gpuviz.capture.marks import span
 from gpuviz.frontends.options import add_view_arguments, view_options, write_report
 from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
-from gpuviz.runtime.context import device, get_runtime, reconfigure, record_into, reset
+from gpuviz.runtime.context import device, device_names, get_runtime, reconfigure, record_into, reset
 from gpuviz.widgets.dashboard import Dashboard
 
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
@@ -76,6 +80,42 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace:
     return args
 
 
+def _check_writable(option: str, path: str) -> None:
+    """``UsageError`` unless a file can be written at ``path`` (probed with a nameless
+    temporary file in its folder, so nothing is left behind)."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"%gpuviz {option} {path}: that is a folder, not a file")
+    if not folder.is_dir():
+        raise UsageError(f"%gpuviz {option} {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UsageError(f"%gpuviz {option} {path}: cannot write in {folder} ({error.strerror})") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise UsageError(f"%gpuviz {option} {path}: the file is not writable")
+
+
+def check_cell_options(args: argparse.Namespace) -> None:
+    """Check every option of a ``%%gpuviz`` cell before anything happens: a bad value raises
+    ``UsageError`` while the runtime, the user's arrays and the files are untouched and the
+    cell has not run."""
+    try:
+        if args.memory_limit is not None or args.growth is not None:
+            config.check_gpu_options("GPU:0", memory_growth=args.growth, memory_limit=args.memory_limit)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"%%gpuviz: {error}") from None
+    if args.device:
+        names = device_names()
+        if parse_device(args.device).short not in names:
+            raise UsageError(f"%%gpuviz --device {args.device}: no such device; the devices are {', '.join(names)}")
+    for option, path in (("--save", args.save), ("--report", args.report)):
+        if path:
+            _check_writable(option, path)
+
+
 @magics_class
 class GpuvizMagics(Magics):
     def __init__(self, shell: Any) -> None:
@@ -94,6 +134,7 @@ class GpuvizMagics(Magics):
     # --------------------------------------------------------------------- cell
     def _cell(self, line: str, cell: str) -> None:
         args = _parse(_cell_parser(), line)
+        check_cell_options(args)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
             try:
@@ -174,6 +215,7 @@ class GpuvizMagics(Magics):
             return None
         if not args.path:
             raise UsageError("%gpuviz report: give the HTML file to write, e.g. %gpuviz report run.html")
+        _check_writable("report", args.path)
         path = write_report(log, args.path, args.view, cdn=args.cdn)
         print(f"gpuviz: report written to {path}")
         return None
