@@ -49,6 +49,8 @@ def test_every_visible_gpu_is_preallocated_at_initialisation(runtime_log: EventL
     assert reserved == [("GPU:0", 2560 * MiB), ("GPU:1", 2560 * MiB)]
     kinds = [e.kind for e in runtime_log if e.kind != "mark"]
     assert kinds[:2] == ["segment_alloc", "segment_alloc"]  # both at initialisation, before any array
+    gpuviz.reset()  # a release returns the pools; they are reserved again at the next allocation only
+    assert [runtime.devices[name].allocator.stats().pool_bytes for name in ("GPU:0", "GPU:1")] == [0, 0]
 
 
 def test_hiding_a_gpu_saves_its_memory(runtime_log: EventLog) -> None:

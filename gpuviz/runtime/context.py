@@ -144,6 +144,8 @@ class Runtime:
                 self._upstreams.append((upstream, physical, DeviceSpec("GPU", logical_index), options))
                 logical_index += 1
         self._build(log)
+        for gpu in self.gpus:  # TensorFlow maps every visible GPU at initialisation (not after a release)
+            gpu.allocator.preallocate()
         cfg.initialized = True
 
     @staticmethod
@@ -175,7 +177,6 @@ class Runtime:
             )
             if "physical_device" in options:
                 log.add_device(spec.short, physical_device=options["physical_device"])
-                allocator.preallocate()  # TensorFlow maps every visible GPU at initialisation
             backend = self._backend(upstream, physical, allocator)
             self.devices[spec.short] = Device(spec, allocator, upstream, physical, backend)
         self.cpu = self.devices["CPU:0"]
