@@ -96,3 +96,15 @@ def test_line_report_into_a_missing_folder(shell: InteractiveShell, tmp_path: Pa
     target = tmp_path / "missing" / "r.html"
     with pytest.raises(UsageError, match=f"the folder {tmp_path / 'missing'} does not exist"):
         shell.run_line_magic("gpuviz", f"report {target}")
+
+
+def test_growth_applies_to_every_gpu(shell: InteractiveShell) -> None:  # noqa: F811
+    shell.run_cell("gpuviz.reset(configuration=True); gpuviz.config.set_simulated_gpus(2, '1GiB')")
+    shell.run_cell_magic("gpuviz", "--no-live --growth", "x = gpuviz.asarray(np.ones(3))")
+    runtime = get_runtime()
+    assert [runtime.devices[n].allocator.growth for n in ("GPU:0", "GPU:1")] == [True, True]
+    assert runtime.devices["GPU:1"].allocator.stats().pool_bytes == 0  # growth: nothing reserved yet
+    shell.run_cell_magic("gpuviz", "--no-live --no-growth", "y = gpuviz.asarray(np.ones(3))")
+    runtime = get_runtime()
+    pools = [runtime.devices[n].allocator.stats().pool_bytes for n in ("GPU:0", "GPU:1")]
+    assert pools == [(1 << 30) - (225 << 20)] * 2  # both preallocated again

@@ -48,7 +48,7 @@ def _cell_parser() -> _Parser:
     parser = _Parser(prog="%%gpuviz", add_help=False)
     parser.add_argument("--memory-limit", help="cap GPU:0's allocator, e.g. 4GiB (re-initialises the runtime)")
     parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=None,
-                        help="memory growth instead of preallocation (re-initialises the runtime)")  # fmt: skip
+                        help="memory growth on every GPU, not preallocation (re-initialises the runtime)")  # fmt: skip
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True, help="refresh while it runs")
     parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
     parser.add_argument("--save", help="save the event log to this .arrow file")
@@ -103,8 +103,11 @@ def check_cell_options(args: argparse.Namespace) -> None:
     ``UsageError`` while the runtime, the user's arrays and the files are untouched and the
     cell has not run."""
     try:
-        if args.memory_limit is not None or args.growth is not None:
-            config.check_gpu_options("GPU:0", memory_growth=args.growth, memory_limit=args.memory_limit)
+        if args.memory_limit is not None:
+            config.check_gpu_options("GPU:0", memory_limit=args.memory_limit)
+        if args.growth is not None:  # growth applies to every GPU: it cannot differ between them
+            for gpu in config.list_physical_devices("GPU") or ["GPU:0"]:
+                config.check_gpu_options(gpu, memory_growth=args.growth)
     except (ValueError, TypeError) as error:
         raise UsageError(f"%%gpuviz: {error}") from None
     if args.device:
@@ -139,7 +142,8 @@ class GpuvizMagics(Magics):
             reconfigure()
             try:
                 if args.growth is not None:
-                    config.set_memory_growth("GPU:0", args.growth)
+                    for gpu in config.list_physical_devices("GPU"):
+                        config.set_memory_growth(gpu, args.growth)
                 if args.memory_limit is not None:
                     config.set_memory_limit("GPU:0", args.memory_limit)
                 config.set_record_stacks(args.stacks)
