@@ -106,7 +106,8 @@ def check_cell_options(args: argparse.Namespace) -> None:
         if args.memory_limit is not None:
             config.check_gpu_options("GPU:0", memory_limit=args.memory_limit)
         if args.growth is not None:  # growth applies to every GPU: it cannot differ between them
-            for gpu in config.list_physical_devices("GPU") or ["GPU:0"]:
+            gpus: list[config.PhysicalDevice | str] = [*config.list_physical_devices("GPU")] or ["GPU:0"]
+            for gpu in gpus:  # no GPU at all: the check names GPU:0 as unknown
                 config.check_gpu_options(gpu, memory_growth=args.growth)
     except (ValueError, TypeError) as error:
         raise UsageError(f"%%gpuviz: {error}") from None
