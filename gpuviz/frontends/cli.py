@@ -11,6 +11,7 @@ gpuviz info
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 from collections.abc import Sequence
@@ -193,10 +194,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _describe(error: Exception, log_path: str | None) -> str:
+    """``<file>: <what is wrong>`` for an error of a command, on one line.
+
+    The file is the one the error names (an output that cannot be written) or else the
+    event log the command reads. Decoder errors say what was being decoded; errors that
+    are not gpuviz's own name their type, since they come from a damaged input.
+    """
+    if isinstance(error, OSError) and error.filename is not None:
+        where: str | None = str(error.filename)
+        reason = error.strerror or str(error)
+    else:
+        where = log_path
+        if isinstance(error, UnicodeDecodeError):
+            bad = error.object[error.start]
+            reason = f"text in the file is not valid {error.encoding} (byte {bad:#04x} at offset {error.start})"
+        elif isinstance(error, json.JSONDecodeError):
+            reason = f"JSON in the file is malformed ({error.msg} at line {error.lineno}, column {error.colno})"
+        elif isinstance(error, (OSError, ValueError, GpuvizError)):
+            reason = str(error)
+        else:
+            reason = f"cannot be read as a gpuviz event log ({type(error).__name__}: {error})"
+        if where is not None and reason.startswith(where):  # messages that already name the file
+            reason = reason[len(where) :].lstrip(": ").removeprefix("is ")
+    text = f"{where}: {reason}" if where is not None else reason
+    return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error is one line ``gpuviz: error: <file>: <reason>`` and exit status 2."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (OSError, ValueError, GpuvizError) as error:
-        print(f"gpuviz {args.command}: {error}", file=sys.stderr)
+    except Exception as error:  # the one place errors become messages: no traceback for bad input
+        reads = args.log if args.command in ("report", "summary") else None
+        print(f"gpuviz: error: {_describe(error, reads)}", file=sys.stderr)
         return 2

@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shlex
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display as _display
 
+from gpuviz.base.devices import parse_device
 from gpuviz.capture.marks import span
 from gpuviz.frontends.options import add_view_arguments, view_options, write_report
 from gpuviz.frontends.whatif_options import add_whatif_arguments, run_whatif
 from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
-from gpuviz.runtime.context import device, get_runtime, reconfigure, record_into, reset
+from gpuviz.runtime.context import device, device_names, get_runtime, reconfigure, record_into, reset
 from gpuviz.widgets.dashboard import Dashboard
 
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
@@ -48,7 +52,7 @@ def _cell_parser() -> _Parser:
     parser = _Parser(prog="%%gpuviz", add_help=False)
     parser.add_argument("--memory-limit", help="cap GPU:0's allocator, e.g. 4GiB (re-initialises the runtime)")
     parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=None,
-                        help="memory growth instead of preallocation (re-initialises the runtime)")  # fmt: skip
+                        help="memory growth on every GPU, not preallocation (re-initialises the runtime)")  # fmt: skip
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True, help="refresh while it runs")
     parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
     parser.add_argument("--save", help="save the event log to this .arrow file")
@@ -87,6 +91,46 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace:
     return args
 
 
+def _check_writable(option: str, path: str) -> None:
+    """``UsageError`` unless a file can be written at ``path`` (probed with a nameless
+    temporary file in its folder, so nothing is left behind)."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"%gpuviz {option} {path}: that is a folder, not a file")
+    if not folder.is_dir():
+        raise UsageError(f"%gpuviz {option} {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UsageError(f"%gpuviz {option} {path}: cannot write in {folder} ({error.strerror})") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise UsageError(f"%gpuviz {option} {path}: the file is not writable")
+
+
+def check_cell_options(args: argparse.Namespace) -> None:
+    """Check every option of a ``%%gpuviz`` cell before anything happens: a bad value raises
+    ``UsageError`` while the runtime, the user's arrays and the files are untouched and the
+    cell has not run."""
+    try:
+        if args.memory_limit is not None:
+            config.check_gpu_options("GPU:0", memory_limit=args.memory_limit)
+        if args.growth is not None:  # growth applies to every GPU: it cannot differ between them
+            gpus: list[config.PhysicalDevice | str] = [*config.list_physical_devices("GPU")] or ["GPU:0"]
+            for gpu in gpus:  # no GPU at all: the check names GPU:0 as unknown
+                config.check_gpu_options(gpu, memory_growth=args.growth)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"%%gpuviz: {error}") from None
+    if args.device:
+        names = device_names()
+        if parse_device(args.device).short not in names:
+            raise UsageError(f"%%gpuviz --device {args.device}: no such device; the devices are {', '.join(names)}")
+    for option, path in (("--save", args.save), ("--report", args.report)):
+        if path:
+            _check_writable(option, path)
+
+
 @magics_class
 class GpuvizMagics(Magics):
     def __init__(self, shell: Any) -> None:
@@ -105,13 +149,15 @@ class GpuvizMagics(Magics):
     # --------------------------------------------------------------------- cell
     def _cell(self, line: str, cell: str) -> None:
         args = _parse(_cell_parser(), line)
+        check_cell_options(args)
         if args.torch:
             return self._torch_cell(args, cell)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
             try:
                 if args.growth is not None:
-                    config.set_memory_growth("GPU:0", args.growth)
+                    for gpu in config.list_physical_devices("GPU"):
+                        config.set_memory_growth(gpu, args.growth)
                 if args.memory_limit is not None:
                     config.set_memory_limit("GPU:0", args.memory_limit)
                 config.set_record_stacks(args.stacks)
@@ -217,6 +263,7 @@ class GpuvizMagics(Magics):
             return None
         if not args.path:
             raise UsageError("%gpuviz report: give the HTML file to write, e.g. %gpuviz report run.html")
+        _check_writable("report", args.path)
         path = write_report(log, args.path, args.view, cdn=args.cdn)
         print(f"gpuviz: report written to {path}")
         return None
