@@ -85,33 +85,49 @@ def _saved_log(path: Path) -> Path:
 
 def _rewrite(source: Path, target: Path, *, header: bytes | None = None, column: tuple[str, int] | None = None) -> Path:
     """A copy of the log ``source`` with its JSON header replaced (``b""`` drops it) or one
-    column of every row set to a value."""
+    column of every row set to a value — with valid checksums, as a buggy writer would make it,
+    so that the reader's own checks (not the checksums) must find the damage."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
+    from gpuviz.log.checksums import batch_checksum, digest
+
     with open(source, "rb") as file:
-        reader = ipc.open_stream(file)
-        metadata = dict(reader.schema.metadata)
-        batches = []
-        while True:
-            try:
-                batches.append(reader.read_next_batch_with_custom_metadata())
-            except StopIteration:
-                break
+        reader = ipc.open_file(file) if file.read(6) == b"ARROW1" else None
+        file.seek(0)
+        if reader is not None:
+            metadata = dict(reader.schema.metadata)
+            batches = [reader.get_record_batch(i) for i in range(reader.num_record_batches)]
+            customs = [dict(reader.get_batch_with_custom_metadata(i)[1] or {}) for i in range(len(batches))]
+            schema = reader.schema
+        else:
+            stream = ipc.open_stream(file)
+            metadata, schema = dict(stream.schema.metadata), stream.schema
+            pairs = []
+            while True:
+                try:
+                    pairs.append(stream.read_next_batch_with_custom_metadata())
+                except StopIteration:
+                    break
+            batches = [b for b, _ in pairs]
+            customs = [dict(c or {}) for _, c in pairs]
     if header == b"":
         del metadata[b"gpuviz.header"]
     elif header is not None:
         metadata[b"gpuviz.header"] = header
-    schema = reader.schema.with_metadata(metadata)
+        metadata[b"gpuviz.header_checksum"] = digest(header).encode()
+    schema = schema.with_metadata(metadata)
     with open(target, "wb") as file, ipc.new_stream(file, schema) as writer:
-        for batch, custom in batches:
+        for batch, custom in zip(batches, customs, strict=True):
             if column is not None and batch.num_rows:
                 index = schema.names.index(column[0])
                 values = np.full(batch.num_rows, column[1], dtype=batch.column(index).type.to_pandas_dtype())
                 arrays = [pa.array(values) if i == index else batch.column(i) for i in range(batch.num_columns)]
                 batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-            writer.write_batch(batch, custom_metadata=custom)
+                columns = [batch.column(i).to_numpy() for i in range(batch.num_columns)]
+                custom[b"gpuviz.checksum"] = batch_checksum(columns, custom.get(b"gpuviz.delta", b"{}"))
+            writer.write_batch(batch, custom_metadata=custom or None)
     return target
 
 
