@@ -19,9 +19,27 @@ def snapshot(alloc: BFCAllocator) -> tuple[object, object, int]:
     return alloc.state(), alloc.stats(), len(alloc.log)
 
 
+def _allocator_classes() -> list[object]:
+    from gpuviz.capture.native import NativeBFCAllocator, native_core_available
+
+    built = pytest.mark.skipif(not native_core_available(), reason="the native core is not built (no C compiler)")
+    return [pytest.param(BFCAllocator, id="python"), pytest.param(NativeBFCAllocator, id="native", marks=built)]
+
+
+ALLOCATOR_CLASSES = _allocator_classes()
+"""The BFC allocator classes every allocator test runs against: the Python reference and the native core."""
+
+
+@pytest.fixture(params=ALLOCATOR_CLASSES)
+def bfc(request: pytest.FixtureRequest) -> type[BFCAllocator]:
+    """The allocator class under test (``bfc(SimUpstream(...), ...)`` makes one)."""
+    cls: type[BFCAllocator] = request.param
+    return cls
+
+
 @pytest.fixture
-def alloc() -> BFCAllocator:
-    a = BFCAllocator(SimUpstream("1GiB"), growth=True)
+def alloc(bfc: type[BFCAllocator]) -> BFCAllocator:
+    a = bfc(SimUpstream("1GiB"), growth=True)
     a.allocate(1000, tag="x")
     a.allocate(3000)
     return a

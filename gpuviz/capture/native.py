@@ -351,4 +351,3 @@ class NativeBFCAllocator(BFCAllocator):
             raise InvariantError(f"pool_bytes {pool_bytes}, segments add up to {pool}, limit {self.memory_limit}")
         if peak < in_use or peak_pool < pool:
             raise InvariantError("a peak is below its current value")
-
