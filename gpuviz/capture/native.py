@@ -34,7 +34,7 @@ from gpuviz.capture.recorder import Observer, Recorder
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["NativeBFCAllocator", "allocator_class", "native_core_available"]
+__all__ = ["NativeBFCAllocator", "allocator_class", "allocator_description", "native_core_available"]
 
 logger = logging.getLogger("gpuviz")
 
@@ -88,6 +88,15 @@ def native_core_available() -> bool:
 def allocator_class() -> type[BFCAllocator]:
     """``NativeBFCAllocator`` where the native core is available, else ``BFCAllocator``."""
     return NativeBFCAllocator if native_core_available() else BFCAllocator
+
+
+def allocator_description() -> str:
+    """Which BFC allocator new devices use, in words (for ``gpuviz info``)."""
+    if native_core_available():
+        return "native core (C)"
+    if _CoreClass is None:
+        return "Python (the native core was not built: no C compiler at install time)"
+    return "Python (GPUVIZ_NATIVE=0)"
 
 
 class _Locked:
