@@ -21,5 +21,11 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(
+            "gpuviz.analysis._replaykernel",
+            sources=["gpuviz/analysis/_replaykernel.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )
