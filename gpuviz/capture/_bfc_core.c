@@ -202,6 +202,8 @@ int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded) {
     return best;
 }
 
+void bfc_put_back(bfc_t *b, int32_t slot) { treap_insert(b, slot); }
+
 static int visit_subtree(const bfc_t *b, int32_t t, int (*visit)(void *, const bfc_chunk *), void *ctx) {
     while (t >= 0) {
         int stop = visit_subtree(b, b->chunks[t].left, visit, ctx);

@@ -70,6 +70,8 @@ int64_t bfc_largest_free(const bfc_t *b);          /* size of the largest free c
 
 /* Remove and return the smallest free chunk >= rounded (lowest address on ties), -1 none. */
 int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded);
+/* Put a taken chunk back into the free index (an operation that could not finish). */
+void bfc_put_back(bfc_t *b, int32_t slot);
 /* Split a taken chunk if the rules say so (emits split). -1 when out of memory. */
 int bfc_split(bfc_t *b, int32_t slot, int64_t rounded, int32_t stack);
 /* Hand out a taken (and maybe split) chunk (emits alloc). */

@@ -38,6 +38,7 @@ typedef struct {
     Py_ssize_t limit;
     int16_t device_index;
     int need_flush, emit_failed;
+    int64_t stamp; /* time of the running decision's events, 0: read the clock per event */
     /* callbacks and names */
     PyObject *device, *grow, *validate_size, *report, *invalid_free_error;
     /* lock */
@@ -63,7 +64,7 @@ static void write_row(Core *self, int kind, int64_t address, int64_t size, int64
     if (self->staged == Py_None || self->emit_failed) return;
     unsigned char row[ROW_BYTES];
     unsigned char *p = row;
-    int64_t time_ns = perf_counter_ns();
+    int64_t time_ns = self->stamp ? self->stamp : perf_counter_ns();
     int64_t thread = (int64_t)PyThread_get_thread_ident();
     uint8_t kind8 = (uint8_t)kind;
     int8_t flags = 0;
@@ -283,7 +284,9 @@ static int do_free(Core *self, PyObject *address) {
     int32_t stack;
     if (stack_id(self, &stack) < 0) return -1;
     void *tag;
+    if (self->staged != Py_None) self->stamp = perf_counter_ns(); /* a free and its merges: one time */
     bfc_release_chunk(&self->bfc, slot, stack, &tag);
+    self->stamp = 0;
     Py_XDECREF((PyObject *)tag);
     return 0;
 }
@@ -376,13 +379,21 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
             goto done;
         }
     }
-    if (bfc_split(&self->bfc, slot, rounded, stack) < 0) {
+    if (tag != Py_None && self->tag_fn != Py_None && call_index(self->tag_fn, tag, &tag_id) < 0) {
+        bfc_put_back(&self->bfc, slot);
+        goto done;
+    }
+    if (self->staged != Py_None) self->stamp = perf_counter_ns(); /* a split and its alloc: one time */
+    int split = bfc_split(&self->bfc, slot, rounded, stack);
+    if (split < 0) {
+        self->stamp = 0;
+        bfc_put_back(&self->bfc, slot);
         PyErr_NoMemory();
         goto done;
     }
-    if (tag != Py_None && self->tag_fn != Py_None && call_index(self->tag_fn, tag, &tag_id) < 0) goto done;
     Py_INCREF(tag);
     bfc_mark_allocated(&self->bfc, slot, requested, tag == Py_None ? NULL : tag, tag_id, stack);
+    self->stamp = 0;
     if (tag == Py_None) Py_DECREF(tag);
     result = PyLong_FromLongLong(bfc_at(&self->bfc, slot)->address);
 done:
