@@ -7,12 +7,16 @@
  * garbage collection and out-of-memory errors (rare) are decided there, in Python, through
  * the ``grow`` callback.
  *
- * Locking: one lock per Core. allocate/free take it (waiting with the GIL released); the
- * thread that holds it may call back into Python (upstream, flush, tag and stack interning)
- * and a free arriving on that thread meanwhile (a finalizer) is deferred to the end of the
- * operation, as in the Python allocator. The hot path itself holds the GIL: it is far
- * shorter than a GIL hand-over. Like the row writer, this relies on the GIL and a
- * little-endian host; other builds use the Python allocator.
+ * Locking: one owner at a time per Core (``owner``, ``depth``), taken by every operation and
+ * changed only while holding the GIL, so taking a free allocator costs no lock call (the
+ * hot path holds the GIL throughout: it is far shorter than a GIL hand-over). The owner
+ * lets go of the GIL only inside calls back into Python (upstream, flush, tag and stack
+ * interning, the Python-side locked regions); around those it closes ``gate``, a real
+ * lock, and a thread that finds the allocator owned waits on the gate with the GIL
+ * released, then looks again. A free arriving on the owner's thread meanwhile (a
+ * finalizer) is deferred to the end of the operation, as in the Python allocator. Like the
+ * row writer, this relies on the GIL and a little-endian host; other builds use the
+ * Python allocator.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,10 +45,10 @@ typedef struct {
     int64_t stamp; /* time of the running decision's events, 0: read the clock per event */
     /* callbacks and names */
     PyObject *device, *grow, *validate_size, *report, *invalid_free_error;
-    /* lock */
-    PyThread_type_lock lock;
+    /* ownership (see the top of this file) */
+    PyThread_type_lock gate;
     unsigned long owner;
-    int depth;
+    int depth, gate_depth;
     PyObject *pending; /* list of deferred free addresses */
 } Core;
 
@@ -109,12 +113,34 @@ static void enter(Core *self) {
         self->depth++;
         return;
     }
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    while (self->depth > 0) { /* another thread owns it and is calling into Python: wait */
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->gate, WAIT_LOCK);
+        PyThread_release_lock(self->gate);
         Py_END_ALLOW_THREADS
     }
     self->owner = PyThread_get_thread_ident();
     self->depth = 1;
+}
+
+/* around code that may let go of the GIL while this thread owns the allocator */
+static void gate_close(Core *self) {
+    if (self->gate_depth++ == 0 && !PyThread_acquire_lock(self->gate, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS /* a waiter holds it for an instant */
+        PyThread_acquire_lock(self->gate, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void gate_open(Core *self) {
+    if (--self->gate_depth == 0) PyThread_release_lock(self->gate);
+}
+
+static PyObject *call_out(Core *self, PyObject *fn, PyObject *arg) {
+    gate_close(self);
+    PyObject *r = arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
+    gate_open(self);
+    return r;
 }
 
 static int do_free(Core *self, PyObject *address);
@@ -141,7 +167,7 @@ static int leave(Core *self) {
                     PyObject *t, *v, *tb;
                     PyErr_Fetch(&t, &v, &tb);
                     PyErr_NormalizeException(&t, &v, &tb);
-                    PyObject *r = PyObject_CallOneArg(self->report, v);
+                    PyObject *r = call_out(self, self->report, v);
                     Py_XDECREF(t);
                     Py_XDECREF(v);
                     Py_XDECREF(tb);
@@ -155,7 +181,7 @@ static int leave(Core *self) {
             }
             if (self->need_flush) {
                 self->need_flush = 0;
-                PyObject *r = PyObject_CallNoArgs(self->flush);
+                PyObject *r = call_out(self, self->flush, NULL);
                 if (r == NULL) {
                     status = -1;
                     break;
@@ -182,16 +208,13 @@ static int leave(Core *self) {
             }
         }
     }
-    if (--self->depth == 0) {
-        self->owner = 0;
-        PyThread_release_lock(self->lock);
-    }
+    if (--self->depth == 0) self->owner = 0;
     return status;
 }
 
 /* ------------------------------------------------------------- helpers */
-static int call_index(PyObject *fn, PyObject *arg, int32_t *out) {
-    PyObject *r = arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
+static int call_index(Core *self, PyObject *fn, PyObject *arg, int32_t *out) {
+    PyObject *r = call_out(self, fn, arg);
     if (r == NULL) return -1;
     long v = PyLong_AsLong(r);
     Py_DECREF(r);
@@ -206,7 +229,7 @@ static int call_index(PyObject *fn, PyObject *arg, int32_t *out) {
 
 static int stack_id(Core *self, int32_t *stack) {
     *stack = -1;
-    return self->stack_fn == Py_None ? 0 : call_index(self->stack_fn, NULL, stack);
+    return self->stack_fn == Py_None ? 0 : call_index(self, self->stack_fn, NULL, stack);
 }
 
 /* address as int64; 0 with *ok = 0 when it is not an int that fits */
@@ -369,7 +392,9 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
     if (slot < 0) {
         PyObject *stack_obj = PyLong_FromLong(stack);
         if (stack_obj == NULL) goto done;
+        gate_close(self);
         PyObject *r = PyObject_CallFunctionObjArgs(self->grow, nbytes, stack_obj, NULL);
+        gate_open(self);
         Py_DECREF(stack_obj);
         if (r == NULL) goto done;
         Py_DECREF(r);
@@ -379,7 +404,7 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
             goto done;
         }
     }
-    if (tag != Py_None && self->tag_fn != Py_None && call_index(self->tag_fn, tag, &tag_id) < 0) {
+    if (tag != Py_None && self->tag_fn != Py_None && call_index(self, self->tag_fn, tag, &tag_id) < 0) {
         bfc_put_back(&self->bfc, slot);
         goto done;
     }
@@ -625,6 +650,7 @@ static PyObject *Core_check_links(Core *self, PyObject *unused) {
 
 static PyObject *Core_lock(Core *self, PyObject *unused) {
     enter(self);
+    gate_close(self); /* the caller runs Python code while it owns the allocator */
     Py_RETURN_NONE;
 }
 
@@ -633,6 +659,7 @@ static PyObject *Core_unlock(Core *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "unlock() of a lock this thread does not hold");
         return NULL;
     }
+    gate_open(self);
     if (leave(self) < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -644,7 +671,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "UOOOO", names, &device, &grow, &validate_size, &report,
                                      &invalid_free_error))
         return -1;
-    if (self->lock != NULL) {
+    if (self->gate != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Core is initialised once");
         return -1;
     }
@@ -654,9 +681,9 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
     }
     self->bfc.emit = emit_cb;
     self->bfc.emit_ctx = self;
-    self->lock = PyThread_allocate_lock();
+    self->gate = PyThread_allocate_lock();
     self->pending = PyList_New(0);
-    if (self->lock == NULL || self->pending == NULL) {
+    if (self->gate == NULL || self->pending == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -709,7 +736,7 @@ static void Core_dealloc(Core *self) {
     for (size_t i = 0; i < b->hash_capacity; i++) /* the tags of live chunks */
         if (b->hash_keys[i] != INT64_MIN) Py_XDECREF((PyObject *)bfc_at(b, b->hash_values[i])->tag);
     bfc_destroy(b);
-    if (self->lock) PyThread_free_lock(self->lock);
+    if (self->gate) PyThread_free_lock(self->gate);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
