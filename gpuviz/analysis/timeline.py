@@ -31,9 +31,9 @@ _ALLOCATOR_KINDS = [
 ]
 _LAST_ALLOCATOR_KIND = max(_ALLOCATOR_KINDS)
 assert sorted(_ALLOCATOR_KINDS) == list(range(_LAST_ALLOCATOR_KIND + 1))
-_IN_USE_SIGN = np.zeros(256, dtype=np.int64)
+_IN_USE_SIGN = np.zeros(256, dtype=np.int8)
 _IN_USE_SIGN[[Kind.ALLOC, Kind.FREE]] = (1, -1)
-_POOL_SIGN = np.zeros(256, dtype=np.int64)
+_POOL_SIGN = np.zeros(256, dtype=np.int8)
 _POOL_SIGN[[Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE]] = (1, -1)
 METRICS = ("bytes_in_use", "bytes_requested", "pool_bytes", "largest_free", "fragmentation")
 
@@ -128,16 +128,20 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
     kind = pick(cols["kind"])
     size = pick(cols["size"])
     use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
-    in_use = np.multiply(size, use_sign)
+    in_use = np.multiply(size, use_sign, dtype=np.int64)
     np.cumsum(in_use, out=in_use)
-    in_req = np.multiply(pick(cols["requested"]), use_sign)
+    in_req = np.multiply(pick(cols["requested"]), use_sign, dtype=np.int64)
     np.cumsum(in_req, out=in_req)
-    pool = np.multiply(size, _POOL_SIGN[kind])  # +1 segment_alloc, -1 segment_free
+    pool = np.multiply(size, _POOL_SIGN[kind], dtype=np.int64)  # +1 segment_alloc, -1 segment_free
     np.cumsum(pool, out=pool)
     largest = np.maximum(pick(cols["largest_free"]), 0)
     free = pool - in_use
-    fragmentation = np.zeros(len(free))
-    np.divide(free - largest, free, out=fragmentation, where=free > 0)
+    # (free - largest) / free where free > 0, else 0.0; the difference is exact in float64
+    # (byte counts < 2**53), as the division converts it anyway
+    fragmentation = np.subtract(free, largest, dtype=np.float64)
+    nothing_free = free <= 0
+    np.divide(fragmentation, free, out=fragmentation, where=~nothing_free)
+    fragmentation[nothing_free] = 0.0
     return TimelineSeries(
         device=name,
         index=positions,
