@@ -21,6 +21,14 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(  # the core with gpuviz_malloc/gpuviz_free, for PyTorch's pluggable allocator (POSIX)
+            "gpuviz.capture._pluggable",
+            sources=["gpuviz/capture/_pluggable.c", "gpuviz/capture/_bfc_core.c"],
+            depends=["gpuviz/capture/_bfc_core.h"],
+            extra_compile_args=["-O2"],
+            libraries=["dl", "pthread"],
+            optional=True,
+        ),
         Extension(
             "gpuviz.analysis._replaykernel",
             sources=["gpuviz/analysis/_replaykernel.c"],
