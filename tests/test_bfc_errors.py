@@ -108,8 +108,8 @@ def test_size_beyond_limit_changes_nothing_but_records_the_oom(any_alloc: BFCAll
     any_alloc.check()
 
 
-def test_oom_is_a_memory_error_with_all_numbers() -> None:
-    alloc = BFCAllocator(SimUpstream("1MiB"), growth=False)
+def test_oom_is_a_memory_error_with_all_numbers(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1MiB"), growth=False)
     alloc.allocate(400 * 1024)  # 1 MiB >= 2 * 400 KiB: split, 624 KiB stay free
     with pytest.raises(MemoryError) as info:
         alloc.allocate(700 * 1024)

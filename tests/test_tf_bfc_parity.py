@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ALLOCATOR_FACTORIES
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, replay
@@ -30,9 +31,14 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 WORKLOADS = sorted(MANIFEST["workloads"])
 
 Factory = Callable[[Any, int, EventLog], Any]
-ALLOCATORS: dict[str, Factory] = {
-    "BFCAllocator": lambda upstream, limit, log: BFCAllocator(upstream, memory_limit=limit, growth=True, log=log),
-}
+
+
+def _factory(cls: Callable[..., BFCAllocator]) -> Factory:
+    return lambda upstream, limit, log: cls(upstream, memory_limit=limit, growth=True, log=log)
+
+
+ALLOCATORS: dict[str, Factory] = {name: _factory(cls) for name, cls in ALLOCATOR_FACTORIES.items()}
+"""The Python reference and, where a C compiler built it, the native core."""
 
 
 class TFRegions:
