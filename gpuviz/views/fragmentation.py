@@ -391,6 +391,8 @@ def map_layout(
     yaxis: dict[str, Any] = {"title": {"text": "segment"}, "type": "category", "autorange": "reversed"}
     if lean:
         yaxis = {"title": {"text": "segment"}, **segment_rows(state)}
+        if pinning is not None:  # room for the ghost bar below the last row
+            yaxis["range"] = [yaxis["range"][0] + 0.2, yaxis["range"][1]]
     widest = max((s.size for s in state.segments), default=0)
     zoom = zoom_range(state, pinning)
     xaxis: dict[str, Any] = {"title": {"text": "offset in segment"}, **_size_ticks(widest)}
