@@ -269,3 +269,35 @@ def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: P
     assert errors == []
     page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", tmp_path)) / "report-oom.png"))
     page.close()
+
+
+def test_jupyterlab_result_opens_at_the_oom(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A saved result of a run that ran out of memory: the map is the heap at the OOM with the
+    ghost bar and the pinning chunk; the tables have human headers, formatted values, totals,
+    the pinning row highlighted, and sort by value."""
+    base, token, root = lab_server
+    make_oom_report(root / "oom.gpuviz.json")
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/oom.gpuviz.json?reset&token={token}")
+    plots = "document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === 2"
+    page.wait_for_function(plots, timeout=90_000)
+    headings = page.locator(".jp-gpuviz-result h3").all_inner_texts()
+    assert headings[1] == "GPU:0: heap at the out-of-memory error"  # the first figure: the map at the OOM
+    names = page.evaluate("document.querySelector('.jp-gpuviz-figure').data.map(t => t.name)")
+    assert names[-2:] == ["pinning", "failed request"]
+    assert "freeing this allocation would have made a hole of 7.0 MiB" in page.inner_text(".jp-gpuviz-result pre")
+    pinning = page.locator(".jp-gpuviz-result table[data-name='pinning:GPU:0']")
+    assert pinning.locator("thead th").all_inner_texts()[:4] == ["tag", "chunk", "requested", "address"]
+    row = pinning.locator("tbody tr").first
+    assert row.get_attribute("class") == "jp-gpuviz-highlight"
+    assert row.locator("td").all_inner_texts()[:4] == ["A", "1.0 MiB", "1.0 MiB", "0x10000300000"]
+    live = page.locator(".jp-gpuviz-result table[data-name='live:GPU:0']")
+    assert live.locator("tfoot td").all_inner_texts()[:5] == ["total", "", "", "9.0 MiB", "9.0 MiB"]
+    live.locator("thead th", has_text="chunk").click()
+    assert live.locator("tbody tr td:nth-child(5)").all_inner_texts() == ["512 KiB", "1.0 MiB", "2.0 MiB", "5.5 MiB"]
+    assert errors == []
+    shots = Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root))
+    page.screenshot(path=str(shots / "labextension-oom.png"))
+    page.close()
