@@ -267,6 +267,9 @@ def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: P
     shown = table.locator("tbody tr td:nth-child(5)").all_inner_texts()
     assert shown == ["512 KiB", "1.0 MiB", "2.0 MiB", "5.5 MiB"]
     assert errors == []
+    page.evaluate("document.getElementById('map0').parentElement.querySelector('.scrubber').scrollIntoView()")
+    page.keyboard.press("Escape")
+    page.mouse.move(0, 0)
     page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", tmp_path)) / "report-oom.png"))
     page.close()
 
@@ -299,5 +302,6 @@ def test_jupyterlab_result_opens_at_the_oom(browser, lab_server) -> None:  # typ
     assert live.locator("tbody tr td:nth-child(5)").all_inner_texts() == ["512 KiB", "1.0 MiB", "2.0 MiB", "5.5 MiB"]
     assert errors == []
     shots = Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root))
+    page.evaluate("document.querySelector('.jp-gpuviz-result').scrollTop = 0")
     page.screenshot(path=str(shots / "labextension-oom.png"))
     page.close()

@@ -189,8 +189,9 @@ def test_the_map_at_an_oom_draws_ghost_holes_and_pinning() -> None:
     ghost = traces["failed request"]
     assert (list(ghost.base), list(ghost.x), list(ghost.y), ghost.offset) == ([0], [6 * MiB], [y], 0.36)
     assert "failed request</b> 6.0 MiB" in ghost.hovertext[0]
-    assert "pinning</b>: releasing it makes room<br><b>A</b><br>requested 1.0 MiB · chunk 1.0 MiB" in (
-        traces["pinning"].hovertext[0]
+    assert (
+        "pinning</b>: releasing it makes room<br><b>A</b><br>requested 1.0 MiB · chunk 1.0 MiB"
+        in (traces["pinning"].hovertext[0])
     )
     a_event = int(np.flatnonzero((alloc.log["kind"] == Kind.ALLOC) & (alloc.log["address"] == at["A"]))[0])
     assert f"address {at['A']:#x}<br>allocated at event {a_event}, t = " in traces["pinning"].hovertext[0]

@@ -38,6 +38,7 @@ __all__ = [
     "segment_rows",
     "zoom_range",
     "map_spec",
+    "map_spec_and_state",
     "device_map",
     "chunk_hover",
     "hole_hover",
@@ -151,7 +152,7 @@ def _coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndar
     return np.where(k >= 0, cumulative[np.maximum(k, 0)] + np.maximum(inside, 0), 0).astype(np.float64)
 
 
-def _aggregated(state: HeapState, max_rectangles: int) -> dict[str, dict[str, list[Any]]]:
+def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
     traces: dict[str, dict[str, list[Any]]] = {
         name: {"y": [], "base": [], "x": [], "text": [], "custom": []} for name in COLORS
     }
@@ -176,9 +177,11 @@ def _aggregated(state: HeapState, max_rectangles: int) -> dict[str, dict[str, li
         counts = np.diff(np.searchsorted([c.address - seg.base for c in seg.chunks], edges))
         for i in range(buckets):
             start = edges[i]
-            text = (
+            text = (  # lean traces hover from customdata instead
                 f"{int(counts[i])} chunks from {seg.base + int(start):#x}<br>used {format_size(amounts['used'][i])}"
                 f"<br>waste {format_size(amounts['waste'][i])}<br>free {format_size(amounts['free'][i])}"
+                if texts
+                else ""
             )
             for name in ("used", "waste", "free"):
                 length = amounts[name][i]
@@ -301,7 +304,7 @@ def trace_specs(
     min_width = MIN_WIDTH * _visible_span(state, zoom)
     free_name = "free hole" if pinning is not None else "free"
     if aggregated:
-        traces = _aggregated(state, max_rectangles)
+        traces = _aggregated(state, max_rectangles, texts=not lean)
     else:
         traces = _exact(state, color_by, stacks, allocated, min_width, free_name)
     first = [free_name, "waste", "used"]
@@ -463,6 +466,19 @@ def map_spec(
     """``{"data": [...], "layout": {...}}`` (plain dicts) of ``device``'s map right after log
     position ``index`` (default: the moment views open at, ``DeviceProfile.opening``), with the
     OOM's pinning when ``index`` is an OOM, each chunk's allocation time and call site."""
+    return map_spec_and_state(p, device, index, lean=lean, max_rectangles=max_rectangles, title=title)[0]
+
+
+def map_spec_and_state(
+    p: Profile,
+    device: str,
+    index: int | None = None,
+    *,
+    lean: bool = False,
+    max_rectangles: int | None = None,
+    title: str | None = None,
+) -> tuple[dict[str, Any], HeapState]:
+    """``map_spec`` and the HeapState it draws."""
     dp = p.devices[device]
     at = dp.opening if index is None else index
     state = dp.state_at(at)
@@ -474,7 +490,7 @@ def map_spec(
     if title is None:
         what = "out of memory" if pinned is not None else ("peak" if at == dp.peak.index else "")
         title = f"{device} after event {at if at >= 0 else len(p.log) - 1}" + (f" ({what})" if what else "")
-    return {"data": specs, "layout": map_layout(state, title=title, lean=lean, pinning=pinned)}
+    return {"data": specs, "layout": map_layout(state, title=title, lean=lean, pinning=pinned)}, state
 
 
 def device_map(

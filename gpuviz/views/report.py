@@ -21,7 +21,7 @@ from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.analysis.tables import devices_present
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
-from gpuviz.views.fragmentation import map_spec, metric_text
+from gpuviz.views.fragmentation import map_spec_and_state, metric_text
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
@@ -165,8 +165,7 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile) -> str:
     positions = scrub_positions(device)
     for index in positions:
         # plain dicts: validating dozens of figures with plotly would dominate the report's build time
-        spec = map_spec(p, name, index, lean=True, max_rectangles=FRAME_RECTANGLES)
-        state = device.state_at(index)
+        spec, state = map_spec_and_state(p, name, index, lean=True, max_rectangles=FRAME_RECTANGLES)
         frames.append({**spec, "label": _frame_label(p, device, index, metric_text(state))})
     start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
     first = to_script_json(frames[start]) if frames else '{"data":[],"layout":{},"label":""}'
