@@ -17,7 +17,7 @@ from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.report import report_html, to_script_json
 from gpuviz.views.static import static_html
 from gpuviz.views.tables import placement_html
-from gpuviz.views.timeline import timeline
+from gpuviz.views.timeline import MIN_SPAN, timeline
 
 BASE = 1 << 40
 
@@ -108,7 +108,11 @@ def test_timeline_with_transfers_marks_and_peak(runtime_log: EventLog) -> None:
     names = {t.name for t in figure.data}
     assert {"H2D transfers", "D2H transfers", "peak", "fragmentation"} <= names
     h2d = next(t for t in figure.data if t.name == "H2D transfers")
-    assert list(h2d.x) == pytest.approx([(10_000 + 8000 * 1e9 / 25e9) / 1e9])
+    # the modelled copy: 10 µs latency + 8000 B at 25 GB/s, drawn at least MIN_SPAN of the time axis wide
+    duration_s = (10_000 + 8000 * 1e9 / 25e9) / 1e9
+    axis_s = (int(device.series.time_ns[-1]) - p.t0_ns) / 1e9
+    assert list(h2d.x) == pytest.approx([max(duration_s, MIN_SPAN * axis_s)], rel=1e-3)
+    assert "in 10.3 µs" in h2d.hovertext[0]
     labels = [a.text for a in figure.layout.annotations]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in labels
 

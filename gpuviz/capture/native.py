@@ -309,6 +309,15 @@ class NativeBFCAllocator(BFCAllocator):
                 earlier = passed
 
     # ------------------------------------------------------------------ release
+    def preallocate(self) -> int:
+        """Without growth, reserve the whole memory limit now as one segment (``BFCAllocator.preallocate``,
+        in the native core's pool); the bytes reserved, or 0 with growth on or a segment already there."""
+        with self._locked:
+            if self.growth or self._core.stats()[4]:
+                return 0
+            self._extend_pool(256, self._observer.stack_id())
+            return int(self._core.stats()[4])
+
     def release_free_segments(self) -> int:
         """Return every wholly free segment upstream; the bytes released."""
         with self._locked:
