@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuviz.importers import rmm_csv, tf_placement, torch_profiler
+from gpuviz.importers import rmm_csv, tf_placement, torch_memory_timeline, torch_profiler
 from gpuviz.importers.source import Source
 
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
 FIXTURES = Path(__file__).parent / "fixtures"
-SNIFFERS = {module.NAME: module.sniff for module in (torch_profiler, tf_placement, rmm_csv)}
+SNIFFERS = {module.NAME: module.sniff for module in (torch_profiler, torch_memory_timeline, tf_placement, rmm_csv)}
 OWN = {
+    "pt_memory_timeline_raw_hta.json.gz": "pytorch-memory-timeline",
     "pt_profiler_cuda_v100_hta_df_index_resolver.json.gz": "pytorch-profiler",
     "pt_profiler_cuda_v100_kineto_resnet50_2021_oldschema.json.gz": "pytorch-profiler",
     "tf_placement_colab_gpu_guide.ipynb": "tf-placement",

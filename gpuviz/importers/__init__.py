@@ -37,6 +37,7 @@ IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.torch_snapshot",
     "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.torch_memory_timeline",
     "gpuviz.importers.rmm_csv",
     "gpuviz.importers.tf_placement",
 )
