@@ -43,6 +43,7 @@ _TIME = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{1,9})$")
 _DEVICE = re.compile(r"\.dev(\d+)(?:\.|$)")
 _DAY_NS = 86_400 * 10**9
 _HALF_DAY_NS = _DAY_NS // 2
+_ACTIONS = ("allocate", "free", "allocate failure")
 
 
 def _first_line(head: bytes) -> list[str]:
@@ -57,6 +58,11 @@ def sniff(head: bytes) -> bool:
 
 
 def _time_ns(text: str, row: int) -> int:
+    if len(text) == 15 and text[2] == ":" and text[5] == ":" and text[8] == "." and text.isascii():
+        try:  # RMM's own form, HH:MM:SS.ffffff
+            return (int(text[:2]) * 3600 + int(text[3:5]) * 60 + int(text[6:8])) * 10**9 + int(text[9:]) * 1000
+        except ValueError:
+            pass
     match = _TIME.match(text.strip())
     if match is None:
         raise LogFormatError(f"row {row}: time {text!r} is not HH:MM:SS.ffffff")
@@ -66,12 +72,14 @@ def _time_ns(text: str, row: int) -> int:
 
 def _pointer(text: str, row: int) -> int:
     text = text.strip()
-    if text in ("(nil)", "0x0", "0"):
+    if text == "(nil)":
         return 0
-    try:
-        return int(text, 16)
-    except ValueError:
-        raise LogFormatError(f"row {row}: pointer {text!r} is not 0x... or (nil)") from None
+    if text.startswith("0x") or text == "0":
+        try:
+            return int(text, 16)
+        except ValueError:
+            pass
+    raise LogFormatError(f"row {row}: pointer {text!r} is not 0x... or (nil)")
 
 
 def _ends_with_newline(source: Source) -> bool:
@@ -97,10 +105,15 @@ class _Rows:
             return
         if len(fields) != len(HEADER):
             raise LogFormatError(f"row {number} has {len(fields)} fields, not {len(HEADER)}: {fields!r}")
-        thread_text, time_text, action, pointer_text, size_text = (field.strip() for field in fields[:5])
-        if not size_text.isdigit() or not thread_text.isdigit():
+        thread_text, time_text, action, pointer_text, size_text, _ = fields
+        try:
+            size, thread = int(size_text), int(thread_text)
+        except ValueError:
+            size = thread = -1
+        if size < 0 or thread < 0:
             raise LogFormatError(f"row {number}: thread {thread_text!r} and size {size_text!r} must be integers")
-        if action not in ("allocate", "free", "allocate failure"):
+        action = action.strip()
+        if action not in _ACTIONS:
             raise LogFormatError(f"row {number}: action {action!r} is not allocate, free or allocate failure")
         pointer = _pointer(pointer_text, number)
         day = self.day
@@ -111,7 +124,6 @@ class _Rows:
         if time_ns < self.previous:
             self.reordered += 1
             time_ns = self.previous
-        size, thread = int(size_text), int(thread_text)
         if action == "allocate failure":
             self.failures.append((len(self.changes), time_ns, size, thread))
         else:
