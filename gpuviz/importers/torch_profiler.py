@@ -144,7 +144,7 @@ def _decode(event: Any, position: int) -> MemoryEvent | None:
         position,
         _int(args.get("Device Type", 0), "Device Type", position),
         _int(args.get("Device Id", -1), "Device Id", position),
-        tid if type(tid) is int else 0,
+        tid if type(tid) is int else int(tid) if isinstance(tid, str) and tid.isdigit() else 0,
         _optional(args, "Addr", position),
         _int(args["Bytes"], "Bytes", position),
         _optional(args, "Total Allocated", position),
