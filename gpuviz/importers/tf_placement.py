@@ -9,9 +9,10 @@ absl ``I0000 00:00:1700000000.123456   1234 file.cc:123] `` prefix):
 
 Each becomes a ``placement`` event: tag = op type, device = where it ran. The log says
 nothing of the device the op asked for (``peer`` is -1) nor whether soft placement moved it
-(``flags`` 0), nor of time: events keep the source's line order at 1 µs apart (``time_ns``
-inferred). The placer prints each node's assignment to stdout and to the log, so a placer
-line is counted once per (node, op, device). A notebook (``.ipynb``) is read from its stored
+(``flags`` 0). Time: from the glog/absl prefix when every line has one (``time_ns`` exact;
+glog's local wall clock is read as UTC), else the line order at 1 µs apart (inferred). The
+placer prints each node's assignment to stdout and to the log, so a placer line is counted
+once per (node, op, device). A notebook (``.ipynb``) is read from its stored
 outputs (stream text and ``text/plain``), cell by cell.
 
 Device names: ``/job:localhost/replica:0/task:0/device:GPU:0``, ``/device:GPU:0`` and TF < 1.4's
@@ -24,6 +25,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import NamedTuple
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import event_row, finish, set_source_meta
@@ -31,14 +34,14 @@ from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "placements", "device_name"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "placements", "Placement", "device_name"]
 
 NAME = "tf-placement"
 DESCRIPTION = "a TensorFlow device-placement log (text or notebook outputs with 'Executing op X in device ...')"
 
 _PREFIX = (
-    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?: [IWEF] [^\]\n]*\] "  # glog
-    r"|[IWEF]\d{4} [\d:.]+\s+\d+ [^\]\n]*\] )?"  # absl
+    r"(?:(?P<glog>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): [IWEF] [^\]\n]*\] "  # glog
+    r"|[IWEF](?:0000 00:00:(?P<epoch>\d+\.\d+)|\d{4} [\d:.]+)\s+\d+ [^\]\n]*\] )?"  # absl
 )
 _DEVICE = r"(/(?:job:[^/\s]+/replica:\d+/task:\d+/)?(?:device:)?[A-Za-z_]+:\d+)"
 _EAGER = re.compile(rf"^{_PREFIX}Executing op (\S+) in device {_DEVICE}\s*$", re.MULTILINE)
@@ -60,12 +63,36 @@ def device_name(device: str) -> str:
     return f"/job:{job}/replica:{replica}/task:{task}/device:{short}"
 
 
-def placements(text: str) -> Iterator[tuple[int, str, str, str | None]]:
-    """``(offset, op type, device name, node name or None)`` of every placement line in ``text``, in order."""
-    found: list[tuple[int, str, str, str | None]] = [(m.start(), m[1], m[2], None) for m in _EAGER.finditer(text)]
-    found += [(m.start(), m[2], m[3], m[1]) for m in _PLACER.finditer(text)]
-    for offset, op, device, node in sorted(found):
-        yield offset, op, device_name(device), node
+class Placement(NamedTuple):
+    """One placement line: where it starts in the text, the op type, gpuviz's device name, the graph
+    node (placer lines; None for eager ones) and the time of its log prefix (ns since the epoch, None without)."""
+
+    offset: int
+    op: str
+    device: str
+    node: str | None
+    time_ns: int | None
+
+
+def _prefix_time(match: re.Match[str]) -> int | None:
+    """The time written in a glog prefix (as UTC: glog writes local time without a zone) or absl's epoch form."""
+    if match["glog"]:
+        day, clock = match["glog"].split(" ")
+        seconds, _, fraction = clock.partition(".")
+        moment = datetime.strptime(f"{day} {seconds}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        return int(moment.timestamp()) * 10**9 + int(fraction.ljust(9, "0")[:9] or 0)
+    if match["epoch"]:
+        whole, _, fraction = match["epoch"].partition(".")
+        return int(whole) * 10**9 + int(fraction.ljust(9, "0")[:9])
+    return None
+
+
+def placements(text: str) -> Iterator[Placement]:
+    """Every placement line in ``text``, in order."""
+    found = [Placement(m.start(), m[3], m[4], None, _prefix_time(m)) for m in _EAGER.finditer(text)]
+    found += [Placement(m.start(), m[4], m[5], m[3], _prefix_time(m)) for m in _PLACER.finditer(text)]
+    for line in sorted(found):
+        yield line._replace(device=device_name(line.device))
 
 
 def sniff(head: bytes) -> bool:
@@ -102,24 +129,30 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     data = source.read_all()
     is_notebook = _NOTEBOOK.match(data) is not None
     text = _notebook_text(data, source.name) if is_notebook else data.decode("utf-8", errors="replace")
-    rows = []
+    rows: list[Placement] = []
     seen: set[tuple[str, str, str]] = set()
     duplicates = 0
-    for _, op, device, node in placements(text):
-        if node is not None:
-            if (node, op, device) in seen:
+    for line in placements(text):
+        if line.node is not None:
+            if (line.node, line.op, line.device) in seen:
                 duplicates += 1
                 continue
-            seen.add((node, op, device))
-        rows.append((op, device))
+            seen.add((line.node, line.op, line.device))
+        rows.append(line)
     log = EventLog()
-    names = sorted({device for _, device in rows}, key=_device_order)
+    names = sorted({line.device for line in rows}, key=_device_order)
     index = {name: log.add_device(name) for name in names}
-    for i, (op, device) in enumerate(rows):
-        log.append(event_row(time_ns=i * _STEP_NS, kind=int(Kind.PLACEMENT), device=index[device],
-                             tag=log.intern_string(op)))  # fmt: skip
+    timed = bool(rows) and all(line.time_ns is not None for line in rows)
+    previous = 0
+    for i, line in enumerate(rows):
+        time_ns = max(line.time_ns or 0, previous) if timed else i * _STEP_NS
+        previous = time_ns
+        log.append(event_row(time_ns=time_ns, kind=int(Kind.PLACEMENT), device=index[line.device],
+                             tag=log.intern_string(line.op)))  # fmt: skip
     notes = [
-        "time: the log has none; events keep the line order, 1 µs apart",
+        "time: from the glog/absl prefix of every line (glog's local time read as UTC)"
+        if timed
+        else "time: not on every line; events keep the line order, 1 µs apart",
         "requested device: not in the log (peer -1); soft placement: unknown (flags 0)",
     ]
     if duplicates:
@@ -129,7 +162,13 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         format=NAME,
         file=source.name,
         tool="TensorFlow (log_device_placement)",
-        columns={"time_ns": "inferred", "device": "exact", "tag": "exact", "peer": "absent", "flags": "absent"},
+        columns={
+            "time_ns": "exact" if timed else "inferred",
+            "device": "exact",
+            "tag": "exact",
+            "peer": "absent",
+            "flags": "absent",
+        },
         notes=notes,
         extra={"container": "notebook outputs" if is_notebook else "text"},
     )
