@@ -22,11 +22,13 @@ its full name.
 
 from __future__ import annotations
 
+import io
 import json
 import re
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import event_row, finish, set_source_meta
@@ -87,12 +89,17 @@ def _prefix_time(match: re.Match[str]) -> int | None:
     return None
 
 
-def placements(text: str) -> Iterator[Placement]:
-    """Every placement line in ``text``, in order."""
-    found = [Placement(m.start(), m[3], m[4], None, _prefix_time(m)) for m in _EAGER.finditer(text)]
-    found += [Placement(m.start(), m[4], m[5], m[3], _prefix_time(m)) for m in _PLACER.finditer(text)]
-    for line in sorted(found):
-        yield line._replace(device=device_name(line.device))
+def placements(lines: Iterable[str]) -> Iterator[Placement]:
+    """Every placement line among ``lines``, in order (``offset``: the line's index)."""
+    for number, line in enumerate(lines):
+        if "Executing op " in line:
+            match = _EAGER.match(line)
+            if match is not None:
+                yield Placement(number, match[3], device_name(match[4]), None, _prefix_time(match))
+        elif ": (" in line:
+            match = _PLACER.match(line)
+            if match is not None:
+                yield Placement(number, match[4], device_name(match[5]), match[3], _prefix_time(match))
 
 
 def sniff(head: bytes) -> bool:
@@ -125,30 +132,39 @@ def _notebook_text(data: bytes, name: str) -> str:
     return "".join(parts)
 
 
+def _open_text(source: Source, is_notebook: bool) -> IO[str]:
+    """The log's text, streamed, or a notebook's stored outputs."""
+    if is_notebook:
+        return io.StringIO(_notebook_text(source.read_all(), source.name))
+    return io.TextIOWrapper(source.open(), encoding="utf-8", errors="replace")
+
+
 def read(source: Source, *, progress: Progress) -> EventLog:
-    data = source.read_all()
-    is_notebook = _NOTEBOOK.match(data) is not None
-    text = _notebook_text(data, source.name) if is_notebook else data.decode("utf-8", errors="replace")
-    rows: list[Placement] = []
+    is_notebook = _NOTEBOOK.match(source.head) is not None
+    log = EventLog()
+    devices: dict[str, int] = {}  # name -> local index, in order of appearance
+    kept_devices, tags, times = array("l"), array("l"), array("q")
     seen: set[tuple[str, str, str]] = set()
     duplicates = 0
-    for line in placements(text):
-        if line.node is not None:
-            if (line.node, line.op, line.device) in seen:
-                duplicates += 1
-                continue
-            seen.add((line.node, line.op, line.device))
-        rows.append(line)
-    log = EventLog()
-    names = sorted({line.device for line in rows}, key=_device_order)
-    index = {name: log.add_device(name) for name in names}
-    timed = bool(rows) and all(line.time_ns is not None for line in rows)
+    timed = True
+    with _open_text(source, is_notebook) as text:
+        for line in placements(text):
+            if line.node is not None:
+                if (line.node, line.op, line.device) in seen:
+                    duplicates += 1
+                    continue
+                seen.add((line.node, line.op, line.device))
+            kept_devices.append(devices.setdefault(line.device, len(devices)))
+            tags.append(log.intern_string(line.op))
+            timed = timed and line.time_ns is not None
+            times.append(line.time_ns or 0)
+    index = {local: log.add_device(name) for name, local in sorted(devices.items(), key=lambda d: _device_order(d[0]))}
+    timed = timed and bool(tags)
     previous = 0
-    for i, line in enumerate(rows):
-        time_ns = max(line.time_ns or 0, previous) if timed else i * _STEP_NS
+    for i, (local, tag, stamp) in enumerate(zip(kept_devices, tags, times, strict=True)):
+        time_ns = max(stamp, previous) if timed else i * _STEP_NS
         previous = time_ns
-        log.append(event_row(time_ns=time_ns, kind=int(Kind.PLACEMENT), device=index[line.device],
-                             tag=log.intern_string(line.op)))  # fmt: skip
+        log.append(event_row(time_ns=time_ns, kind=int(Kind.PLACEMENT), device=index[local], tag=tag))
     notes = [
         "time: from the glog/absl prefix of every line (glog's local time read as UTC)"
         if timed
