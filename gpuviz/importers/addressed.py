@@ -46,15 +46,16 @@ def prepare(
     """
     live: dict[int, int] = {}
     seeds: list[tuple[int, int]] = []
-    intervals: list[tuple[int, int]] = []
+    extent: dict[int, int] = {}  # address -> the largest size ever used there
     for change in changes:
+        size = abs(change.delta)
         if change.delta > 0:
-            live[change.address] = change.delta
-            intervals.append((change.address, change.delta))
+            live[change.address] = size
         elif change.delta < 0 and live.pop(change.address, None) is None:
-            seeds.append((change.address, -change.delta))
-            intervals.append((change.address, -change.delta))
-    segments = infer_segments(intervals)
+            seeds.append((change.address, size))
+        if size > extent.get(change.address, 0):
+            extent[change.address] = size
+    segments = infer_segments(extent.items())
     tag = heap.log.intern_string(PREEXISTING)
     for base, size in segments:
         heap.segment_alloc(start_ns, base, size)

@@ -24,8 +24,11 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import re
 import zlib
+from array import array
+from collections.abc import Iterator
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.addressed import Change, apply, prepare
@@ -95,7 +98,8 @@ class _Rows:
     """The parsed rows: changes in order, failures ``(position among changes, time, size, thread)``."""
 
     def __init__(self) -> None:
-        self.changes: list[Change] = []
+        # the changes as columns (a row costs 32 bytes, not a tuple of four ints)
+        self.times, self.addresses, self.deltas, self.threads = array("q"), array("q"), array("q"), array("q")
         self.failures: list[tuple[int, int, int, int]] = []
         self.rows = self.day = self.previous = self.reordered = self.first_ns = 0
 
@@ -125,13 +129,21 @@ class _Rows:
             self.reordered += 1
             time_ns = self.previous
         if action == "allocate failure":
-            self.failures.append((len(self.changes), time_ns, size, thread))
+            self.failures.append((len(self.times), time_ns, size, thread))
         else:
-            self.changes.append(Change(time_ns, pointer, size if action == "allocate" else -size, thread))
+            self.times.append(time_ns)
+            self.addresses.append(pointer)
+            self.deltas.append(size if action == "allocate" else -size)
+            self.threads.append(thread)
         if not self.rows:
             self.first_ns = time_ns
         self.rows += 1
         self.day, self.previous = day, time_ns
+
+    def changes(self) -> Iterator[Change]:
+        """The allocations and frees in order."""
+        for row in zip(self.times, self.addresses, self.deltas, self.threads, strict=True):
+            yield Change(*row)
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
@@ -164,7 +176,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         log.truncated = True
         notes.append(f"the compressed file is cut short ({exc}): imported the rows before the cut")
-    changes, failures = parsed.changes, parsed.failures
+    failures = parsed.failures
     if parsed.day:
         notes.append(f"the log passes midnight {parsed.day // _DAY_NS} time(s): times continue into the next day")
     if parsed.reordered:
@@ -172,11 +184,11 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             f"{parsed.reordered} rows are earlier than the row before (threads logging out of order): kept in order"
         )
     if parsed.rows:
-        notes.extend(prepare(heap, changes, start_ns=parsed.first_ns))
+        notes.extend(prepare(heap, parsed.changes(), start_ns=parsed.first_ns))
     skipped = 0
     pending = iter(failures)
     failure = next(pending, None)
-    for position, change in enumerate([*changes, None]):
+    for position, change in enumerate(itertools.chain(parsed.changes(), [None])):
         while failure is not None and failure[0] == position:
             heap.oom(failure[1], failure[2], failure[2], thread=failure[3])
             failure = next(pending, None)
