@@ -275,6 +275,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         for key, evs in by_device.items()
         if evs and evs[0].total_reserved is not None
     }
+    for heap in heaps.values():
+        name = log.devices[heap.device].name
+        if reserved.get(name):
+            segment_bytes = sum(heap.segments.values())
+            notes.append(
+                f"{name}: the trace's Total Reserved ends at {reserved[name][-1][1]} bytes; the inferred segments"
+                f" hold {segment_bytes} (the allocator reserved memory the trace never touched, or released some)"
+            )
     schema = "2021 (no Addr/totals)" if events and not addressed else "current"
     extra: dict[str, Any] = {"schema": schema, "total_reserved": reserved}
     for name in ("distributedInfo", "schemaVersion", "profile_memory"):
