@@ -114,7 +114,7 @@ def memory_tag(op: str | None, dtype: str | None, shape: str | None) -> str | No
     return array_tag(op, dtype, dims)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemoryRecord:
     """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns."""
 
