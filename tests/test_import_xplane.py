@@ -101,6 +101,7 @@ def test_peak_and_final_state(log: gpuviz.EventLog) -> None:
     final = {s.device: s for s in (r.state_at(-1, device=d) for d in ("GPU:4", "GPU:6", "CPU:0"))}
     assert {d: s.bytes_in_use for d, s in final.items()} == {"GPU:4": 2195516416, "GPU:6": 2196774144, "CPU:0": 64768}
     for device, state in final.items():
+        state.check()
         assert state.bytes_in_use == _in_use_after_each(log, device)[-1][-1]
     assert [options.get("untracked_bytes_in_use") for options in (d.options for d in log.devices)] == [
         None, 4013337088, None, None, 4013337088, None, 4013337088, None, 540928,

@@ -147,9 +147,16 @@ def test_the_request_tensorflow_refused_is_refused_too(factory: Factory) -> None
     assert info.value.rounded == refused
 
 
-def test_the_fixtures_import_as_logs() -> None:
+def test_the_fixtures_import_as_logs_that_end_like_the_allocator() -> None:
+    """The imported trace (segments inferred) ends with the same chunks in use, at the same
+    addresses and sizes, as the allocator that was driven with it."""
     for name in WORKLOADS:
         log = gpuviz.load(FIXTURES / f"{name}.xplane.pb.gz")
         assert [d.name for d in log.devices] == ["CPU:0"]
         assert log.devices[0].options["allocator"] == "bfc_cpu_allocator_for_gpu"
         assert log.devices[0].options["untracked_bytes_in_use"] == 0
+        imported = replay(log).state_at(-1)
+        imported.check()
+        allocator = _drive(ALLOCATORS["BFCAllocator"], name)[0]
+        in_use = {(c.address, c.size, c.requested) for c in imported.chunks() if c.in_use}
+        assert in_use == {(c.address, c.size, c.requested) for c in allocator.state().chunks() if c.in_use}
