@@ -239,3 +239,22 @@ def test_wire_decoder_reads_negative_int64() -> None:
     encoded = _field(1, -5)
     ((number, wire, value, _),) = list(fields(encoded))
     assert (number, wire, as_int64(value)) == (1, 0, -5)
+
+
+def test_contradicting_events_are_skipped_and_counted(tmp_path: Path) -> None:
+    events = [
+        _free(1_000, BASE, 512, 256),  # made before the trace: seeded
+        _free(2_000, BASE + 256, 256, 0),  # inside the first: contradicts it
+        _alloc(3_000, BASE, 256, 256),
+        _alloc(4_000, BASE, 256, 512),  # over memory in use
+        _free(5_000, BASE, 256, 256),
+        _free(6_000, BASE, 256, 256),  # a second free
+    ]
+    path = tmp_path / "x.pb"
+    path.write_bytes(_space(events))
+    log = load(path)
+    assert [(e.kind, e.address - BASE) for e in log if e.kind in ("alloc", "free")] == [
+        ("alloc", 0), ("free", 0), ("alloc", 0), ("free", 0),
+    ]  # fmt: skip
+    assert any(note.startswith("4 events that contradict the heap") for note in log.meta["notes"])
+    replay(log).state_at(-1).check()
