@@ -35,8 +35,12 @@ __all__ = ["load", "detect", "formats", "IMPORTERS"]
 # Sniffed in this order; the first whose ``sniff`` accepts the head reads the file.
 IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
+    "gpuviz.importers.torch_snapshot",
     "gpuviz.importers.xplane",
     "gpuviz.importers.xprof_memory",
+    "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.rmm_csv",
+    "gpuviz.importers.tf_placement",
 )
 
 # What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.
