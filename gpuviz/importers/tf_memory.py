@@ -126,6 +126,7 @@ class MemoryRecord:
     size: int
     bytes_in_use: int  # TF's bytes_allocated after the event; -1 when absent
     peak_bytes_in_use: int
+    fragmentation: float  # TF's (free - largest free chunk) / free after the event; -1.0 when absent
     op: str
     dtype: str | None
     shape: str | None

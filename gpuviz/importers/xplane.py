@@ -194,6 +194,7 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
 
     step = stats.get("group_id")
     data_type = stats.get("data_type")
+    fragmentation = stats.get("fragmentation")
     return MemoryRecord(
         time_ns=time_ns,
         is_alloc=is_alloc,
@@ -203,6 +204,7 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
         size=number("allocation_bytes"),
         bytes_in_use=number("bytes_allocated", -1),
         peak_bytes_in_use=number("peak_bytes_in_use", -1),
+        fragmentation=float(fragmentation) if isinstance(fragmentation, (int, float)) else -1.0,
         op=str(stats.get("tf_op") or ""),
         dtype=dtype_name(data_type if isinstance(data_type, (int, str)) else None),
         shape=str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
