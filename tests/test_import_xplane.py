@@ -258,3 +258,11 @@ def test_contradicting_events_are_skipped_and_counted(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert any(note.startswith("4 events that contradict the heap") for note in log.meta["notes"])
     replay(log).state_at(-1).check()
+
+
+def test_a_profile_without_memory_events_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "jax.xplane.pb"
+    path.write_bytes(_space([], planes=("/device:GPU:0",)))
+    log = load(path)
+    assert len(log) == 0 and [d.name for d in log.devices] == ["GPU:0"]
+    assert log.meta["notes"] == ["the trace holds no MemoryAllocation/MemoryDeallocation events"]
