@@ -3,6 +3,7 @@ offline, and runs a notebook with the magic in a real JupyterLab server."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -153,6 +154,14 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     opened = page.locator(".jp-gpuviz-result table[data-name='placement'] tbody tr").all_inner_texts()
     assert opened == rows
     assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "run.arrow"
+
+    # a TensorFlow profile opens the same way: the server tells its format by its content
+    fixture = Path(__file__).resolve().parent / "fixtures" / "tf_bfc" / "oom.xplane.pb.gz"
+    (root / "host.xplane.pb").write_bytes(gzip.decompress(fixture.read_bytes()))
+    page.goto(f"{base}/lab/tree/host.xplane.pb?reset&token={token}")
+    page.wait_for_selector(".jp-gpuviz-result .js-plotly-plot", timeout=90_000)
+    assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "host.xplane.pb"
+    assert "CPU:0: peak in use" in page.inner_text(".jp-gpuviz-result")
 
     newer = json.loads((root / "run.gpuviz.json").read_text()) | {"version": 2}
     (root / "newer.gpuviz.json").write_text(json.dumps(newer))

@@ -4,6 +4,7 @@ format agree, the extension is installed, and results are written as documented.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -153,3 +154,16 @@ def test_server_extension_answers_with_the_result_of_a_saved_log(lab_server) -> 
     assert status in (403, 404)  # nothing outside the server's root
     status, _ = get(f"{base}/gpuviz/result?path=runs/run.arrow")  # no token
     assert status == 403
+
+
+def test_traces_of_other_tools_open_as_results_too(lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A TensorFlow XPlane in the file browser: the route tells the format by its content."""
+    base, token, root = lab_server
+    source = (EXTENSION / "src" / "format.ts").read_text()
+    declared = re.search(r"export const TRACE_EXTENSIONS = \[([^\]]*)\];", source)
+    assert declared is not None and ".xplane.pb" in re.findall(r"'([^']*)'", declared.group(1))
+    fixture = Path(__file__).resolve().parent / "fixtures" / "tf_bfc" / "oom.xplane.pb.gz"
+    (root / "host.xplane.pb").write_bytes(gzip.decompress(fixture.read_bytes()))
+    status, body = get(f"{base}/gpuviz/result?token={token}&path=host.xplane.pb")
+    assert status == 200
+    assert body == result(profile(gpuviz.load(root / "host.xplane.pb")), title="host.xplane.pb")
