@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from gpuviz.base.torch_rules import CachingRules
 from gpuviz.base.units import MiB, parse_bytes
 from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.native import allocator_class
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
 from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import Upstream
@@ -90,7 +91,7 @@ class Policy:
         """A fresh allocator of this policy over ``upstream`` recording into ``log``."""
         o = self.options
         if self.kind == "tf-bfc":
-            return BFCAllocator(
+            return allocator_class()(  # the native core where it is built, with the same decisions
                 upstream,
                 memory_limit=o.get("limit"),  # type: ignore[arg-type]
                 memory_fraction=o.get("fraction"),  # type: ignore[arg-type]
