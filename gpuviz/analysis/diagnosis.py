@@ -64,6 +64,7 @@ class Diagnosis:
     transfer_ns: int
     wall_ns: int
     hints: list[str] = field(default_factory=list)
+    t0_ns: int = 0  # the log's first time: views show times from it
 
 
 LIVE_COLUMNS = ["tag", "shape", "dtype", "requested", "size", "call_site", "age_ns", "address", "alloc_index"]
@@ -225,4 +226,5 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag", heap: Repla
             f"{row['device']}: out of memory at event {row['seq']} requesting {format_size(int(row['requested']))}"
             f" - {cause}."
         )
-    return Diagnosis(devices, ooms, int(transfers["bytes"].sum()), transfer_ns, wall, hints)
+    t0 = int(time_ns.min()) if len(time_ns) else 0
+    return Diagnosis(devices, ooms, int(transfers["bytes"].sum()), transfer_ns, wall, hints, t0)

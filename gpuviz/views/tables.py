@@ -117,10 +117,11 @@ def _frame_html(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> str
     return f'<table class="gpuviz-sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag", t0_ns: int = 0) -> str:
+def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag", t0_ns: int | None = None) -> str:
     """Hints, then per device: at its first OOM the sentence, the pinning allocations and what was
     live; the peak and when, top allocations at the peak, what was live at the peak (without an
-    OOM), possible leaks; then every OOM. ``t0_ns``: the log's first time (times are shown from it)."""
+    OOM), possible leaks; then every OOM. ``t0_ns``: times are shown from it (default: the log's start)."""
+    t0 = diagnosis.t0_ns if t0_ns is None else t0_ns
     parts = []
     for hint in diagnosis.hints:
         parts.append(f'<div class="hint">{_e(hint)}</div>')
@@ -129,7 +130,7 @@ def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag", t0_ns: int = 0)
         parts.append(f"<h4>{_e(d.device)}</h4>")
         if d.pinning is not None:
             parts.append(f"<div><b>Out of memory</b> requesting {format_size(d.pinning.request_bytes)}:</div>")
-            parts.append(pinning_html(d.pinning, t0_ns))
+            parts.append(pinning_html(d.pinning, t0))
         metrics = [
             ("peak in use", f"{format_size(d.peak.bytes)} at event {when}"),
             ("peak pool", format_size(d.peak_pool_bytes)),
