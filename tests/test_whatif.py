@@ -92,7 +92,11 @@ def test_comparison_views_and_display() -> None:
     assert [row[0] for row in data["tables"][0]["rows"]] == ["recorded", "torch", "rmm-pool"]
     bars = data["figures"][0]["figure"]["data"]
     assert [trace["name"] for trace in bars] == ["peak reserved", "peak in use", "peak requested"]
-    assert bars[0]["y"] == [18 * MiB, 22 * MiB, c["rmm-pool"].peak_reserved]
+    # GiB: the binary unit of the largest of the peaks and the capacity (1 GiB)
+    assert bars[0]["y"] == [18 / 1024, 22 / 1024, c["rmm-pool"].peak_reserved / (1 << 30)]
+    assert data["figures"][0]["figure"]["layout"]["yaxis"]["title"]["text"] == "memory (GiB)"
+    assert data["figures"][2]["title"] == "recorded: where the most reserved memory sat unused"
+    assert data["tables"][0]["rows"][0][1] == "(as run)"
     static = comparison_static_html(c)
     assert "<script" not in static and "rmm-pool" in static
     bundle = c._repr_mimebundle_()

@@ -21,10 +21,10 @@ import plotly.offline
 from plotly.subplots import make_subplots
 from plotly.utils import PlotlyJSONEncoder
 
-from gpuviz.analysis.comparison import Comparison, PolicyOutcome, set_renderer
+from gpuviz.analysis.comparison import RECORDED, Comparison, PolicyOutcome, set_renderer
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.timeline import resample
-from gpuviz.base.units import format_bytes
+from gpuviz.base.units import binary_unit, format_bytes
 from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.report import FRAME_RECTANGLES, figure_json
 from gpuviz.views.result import FORMAT, FORMAT_VERSION, MIME_TYPE
@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 _COLORS = ("#444444", "#3b6fb6", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d")
-_GIB_TICKS = {"tickformat": "~s", "ticksuffix": "B"}
 
 
 def _color(i: int) -> str:
@@ -52,6 +51,7 @@ def comparison_bars(c: Comparison) -> go.Figure:
     """Grouped bars per policy: peak reserved, peak in use, peak requested (bytes); policies that ran
     out of memory are labelled so."""
     names = [o.name + (" (OOM)" if o.oom is not None else "") for o in c.outcomes]
+    factor, unit = binary_unit(max([o.peak_reserved for o in c.outcomes] + [c.capacity or 0, 1]))
     figure = go.Figure()
     for metric, label, color in (
         ("peak_reserved", "peak reserved", "#3b6fb6"),
@@ -61,15 +61,15 @@ def comparison_bars(c: Comparison) -> go.Figure:
         values = [getattr(o, metric) for o in c.outcomes]
         figure.add_trace(
             go.Bar(
-                x=names, y=values, name=label, marker_color=color,
+                x=names, y=[v / factor for v in values], name=label, marker_color=color,
                 text=[format_bytes(v) for v in values], textposition="outside",
                 hovertemplate="%{x}<br>" + label + ": %{text}<extra></extra>",
             )
         )  # fmt: skip
     if c.capacity is not None:
-        figure.add_hline(y=c.capacity, line_dash="dash", line_color="#c0392b", annotation_text="capacity")
+        figure.add_hline(y=c.capacity / factor, line_dash="dash", line_color="#c0392b", annotation_text="capacity")
     figure.update_layout(
-        barmode="group", title=f"{c.device}: peak memory per policy", yaxis={"title": "bytes", **_GIB_TICKS},
+        barmode="group", title=f"{c.device}: peak memory per policy", yaxis={"title": f"memory ({unit})"},
         legend={"orientation": "h", "y": -0.2}, margin={"t": 60, "b": 80},
     )  # fmt: skip
     return figure
@@ -83,6 +83,7 @@ def comparison_timeline(c: Comparison, *, points: int = 1500) -> go.Figure:
     """Bytes reserved by each policy over the source's time, fragmentation (0 to 1) on the right axis,
     and an x where a policy ran out of memory."""
     figure = make_subplots(specs=[[{"secondary_y": True}]])
+    factor, unit = binary_unit(max([o.peak_reserved for o in c.outcomes] + [c.capacity or 0, 1]))
     starts = [int(o.series.time_ns[0]) for o in c.outcomes if len(o.series)]
     t0 = min(starts) if starts else 0
     for i, o in enumerate(c.outcomes):
@@ -91,7 +92,7 @@ def comparison_timeline(c: Comparison, *, points: int = 1500) -> go.Figure:
         reduced = resample(o.series, points)
         x = _seconds(reduced.time_ns, t0)
         figure.add_trace(
-            go.Scatter(x=x, y=reduced.maximum["pool_bytes"], name=f"{o.name}: reserved", mode="lines",
+            go.Scatter(x=x, y=reduced.maximum["pool_bytes"] / factor, name=f"{o.name}: reserved", mode="lines",
                        line={"color": _color(i), "shape": "hv"}, legendgroup=o.name),
             secondary_y=False,
         )  # fmt: skip
@@ -103,19 +104,28 @@ def comparison_timeline(c: Comparison, *, points: int = 1500) -> go.Figure:
         )  # fmt: skip
         if o.oom is not None:
             figure.add_trace(
-                go.Scatter(x=[(o.oom.time_ns - t0) / 1e9], y=[int(o.series.pool_bytes[-1])], mode="markers",
+                go.Scatter(x=[(o.oom.time_ns - t0) / 1e9], y=[int(o.series.pool_bytes[-1]) / factor], mode="markers",
                            marker={"symbol": "x", "size": 12, "color": _color(i)}, name=f"{o.name}: out of memory",
                            legendgroup=o.name, hovertext=[o.oom.cause()], hoverinfo="text"),
                 secondary_y=False,
             )  # fmt: skip
     if c.capacity is not None:
-        figure.add_hline(y=c.capacity, line_dash="dash", line_color="#c0392b", annotation_text="capacity")
-    figure.update_layout(title=f"{c.device}: bytes reserved over time", legend={"orientation": "h", "y": -0.25},
+        figure.add_hline(y=c.capacity / factor, line_dash="dash", line_color="#c0392b", annotation_text="capacity")
+    figure.update_layout(title=f"{c.device}: memory reserved over time", legend={"orientation": "h", "y": -0.25},
                          margin={"t": 60, "b": 90})  # fmt: skip
     figure.update_xaxes(title_text="time (s)")
-    figure.update_yaxes(title_text="bytes reserved", secondary_y=False, **_GIB_TICKS)
+    figure.update_yaxes(title_text=f"reserved ({unit})", secondary_y=False)
     figure.update_yaxes(title_text="fragmentation", secondary_y=True, range=[0, 1], tickformat=".0%")
     return figure
+
+
+def worst_moment(o: PolicyOutcome) -> str:
+    """Where a policy's map is shown, in words."""
+    return (
+        f"{o.name}: at its out-of-memory error"
+        if o.oom is not None
+        else f"{o.name}: where the most reserved memory sat unused"
+    )
 
 
 def worst_maps(c: Comparison, *, lean: bool = False) -> list[tuple[PolicyOutcome, go.Figure]]:
@@ -125,9 +135,8 @@ def worst_maps(c: Comparison, *, lean: bool = False) -> list[tuple[PolicyOutcome
         if o.worst_index < 0:
             continue
         state = replay(o.log).state_at(o.worst_index, device=o.device)
-        moment = "at its out-of-memory error" if o.oom is not None else "where the most reserved memory sat unused"
         figure = fragmentation_map(
-            state, title=f"{o.name}: {moment}", max_rectangles=FRAME_RECTANGLES if lean else 20_000, lean=lean,
+            state, title=worst_moment(o), max_rectangles=FRAME_RECTANGLES if lean else 20_000, lean=lean,
             stacks=o.log.stacks,
         )  # fmt: skip
         maps.append((o, figure))
@@ -137,7 +146,8 @@ def worst_maps(c: Comparison, *, lean: bool = False) -> list[tuple[PolicyOutcome
 def _table_rows(c: Comparison) -> tuple[list[str], list[list[Any]]]:
     columns = ["policy", "fits", "peak reserved", "peak in use", "peak requested", "unused at peak", "served", "OOM"]
     rows = [
-        [r["policy"], "yes" if r["fits"] else "no", format_bytes(r["peak_reserved"]), format_bytes(r["peak_in_use"]),
+        [r["policy"], "(as run)" if r["policy"] == RECORDED else "yes" if r["fits"] else "no",
+         format_bytes(r["peak_reserved"]), format_bytes(r["peak_in_use"]),
          format_bytes(r["peak_requested"]), format_bytes(r["waste_at_peak"]), f"{r['served']} / {r['requests']}",
          r["oom"] or ""]
         for r in c.table()
@@ -157,9 +167,7 @@ def comparison_result(c: Comparison, *, title: str = "gpuviz what-if") -> dict[s
         {"name": "whatif:timeline", "title": "Bytes reserved over time", "figure": figure_json(comparison_timeline(c))},
     ]
     for o, figure in worst_maps(c, lean=True):
-        figures.append(
-            {"name": f"whatif:map:{o.name}", "title": figure.layout.title.text, "figure": figure_json(figure)}
-        )
+        figures.append({"name": f"whatif:map:{o.name}", "title": worst_moment(o), "figure": figure_json(figure)})
     columns, rows = _table_rows(c)
     data = {
         "format": FORMAT,
@@ -206,7 +214,7 @@ def comparison_html(c: Comparison, *, title: str = "gpuviz what-if", plotlyjs: s
     body += [f"<p>{html.escape(line)}</p>" for line in _summary_lines(c)]
     body.append(_table_html(c))
     figures = [("Peak memory per policy", comparison_bars(c)), ("Bytes reserved over time", comparison_timeline(c))]
-    figures += [(str(figure.layout.title.text), figure) for _, figure in worst_maps(c)]
+    figures += [(worst_moment(o), figure) for o, figure in worst_maps(c)]
     for heading, figure in figures:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         body.append(figure.to_html(full_html=False, include_plotlyjs=False))
