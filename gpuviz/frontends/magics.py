@@ -14,7 +14,10 @@ earlier cells.
 from __future__ import annotations
 
 import argparse
+import ast
 import shlex
+from contextlib import suppress
+from types import TracebackType
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -76,6 +79,41 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace:
     return args
 
 
+def _user_traceback(tb: TracebackType | None, filename: str) -> TracebackType | None:
+    """``tb`` from the first frame of the cell's own code on (gpuviz's frames dropped)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    return tb
+
+
+def run_cell_code(shell: Any, line: str, cell: str) -> Any:
+    """Run ``cell`` as IPython runs a plain cell: in the user's namespace, with its source
+    cached so tracebacks show its lines (numbered as in the notebook, the magic's line being
+    line 1), and the value of a last bare expression returned (unless it ends with ``;``).
+
+    An exception propagates unchanged, but IPython shows it from the cell's own frames on,
+    as it would for a plain cell: no gpuviz or IPython frames."""
+    body = shell.transform_cell(cell)
+    source = f"# %%gpuviz {line}\n{body}"  # valid Python, numbered as the notebook shows the cell
+    filename = shell.compile.cache(source, shell.execution_count)
+    tree = ast.parse(source, filename)
+    last: ast.Expression | None = None
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr) and not body.rstrip().endswith(";"):
+        tree.body.pop()
+        last = ast.Expression(final.value)
+    try:
+        exec(shell.compile(tree, filename, "exec"), shell.user_ns)
+        return eval(shell.compile(last, filename, "eval"), shell.user_ns) if last is not None else None
+    except BaseException as error:
+        user_tb = _user_traceback(error.__traceback__, filename)
+        if user_tb is not None and not hasattr(error, "_render_traceback_"):
+            shown = shell.InteractiveTB.structured_traceback(type(error), error, user_tb, tb_offset=0)
+            with suppress(AttributeError):  # a type without a __dict__ is shown with every frame
+                error._render_traceback_ = lambda: shown  # type: ignore[attr-defined]  # IPython's hook
+        raise
+
+
 @magics_class
 class GpuvizMagics(Magics):
     def __init__(self, shell: Any) -> None:
@@ -92,7 +130,7 @@ class GpuvizMagics(Magics):
         return self._cell(line, cell)
 
     # --------------------------------------------------------------------- cell
-    def _cell(self, line: str, cell: str) -> None:
+    def _cell(self, line: str, cell: str) -> Any:
         args = _parse(_cell_parser(), line)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
@@ -113,15 +151,15 @@ class GpuvizMagics(Magics):
             display(dashboard)
         shell = self.shell
         assert shell is not None, "the magics are registered on a running IPython shell"
-        code = shell.transform_cell(cell)  # type: ignore[no-untyped-call]
         failure: BaseException | None = None
+        value: Any = None
         try:
             with span("cell"):
                 if args.device:  # run the cell there (the dashboard shows that device too)
                     with device(args.device):
-                        shell.ex(code)  # type: ignore[no-untyped-call]
+                        value = run_cell_code(shell, line, cell)
                 else:
-                    shell.ex(code)  # type: ignore[no-untyped-call]
+                    value = run_cell_code(shell, line, cell)
         except BaseException as error:  # shown after the dashboard is final
             failure = error
         finally:
@@ -134,6 +172,7 @@ class GpuvizMagics(Magics):
             write_report(log, args.report, args.view, title="%%gpuviz report")
         if failure is not None:
             raise failure
+        return value
 
     # --------------------------------------------------------------------- line
     def _line(self, line: str) -> Any:
