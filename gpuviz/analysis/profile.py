@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
+from gpuviz.analysis.moments import opening_index, scrub_stops
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.tables import (
     call_site_table,
@@ -73,8 +74,9 @@ class DeviceProfile:
     device: str
     series: TimelineSeries
     peak: Peak
-    scrub_index: np.ndarray  # log positions the scrubber offers, ascending
+    scrub_index: np.ndarray  # log positions the scrubber offers, ascending (moments.scrub_stops)
     _replay: Replay = field(repr=False)
+    opening: int = -1  # log position views open at: the first OOM, else the peak (moments.opening_index)
 
     def state_at(self, index: int) -> HeapState:
         return self._replay.state_at(index, device=self.device)
@@ -111,16 +113,6 @@ class Profile:
         return candidates[0] if candidates else None
 
 
-def _scrub_positions(series: TimelineSeries, count: int, peak_index: int) -> np.ndarray:
-    if not len(series):
-        return np.zeros(0, dtype=np.int64)
-    picks = np.linspace(0, len(series) - 1, min(count, len(series))).round().astype(np.int64)
-    chosen = set(series.index[picks].tolist())
-    if peak_index >= 0:
-        chosen.add(peak_index)
-    return np.array(sorted(chosen), dtype=np.int64)
-
-
 def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool = True) -> Profile:
     """Compute every derived result of ``log`` that the views need.
 
@@ -134,7 +126,12 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
         series = timeline_series(log, name)
         top = peak(log, name)
         devices[name] = DeviceProfile(
-            name, series, top, _scrub_positions(series, options.scrub_points, top.index), heap
+            name,
+            series,
+            top,
+            scrub_stops(log, name, count=options.scrub_points, series=series),
+            heap,
+            opening_index(log, name, series=series),
         )
     time_ns = log["time_ns"]
     result = Profile(
