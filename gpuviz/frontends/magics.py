@@ -162,8 +162,8 @@ class GpuvizMagics(Magics):
                     value = run_cell_code(shell, line, cell)
         except BaseException as error:  # shown after the dashboard is final
             failure = error
-        finally:
-            dashboard.stop_live()
+        finally:  # live: the final draw happens on the dashboard's thread, the cell returns at once
+            dashboard.stop_live(wait=not args.live)
         if not args.live:
             display(dashboard)
         if args.save:
