@@ -1,9 +1,10 @@
-"""The dashboard: fragmentation map, timeline, placement table and summary of an EventLog, in
-ipywidgets with the two plots in one small anywidget (``Plots``).
+"""The dashboard: fragmentation map, timeline, placement table and summary of an EventLog, as
+one anywidget (its front-end: ``gpuviz.widgets.frontend``; plotly.js: ``PlotlyLibrary``, sent
+once per kernel). One widget is one comm, so showing a dashboard costs a few milliseconds.
 
 ``live=True`` follows the log from a background thread while it grows (never the kernel's
 main thread): at most ``rate_hz`` times a second, and never more often than keeps the
-thread's own time under ``budget`` (5 %) of wall time. Each live update costs what is new
+thread's own CPU time under ``budget`` (5 %) of wall time. Each live update costs what is new
 since the last one (``LiveFollower``): new timeline points are appended to the drawn trace,
 and the map is sent again only when the heap changed. When the run ends (``stop_live``) the
 full views are drawn once: the profile, the map at the first OOM (else the peak) with what
@@ -22,8 +23,10 @@ import threading
 import time
 from typing import Any
 
+import anywidget
 import ipywidgets as widgets
 import numpy as np
+import traitlets
 
 from gpuviz.analysis.live import LiveFollower, LivePoints
 from gpuviz.analysis.moments import oom_indices, opening_index, pinning, scrub_stops
@@ -37,7 +40,8 @@ from gpuviz.views.fragmentation import map_layout, trace_specs
 from gpuviz.views.static import static_html
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
-from gpuviz.widgets.plots import Plots, to_json
+from gpuviz.widgets.frontend import DASHBOARD_CSS, DASHBOARD_ESM
+from gpuviz.widgets.plots import PlotlyLibrary, plotly_library, to_json
 
 __all__ = ["Dashboard"]
 
@@ -76,8 +80,25 @@ def _thin(points: LivePoints, most: int) -> LivePoints:
                                                              "pool_bytes")))  # fmt: skip
 
 
-class Dashboard(widgets.VBox):  # type: ignore[misc]
+class Dashboard(anywidget.AnyWidget):
     """All views of ``log`` in one widget. ``refresh()`` draws the full views from the log."""
+
+    _esm = DASHBOARD_ESM
+    _css = DASHBOARD_CSS
+    library = traitlets.Instance(PlotlyLibrary).tag(sync=True, **widgets.widget_serialization)
+    header = traitlets.Unicode("").tag(sync=True)
+    devices = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    device = traitlets.Unicode("").tag(sync=True)
+    stops: traitlets.List[list[Any]] = traitlets.List().tag(sync=True)  # [label, slider position]
+    position = traitlets.Int(0).tag(sync=True)  # the slider: the n-th allocator event of the device
+    max_position = traitlets.Int(0).tag(sync=True)
+    scrubbable = traitlets.Bool(False).tag(sync=True)
+    slider_label = traitlets.Unicode("").tag(sync=True)
+    map_json = traitlets.Unicode("").tag(sync=True)
+    timeline_json = traitlets.Unicode("").tag(sync=True)
+    pinning_html = traitlets.Unicode("").tag(sync=True)
+    summary_html = traitlets.Unicode("").tag(sync=True)
+    placement_html = traitlets.Unicode("").tag(sync=True)
 
     def __init__(
         self,
@@ -91,6 +112,7 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
     ) -> None:
         if rate_hz <= 0 or not 0 < budget <= 1:
             raise ValueError("rate_hz must be > 0 and budget in (0, 1]")
+        super().__init__(library=plotly_library())
         self.event_log = log
         self.options = options or ViewOptions()
         self.rate_hz = rate_hz
@@ -100,6 +122,7 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
         self.refresh_count = 0  # full draws
         self.live_updates = 0  # incremental updates drawn while live
         self.refresh_seconds = 0.0  # time spent drawing, both kinds
+        self.live_cpu_seconds = 0.0  # CPU time of the live updates (what they cost the cell)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,31 +130,10 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
         self._live_device: str | None = None
         self._timeline_points = 0
         self._quiet = False  # True while the code itself moves the controls
-        self.header = widgets.HTML()
-        self.device_select = widgets.Dropdown(description="device", options=[])
-        self.stops = widgets.Dropdown(description="jump to", options=[], layout=widgets.Layout(width="40%"))
-        self.slider = widgets.IntSlider(description="event", min=0, max=0, continuous_update=True, readout=False,
-                                        layout=widgets.Layout(width="50%"))  # fmt: skip
-        self.slider_label = widgets.HTML(layout=widgets.Layout(width="50%"))
-        self.plots = Plots(layout=widgets.Layout(width="75%"))
-        self.pinning = widgets.HTML(layout=widgets.Layout(width="25%"))
-        self.placement = widgets.HTML()
-        self.summary = widgets.HTML()
-        tabs = widgets.Tab(children=[self.summary, self.placement])
-        for i, name in enumerate(("Summary", "Placement")):
-            tabs.set_title(i, name)
-        super().__init__([
-            self.header, widgets.HBox([self.device_select, self.stops]),
-            widgets.HBox([self.slider, self.slider_label]), widgets.HBox([self.plots, self.pinning]), tabs,
-        ])  # fmt: skip
-        self.add_class("gpuviz-dashboard")
-        self.slider_label.add_class("gpuviz-slider-label")
-        self.device_select.observe(self._on_device, names="value")
-        self.slider.observe(self._on_slider, names="value")
-        self.stops.observe(self._on_stop, names="value")
+        self.observe(self._on_device, names="device")
+        self.observe(self._on_slider, names="position")
         if live:
-            self.header.value = f"<b>{html.escape(title)}</b> · starting…"
-            self.slider.disabled = True
+            self.header = f"<b>{html.escape(title)}</b> · starting…"
             self.start_live()
         else:
             self.refresh()
@@ -159,15 +161,16 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
 
     def _run(self) -> None:
         log = logging.getLogger("gpuviz")
-        last_cost = 0.0
         while True:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             try:
                 self.live_update()
             except Exception:  # an update must never kill the thread; the next one retries
                 log.exception("dashboard update failed")
-            last_cost = time.perf_counter() - start
-            if self._stop.wait(max(1.0 / self.rate_hz, last_cost / self.budget) - last_cost):
+            cost = time.thread_time() - cpu  # this thread's CPU time: what the update took from the cell
+            self.live_cpu_seconds += cost
+            elapsed = time.perf_counter() - start
+            if self._stop.wait(max(0.0, max(1.0 / self.rate_hz, cost / self.budget) - elapsed)):
                 break
         try:
             self.refresh()
@@ -188,18 +191,18 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
             t0 = int(self.event_log["time_ns"][0]) if len(self.event_log) else 0
             if device is not None and device != self._live_device:
                 self._live_device, self._timeline_points, changed = device, 0, True
-                self.device_select.options = [device]
+                self.devices, self.device = [device], device
             if device is not None and points is not None and len(points):
                 self._append_points(device, _thin(points, _LIVE_POINTS_PER_UPDATE), t0)
             elif device is not None and self._timeline_points == 0:
-                self.plots.timeline_json = to_json(_live_timeline(device, None, t0))
+                self.timeline_json = to_json(_live_timeline(device, None, t0))
             if device is not None and changed:
                 state = self._follower.state(device)
                 self._show_map(state, f"{device} (live)")
                 n = len(self.event_log)
                 t = (int(self.event_log["time_ns"][n - 1]) - t0) / 1e9 if n else 0.0
-                self.slider_label.value = f"live · event {n - 1} · {t:.3f} s"
-            self.header.value = (
+                self.slider_label = f"live · event {n - 1} · {t:.3f} s"
+            self.header = (
                 f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · running"
                 f" · {self.live_updates + 1} updates"
             )
@@ -212,12 +215,12 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
                 reduced = resample(timeline_series(self.event_log, device), self.options.points)
                 points = LivePoints(reduced.time_ns, reduced.time_ns, reduced.maximum["bytes_in_use"],
                                     reduced.maximum["bytes_requested"], reduced.maximum["pool_bytes"])  # fmt: skip
-            self.plots.timeline_json = to_json(_live_timeline(device, points, t0))
+            self.timeline_json = to_json(_live_timeline(device, points, t0))
             self._timeline_points = len(points)
             return
         x = ((points.time_ns - t0) / 1e9).tolist()
         in_use, requested = (points.bytes_in_use / MiB).tolist(), (points.bytes_requested / MiB).tolist()
-        self.plots.extend("timeline", [0, 1], [x, x], [in_use, requested])
+        self.send({"extend": {"figure": "timeline", "traces": [0, 1], "x": [x, x], "y": [in_use, requested]}})
         self._timeline_points += len(points)
 
     # ------------------------------------------------------------------ full
@@ -229,36 +232,34 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
             p = profile(self.event_log, self.options, strict=False)
             self.profile = p
             devices = list(p.devices)
-            chosen = self.device_select.value if self.device_select.value in devices else p.device
+            chosen = self.device if self.device in devices else p.device
             self._quiet = True
             try:
-                if list(self.device_select.options) != devices:
-                    self.device_select.options = devices
-                if chosen is not None:
-                    self.device_select.value = chosen
+                self.devices = devices
+                self.device = chosen or ""
             finally:
                 self._quiet = False
             self._draw_device(chosen)
             tables = placement_html(p.placements) if len(p.placements) else "<p>No ops recorded.</p>"
             if len(p.call_sites):
                 tables += "<h4>Call sites</h4>" + call_site_html(p.call_sites)
-            self.placement.value = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
-            self.summary.value = (
+            self.placement_html = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
+            self.summary_html = (
                 f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
                 + summary_html(p.diagnosis, group_by=self.options.group_by)
                 + "</div>"
             )
-            self.header.value = f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · devices: " + (
+            self.header = f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · devices: " + (
                 html.escape(", ".join(devices or ["none"]))
             )
-            self.slider.disabled = False
+            self.scrubbable = True
             self.refresh_count += 1
             self.refresh_seconds += time.perf_counter() - start
 
     def _draw_device(self, device: str | None) -> None:
         p = self.profile
         if p is None or device is None or device not in p.devices:
-            self.stops.options = []
+            self.stops = []
             return
         dp = p.devices[device]
         log = self.event_log
@@ -276,21 +277,20 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
             labels.append((f"{what}event {index}", at))
         self._quiet = True
         try:
-            self.stops.options = labels
-            self.stops.value = None
-            self.slider.max = max(len(positions) - 1, 0)
+            self.stops = [list(pair) for pair in labels]
+            self.max_position = max(len(positions) - 1, 0)
             at = int(np.searchsorted(positions, opening, side="right")) - 1 if opening >= 0 else len(positions) - 1
-            self.slider.value = max(at, 0)
+            self.position = max(at, 0)
         finally:
             self._quiet = False
-        self._draw_map(device, self.slider.value)
+        self._draw_map(device, self.position)
         figure = timeline(
             dp.series, t0_ns=p.t0_ns, points=self.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == device] if len(p.ooms) else None,
             segments=p.segments[p.segments["device"] == device] if len(p.segments) else None, peak=dp.peak,
         ).to_plotly_json()  # fmt: skip
         figure["layout"]["uirevision"] = device
-        self.plots.timeline_json = to_json(figure)
+        self.timeline_json = to_json(figure)
 
     def _show_map(self, state: HeapState, title: str) -> None:
         options = self.options
@@ -298,7 +298,7 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
         layout["uirevision"] = state.device  # zoom and pan survive scrubbing
         data = trace_specs(state, color_by=options.color_by, max_rectangles=options.max_rectangles,
                            stacks=self.event_log.stacks)  # fmt: skip
-        self.plots.map_json = to_json({"data": data, "layout": layout})
+        self.map_json = to_json({"data": data, "layout": layout})
 
     def _draw_map(self, device: str, position: int) -> None:
         """The map after the ``position``-th allocator event of ``device``, its label, and at an
@@ -314,8 +314,8 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
         seconds = (int(log["time_ns"][index]) - p.t0_ns) / 1e9
         self._show_map(state, f"{device} after event {index} ({kind})")
         what = " · OOM" if kind == "oom" else " · peak" if index == dp.peak.index else ""
-        self.slider_label.value = f"event {index} of {len(log) - 1} · {seconds:.6f} s · {kind}{what}"
-        self.pinning.value = self._pinning_html(state, index) if kind == "oom" else ""
+        self.slider_label = f"event {index} of {len(log) - 1} · {seconds:.6f} s · {kind}{what}"
+        self.pinning_html = self._pinning_html(state, index) if kind == "oom" else ""
 
     def _pinning_html(self, state: HeapState, index: int) -> str:
         log = self.event_log
@@ -341,22 +341,22 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
 
     # -------------------------------------------------------------- controls
     def _on_device(self, change: dict[str, Any]) -> None:
-        if not self._quiet and change["new"] is not None and self.profile is not None:
-            self._draw_device(change["new"])
+        if not self._quiet and change["new"] and self.profile is not None:
+            with self._lock:
+                self._draw_device(change["new"])
 
     def _on_slider(self, change: dict[str, Any]) -> None:
-        device = self.device_select.value
-        if not self._quiet and device is not None and self.profile is not None:
-            self._draw_map(device, int(change["new"]))
-
-    def _on_stop(self, change: dict[str, Any]) -> None:
-        if not self._quiet and change["new"] is not None:
-            self.slider.value = int(change["new"])
+        if not self._quiet and self.device and self.profile is not None:
+            with self._lock:
+                self._draw_map(self.device, int(change["new"]))
 
     # ------------------------------------------------------------------ display
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle: dict[str, Any] = dict(super()._repr_mimebundle_(**kwargs) or {})
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The widget view, with static HTML for front-ends without a kernel (not while live:
+        the run has only begun)."""
+        data, metadata = super()._repr_mimebundle_(**kwargs) or ({}, {})
+        bundle: dict[str, Any] = dict(data)
         if self.profile is not None:
             bundle["text/html"] = static_html(self.profile, title=self.title)
         bundle["text/plain"] = f"<gpuviz Dashboard: {len(self.event_log)} events>"
-        return bundle
+        return bundle, dict(metadata)
