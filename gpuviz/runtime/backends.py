@@ -68,7 +68,8 @@ class SimulatedBackend:
         return isinstance(value, np.ndarray)
 
     def shares_memory(self, result: Any, source: Any) -> bool:
-        return bool(source.size) and bool(np.may_share_memory(result, source))
+        # an array that owns its memory (``base`` None: a fresh op output) shares none
+        return result.base is not None and bool(source.size) and bool(np.may_share_memory(result, source))
 
     def to_host(self, array: Any) -> np.ndarray:
         return np.array(array, copy=True)
