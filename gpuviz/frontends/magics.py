@@ -30,6 +30,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
 from gpuviz.runtime.context import device, get_runtime, reconfigure, record_into, reset
 from gpuviz.widgets.dashboard import Dashboard
+from gpuviz.widgets.plots import plotly_library
 
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
 
@@ -234,3 +235,4 @@ class GpuvizMagics(Magics):
 
 def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(GpuvizMagics)
+    plotly_library()  # plotly.js goes to the front-end now, not with the first dashboard

@@ -161,6 +161,7 @@ class Dashboard(anywidget.AnyWidget):
 
     def _run(self) -> None:
         log = logging.getLogger("gpuviz")
+        due = time.perf_counter()  # updates are due on a fixed schedule, so late wake-ups do not add up
         while True:
             start, cpu = time.perf_counter(), time.thread_time()
             try:
@@ -169,8 +170,8 @@ class Dashboard(anywidget.AnyWidget):
                 log.exception("dashboard update failed")
             cost = time.thread_time() - cpu  # this thread's CPU time: what the update took from the cell
             self.live_cpu_seconds += cost
-            elapsed = time.perf_counter() - start
-            if self._stop.wait(max(0.0, max(1.0 / self.rate_hz, cost / self.budget) - elapsed)):
+            due = max(due + 1.0 / self.rate_hz, start + cost / self.budget)
+            if self._stop.wait(max(0.0, due - time.perf_counter())):
                 break
         try:
             self.refresh()
