@@ -142,7 +142,7 @@ def test_scrub_stops_hold_every_oom_the_peak_and_every_mark() -> None:
     assert list(stops) == sorted(set(stops.tolist()))
     # the evenly spaced ones are settled events: never between a split and its alloc
     kinds = log["kind"][stops]
-    assert not np.any(kinds == Kind.SPLIT)
+    assert not np.any(kinds == Kind.SPLIT) and np.count_nonzero(kinds == Kind.ALLOC) >= 5
     assert len(stops) <= 10 + len(marks) + len(ooms) + 1
     with pytest.raises(ValueError, match="count"):
         scrub_stops(log, count=0)
@@ -150,9 +150,10 @@ def test_scrub_stops_hold_every_oom_the_peak_and_every_mark() -> None:
 
 def test_operation_ends() -> None:
     k = Kind
-    sequence = [k.SEGMENT_ALLOC, k.SPLIT, k.ALLOC, k.ALLOC, k.FREE, k.MERGE, k.MERGE, k.FREE, k.OOM]
-    sequence += [k.SEGMENT_FREE, k.SEGMENT_FREE, k.SEGMENT_ALLOC, k.ALLOC]
-    ends = [False, False, True, True, False, False, True, True, True, False, False, False, True]
+    sequence = [k.SEGMENT_ALLOC, k.SPLIT, k.ALLOC, k.SPLIT, k.ALLOC, k.ALLOC, k.FREE, k.MERGE, k.MERGE, k.FREE]
+    sequence += [k.OOM, k.SEGMENT_FREE, k.SEGMENT_FREE, k.SEGMENT_ALLOC, k.ALLOC]
+    ends = [False, False, True, False, True, True, False, False, True, True]
+    ends += [True, False, False, False, True]
     assert operation_ends(np.array(sequence)).tolist() == ends
 
 
@@ -161,3 +162,94 @@ def test_format_size() -> None:
     assert [format_size(n) for n in sizes] == ["0 B", "256 B", "1023 B", "1.5 KiB", "10 KiB", "702 MiB", "3.2 GiB"]
     assert format_size(1024 * MiB - 1) == "1.0 GiB" and format_size(-2 * MiB) == "-2.0 MiB"
     assert format_size(9.96 * MiB) == "10 MiB"
+
+
+def test_the_map_at_an_oom_draws_ghost_holes_and_pinning() -> None:
+    from gpuviz.analysis.profile import profile
+    from gpuviz.views.fragmentation import OOM_COLORS, device_map
+
+    alloc, at = fragmented()
+    with pytest.raises(gpuviz.OutOfMemoryError):
+        alloc.allocate(6 * MiB, tag="big")
+    p = profile(alloc.log)
+    dp = p.devices["GPU:0"]
+    assert dp.opening == int(oom_indices(alloc.log)[0])
+    figure = device_map(p, "GPU:0")  # opens at the OOM
+    traces = {t.name: t for t in figure.data}
+    assert [t.name for t in figure.data] == ["free hole", "waste", "used", "pinning", "failed request"]
+    y = f"{BASE:#x}"
+    # the three holes, highlighted; A pinned; the 6 MiB request below the largest (first) hole
+    assert list(zip(traces["free hole"].base, traces["free hole"].x, strict=True)) == [
+        (0, 3 * MiB), (4 * MiB, 3 * MiB), (9 * MiB, MiB)
+    ]  # fmt: skip
+    assert traces["free hole"].marker.color == OOM_COLORS["free hole"]
+    assert (list(traces["pinning"].base), list(traces["pinning"].x), list(traces["pinning"].y)) == (
+        [3 * MiB], [MiB], [y]
+    )  # fmt: skip
+    ghost = traces["failed request"]
+    assert (list(ghost.base), list(ghost.x), list(ghost.y), ghost.offset) == ([0], [6 * MiB], [y], 0.36)
+    assert "failed request</b> 6.0 MiB" in ghost.hovertext[0]
+    assert (
+        "pinning</b>: releasing it makes room<br><b>A</b><br>requested 1.0 MiB · chunk 1.0 MiB"
+        in (traces["pinning"].hovertext[0])
+    )
+    a_event = int(np.flatnonzero((alloc.log["kind"] == Kind.ALLOC) & (alloc.log["address"] == at["A"]))[0])
+    assert f"address {at['A']:#x}<br>allocated at event {a_event}, t = " in traces["pinning"].hovertext[0]
+    assert "free 7.0 MiB in 3 holes" in figure.layout.title.text and "(out of memory)" in figure.layout.title.text
+    # hover on free space names the hole's own size and address
+    assert traces["free hole"].hovertext[2] == f"<b>free hole</b> 1.0 MiB<br>address {BASE + 9 * MiB:#x}"
+
+
+def test_the_map_zooms_to_the_used_range_of_a_large_pool() -> None:
+    from gpuviz.views.fragmentation import MIN_WIDTH, ZOOM_BELOW, fragmentation_map, zoom_range
+
+    alloc = BFCAllocator(SimUpstream("16GiB"), memory_limit="1GiB", growth=False)
+    alloc.allocate(256, tag="tiny")
+    alloc.allocate(3 * MiB, tag="small")
+    state = alloc.state()
+    assert state.bytes_in_use < ZOOM_BELOW * state.pool_bytes
+    end = 3 * MiB + 256
+    assert zoom_range(state) == (0, int(end * 1.25) + 1)
+    figure = fragmentation_map(state)
+    assert list(figure.layout.xaxis.range) == [0, int(end * 1.25) + 1]
+    labels = [b.label for b in figure.layout.updatemenus[0].buttons]
+    assert labels == ["used range", "whole pool"]
+    assert figure.layout.updatemenus[0].buttons[1].args[0] == {"xaxis.range": [0, 1 << 30]}
+    # a 256-byte chunk is drawn MIN_WIDTH of the visible range wide; its hover keeps its real size
+    used = next(t for t in figure.data if t.name == "used")
+    assert used.x[0] == pytest.approx(MIN_WIDTH * (int(end * 1.25) + 1)) and used.x[1] == 3 * MiB
+    assert "requested 256 B · chunk 256 B" in used.hovertext[0]
+    # binary ticks on the whole pool
+    assert list(figure.layout.xaxis.ticktext[:3]) == ["0 B", "128 MiB", "256 MiB"]
+    # most of the pool in use: no zoom
+    alloc.allocate(512 * MiB)
+    assert zoom_range(alloc.state()) is None
+    assert not fragmentation_map(alloc.state()).layout.updatemenus
+
+
+def test_report_tables_sort_by_value_not_text(runtime_log: EventLog) -> None:
+    import re
+
+    from gpuviz.views.oom import live_html
+    from gpuviz.views.tables import placement_html
+
+    gpuviz.config.set_simulated_gpus(1, "1GiB")
+    small = gpuviz.asarray(np.ones(100, dtype=np.float32))  # 512 B chunk
+    big = gpuviz.asarray(np.ones(300_000, dtype=np.float32))  # 1.1 MiB
+    mid = gpuviz.asarray(np.ones(2_000, dtype=np.float32))  # 7.8 KiB
+    from gpuviz.analysis.profile import profile
+
+    p = profile(runtime_log)
+    html = placement_html(p.placements)
+    # every numeric cell carries its raw value: "1.1 MiB" sorts after "7.8 KiB"
+    from gpuviz.base.units import format_duration
+
+    values = re.findall(r'<td data-value="(\d+)">([^<]+)</td>', html)
+    assert len(values) == 6 * len(p.placements) and ("1208832", "1.2 MiB") in values
+    assert all(text in (format_size(int(v)), format_duration(int(v)), v) for v, text in values)
+    live = p.diagnosis.devices[0].live
+    assert live["size"].tolist() == sorted(live["size"].tolist(), reverse=True)
+    table = live_html(live)
+    sizes = re.findall(r'<td data-value="(\d+)">[^<]+ (?:B|KiB|MiB)</td><td class="text">', table)
+    assert [int(s) for s in sizes] == live["size"].tolist()
+    assert small is not None and big is not None and mid is not None

@@ -24,6 +24,7 @@ __all__ = [
     "peak",
     "internal_waste",
     "operation_ends",
+    "settled",
 ]
 
 _ALLOCATOR_KINDS = [
@@ -103,7 +104,8 @@ def operation_ends(kind: np.ndarray) -> np.ndarray:
     free until its ``alloc``, a freshly reserved segment is wholly free until it is carved).
     An event is *within* an operation when the next event of the same device continues it:
 
-    - a ``split`` or a ``merge`` always continues the operation before it;
+    - a ``split`` continues a ``segment_alloc`` just before it (the new segment is carved);
+    - a ``merge`` continues a ``free`` or ``merge`` just before it (coalescing after a free);
     - an ``alloc`` continues a ``split`` or a ``segment_alloc`` just before it;
     - a ``segment_alloc`` or ``segment_free`` continues a ``segment_free`` just before it
       (garbage collection releasing segments, then reserving).
@@ -117,8 +119,8 @@ def operation_ends(kind: np.ndarray) -> np.ndarray:
         return ends
     this, nxt = kind[:-1], kind[1:]
     continues = (
-        (nxt == Kind.SPLIT)
-        | (nxt == Kind.MERGE)
+        ((nxt == Kind.SPLIT) & (this == Kind.SEGMENT_ALLOC))
+        | ((nxt == Kind.MERGE) & ((this == Kind.FREE) | (this == Kind.MERGE)))
         | ((nxt == Kind.ALLOC) & ((this == Kind.SPLIT) | (this == Kind.SEGMENT_ALLOC)))
         | (((nxt == Kind.SEGMENT_ALLOC) | (nxt == Kind.SEGMENT_FREE)) & (this == Kind.SEGMENT_FREE))
     )
@@ -168,6 +170,16 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
         largest_free=largest,
         fragmentation=fragmentation,
         settled=operation_ends(kind),
+    )
+
+
+def settled(series: TimelineSeries) -> TimelineSeries:
+    """``series`` at the events that end a public operation only (``operation_ends``): what a
+    timeline draws, so that no transient state between a ``split`` and its ``alloc`` shows."""
+    keep = series.settled
+    return TimelineSeries(
+        device=series.device,
+        **{name: getattr(series, name)[keep] for name in ("index", "seq", "time_ns", *METRICS, "settled")},
     )
 
 

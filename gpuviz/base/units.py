@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KiB", "MiB", "GiB", "TiB", "parse_bytes", "format_bytes", "format_size", "binary_unit", "round_up"]
+__all__ = [
+    "KiB",
+    "MiB",
+    "GiB",
+    "TiB",
+    "parse_bytes",
+    "format_bytes",
+    "format_size",
+    "format_duration",
+    "binary_unit",
+    "round_up",
+]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -105,6 +116,21 @@ def format_size(n: int | float) -> str:
     if text == "1024" and name != "TiB":
         return format_size(factor * 1024)
     return f"{text} {name}"
+
+
+def format_duration(ns: int | float) -> str:
+    """Nanoseconds for people: ``'850 ns'``, ``'12.5 µs'``, ``'3.20 ms'``, ``'1.25 s'``, ``'2 min 5 s'``."""
+    if ns < 0:
+        return "-" + format_duration(-ns)
+    if ns < 1_000:
+        return f"{round(ns)} ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.1f} µs"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.2f} ms"
+    if ns < 120e9:
+        return f"{ns / 1e9:.2f} s"
+    return f"{int(ns // 60e9)} min {round(ns % 60e9 / 1e9)} s"
 
 
 def round_up(n: int, multiple: int) -> int:
