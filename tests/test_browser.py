@@ -84,7 +84,7 @@ def lab(lab_server: tuple[str, str, Path]) -> tuple[str, Path]:
     base, token, root = lab_server
     cell = (  # live (the default): the dashboard refreshes from a thread while the cell runs
         "%%gpuviz\nimport time, numpy as np, gpuviz\nx = gpuviz.asarray(np.ones((32, 32)))\n"
-        "for _ in range(15):\n    y = x @ x\n    time.sleep(0.1)"
+        "for _ in range(40):\n    y = x @ x\n    time.sleep(0.1)\nfloat(y.sum())"
     )
     book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(cell)])
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -95,18 +95,45 @@ def lab(lab_server: tuple[str, str, Path]) -> tuple[str, Path]:
 def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # type: ignore[no-untyped-def]
     url, _ = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)  # the kernel is ready
     page.locator(".jp-Cell").first.click()
     page.keyboard.press("Shift+Enter")
     page.keyboard.press("Shift+Enter")
-    page.wait_for_selector(".gpuviz-dashboard", timeout=120_000)
-    page.wait_for_selector(".gpuviz-dashboard .js-plotly-plot", timeout=120_000)
-    assert page.locator(".gpuviz-dashboard .js-plotly-plot").count() >= 1
+    page.wait_for_selector(".gpuviz-dashboard .gpuviz-timeline .main-svg", timeout=120_000)
+    # live: while the 4 s sleepy cell runs, new points are appended to the drawn timeline (only the
+    # live updates extend it; the final draw replaces the figure)
+    page.wait_for_function(
+        "Number(document.querySelector('.gpuviz-dashboard[data-extends]')?.dataset.extends || 0) >= 5",
+        timeout=60_000,
+    )
+    # the cell's value is its output; then the final views: the map at the peak, a labelled slider
+    page.wait_for_selector(".jp-OutputArea-executeResult >> text=32768.0", timeout=120_000)
+    page.wait_for_function("document.querySelector('.gpuviz-slider-label').innerText.includes('peak')")
+    label = page.inner_text(".gpuviz-slider-label")
+    assert re.fullmatch(r"event \d+ of \d+ · \d+\.\d{6} s · alloc · peak", label), label
+    assert page.locator(".gpuviz-dashboard .gpuviz-map .bars path").count() >= 2  # chunks drawn
+    # the left arrow key steps one allocator event back; the kernel redraws the map there, and a
+    # zoom the user made survives the step
+    peak = int(label.split()[1])
+    zoom = "Plotly.relayout(document.querySelector('.gpuviz-dashboard .gpuviz-map'), {'xaxis.range': [0, 4096]})"
+    page.evaluate(zoom)
+    draws = page.evaluate("Number(document.querySelector('.gpuviz-dashboard').dataset.mapDraws)")
+    page.locator(".gpuviz-dashboard .gpuviz-slider").press("ArrowLeft")
+    page.wait_for_function(f"Number(document.querySelector('.gpuviz-dashboard').dataset.mapDraws) > {draws}")
+    stepped = page.inner_text(".gpuviz-slider-label")
+    assert page.evaluate("document.querySelector('.gpuviz-dashboard .gpuviz-map').layout.xaxis.range") == [0, 4096]
+    assert int(stepped.split()[1]) < peak and not stepped.endswith("peak"), stepped
+    stops = page.locator(".gpuviz-dashboard .gpuviz-stops option").all_inner_texts()
+    assert any(s.startswith("mark 'cell' · event ") for s in stops), stops
+    assert any(s.startswith("peak · event ") for s in stops), stops
+    assert errors == []
     header = page.inner_text(".gpuviz-dashboard")
     events = int(re.search(r"(\d+) events", header).group(1))  # type: ignore[union-attr]
-    assert events >= 15 * 3  # each of the 15 matmuls: a placement, an alloc and a free at least
+    assert events >= 40 * 3  # each of the 40 matmuls: a placement, an alloc and a free at least
     page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", lab[1])) / "lab.png"))
     page.close()
 

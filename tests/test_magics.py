@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,29 @@ def test_line_magics(shell: InteractiveShell, tmp_path: Path, capsys: pytest.Cap
     assert all(d.upstream.reserved == 0 for d in get_runtime().devices.values())
     with pytest.raises(UsageError, match="invalid choice: 'launch'"):
         shell.run_line_magic("gpuviz", "launch")
+
+
+def test_cell_magic_returns_the_value_of_the_last_expression(shell: InteractiveShell) -> None:
+    with capture_output() as captured:
+        result = shell.run_cell(
+            "%%gpuviz --no-live\nx = gpuviz.asarray(np.arange(4.0))\nfloat(x.sum()) * 2", store_history=True
+        )
+    assert result.result == 12.0 and shell.user_ns["_"] == 12.0  # displayed and kept as Out, like a plain cell
+    assert re.search(r"Out\[\d+\]: 12.0", captured.stdout)
+    with capture_output():
+        assert shell.run_cell("%%gpuviz --no-live\n7;").result is None  # a trailing ';' hides it, as in a cell
+        assert shell.run_cell("%%gpuviz --no-live\ny = 7").result is None  # an assignment has no value
+
+
+def test_cell_magic_error_shows_the_users_traceback_only(shell: InteractiveShell) -> None:
+    shell.run_cell("def helper(n):\n    return [1, 2][n]")
+    with capture_output() as captured:
+        result = shell.run_cell("%%gpuviz --no-live\nfirst = 1\nhelper(5)\n", store_history=True)
+    assert isinstance(result.error_in_exec, IndexError)  # the user's exception, unchanged
+    text = re.sub(r"\x1b\[[0-9;]*m", "", captured.stdout)
+    frames = re.findall(r"^(Cell In\[\d+\], line \d+|File .*?, in \w+)", text, flags=re.MULTILINE)
+    assert [re.sub(r"\[\d+\]", "[n]", f) for f in frames] == ["Cell In[n], line 3", "Cell In[n], line 2"]
+    assert "----> 3 helper(5)" in text and "----> 2     return [1, 2][n]" in text  # lines as the notebook numbers them
+    assert "gpuviz" not in text.replace("# %%gpuviz --no-live", "") and "IPython" not in text
+    assert "IndexError: list index out of range" in text
+    assert len(shell.magics_manager.registry["GpuvizMagics"].last.filter(kind="mark")) == 2  # the cell span closed

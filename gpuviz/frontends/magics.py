@@ -16,11 +16,14 @@ earlier cells.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import os
 import shlex
 import tempfile
+from contextlib import suppress
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -35,6 +38,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
 from gpuviz.runtime.context import device, device_names, get_runtime, reconfigure, record_into, reset
 from gpuviz.widgets.dashboard import Dashboard
+from gpuviz.widgets.plots import plotly_library
 
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
 
@@ -131,6 +135,41 @@ def check_cell_options(args: argparse.Namespace) -> None:
             _check_writable(option, path)
 
 
+def _user_traceback(tb: TracebackType | None, filename: str) -> TracebackType | None:
+    """``tb`` from the first frame of the cell's own code on (gpuviz's frames dropped)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    return tb
+
+
+def run_cell_code(shell: Any, line: str, cell: str) -> Any:
+    """Run ``cell`` as IPython runs a plain cell: in the user's namespace, with its source
+    cached so tracebacks show its lines (numbered as in the notebook, the magic's line being
+    line 1), and the value of a last bare expression returned (unless it ends with ``;``).
+
+    An exception propagates unchanged, but IPython shows it from the cell's own frames on,
+    as it would for a plain cell: no gpuviz or IPython frames."""
+    body = shell.transform_cell(cell)
+    source = f"# %%gpuviz {line}\n{body}"  # valid Python, numbered as the notebook shows the cell
+    filename = shell.compile.cache(source, shell.execution_count)
+    tree = ast.parse(source, filename)
+    last: ast.Expression | None = None
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr) and not body.rstrip().endswith(";"):
+        tree.body.pop()
+        last = ast.Expression(final.value)
+    try:
+        exec(shell.compile(tree, filename, "exec"), shell.user_ns)
+        return eval(shell.compile(last, filename, "eval"), shell.user_ns) if last is not None else None
+    except BaseException as error:
+        user_tb = _user_traceback(error.__traceback__, filename)
+        if user_tb is not None and not hasattr(error, "_render_traceback_"):
+            shown = shell.InteractiveTB.structured_traceback(type(error), error, user_tb, tb_offset=0)
+            with suppress(AttributeError):  # a type without a __dict__ is shown with every frame
+                error._render_traceback_ = lambda: shown  # type: ignore[attr-defined]  # IPython's hook
+        raise
+
+
 @magics_class
 class GpuvizMagics(Magics):
     def __init__(self, shell: Any) -> None:
@@ -147,11 +186,11 @@ class GpuvizMagics(Magics):
         return self._cell(line, cell)
 
     # --------------------------------------------------------------------- cell
-    def _cell(self, line: str, cell: str) -> None:
+    def _cell(self, line: str, cell: str) -> Any:
         args = _parse(_cell_parser(), line)
         check_cell_options(args)
         if args.torch:
-            return self._torch_cell(args, cell)
+            return self._torch_cell(args, line, cell)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
             try:
@@ -172,29 +211,35 @@ class GpuvizMagics(Magics):
             display(dashboard)
         shell = self.shell
         assert shell is not None, "the magics are registered on a running IPython shell"
-        code = shell.transform_cell(cell)  # type: ignore[no-untyped-call]
         failure: BaseException | None = None
+        value: Any = None
         try:
             with span("cell"):
                 if args.device:  # run the cell there (the dashboard shows that device too)
                     with device(args.device):
-                        shell.ex(code)  # type: ignore[no-untyped-call]
+                        value = run_cell_code(shell, line, cell)
                 else:
-                    shell.ex(code)  # type: ignore[no-untyped-call]
+                    value = run_cell_code(shell, line, cell)
         except BaseException as error:  # shown after the dashboard is final
             failure = error
-        finally:
-            dashboard.stop_live()
+        finally:  # live: the final draw happens on the dashboard's thread, the cell returns at once
+            dashboard.stop_live(wait=not args.live)
         if not args.live:
             display(dashboard)
+        self._finish(log, args, failure, title="%%gpuviz report")
+        return value
+
+    @staticmethod
+    def _finish(log: EventLog, args: argparse.Namespace, failure: BaseException | None, *, title: str) -> None:
+        """The end of a profiled cell: ``--save``, ``--report``, then the cell's own error, if any."""
         if args.save:
             log.save(args.save)
         if args.report:
-            write_report(log, args.report, args.view, title="%%gpuviz report")
+            write_report(log, args.report, args.view, title=title)
         if failure is not None:
             raise failure
 
-    def _torch_cell(self, args: argparse.Namespace, cell: str) -> None:
+    def _torch_cell(self, args: argparse.Namespace, line: str, cell: str) -> Any:
         """``%%gpuviz --torch``: the cell's PyTorch memory (CUDA snapshot or CPU profiler), shown when it ends."""
         from gpuviz.torch import record
 
@@ -203,21 +248,18 @@ class GpuvizMagics(Magics):
         shell = self.shell
         assert shell is not None, "the magics are registered on a running IPython shell"
         failure: BaseException | None = None
+        value: Any = None
         try:
             with record() as recording:
-                shell.ex(shell.transform_cell(cell))  # type: ignore[no-untyped-call]
+                value = run_cell_code(shell, line, cell)
         except BaseException as error:  # the log is built all the same; shown, then raised
             failure = error
         log = recording.log
         self.last = log
         self.dashboard = Dashboard(log, args.view, live=False, title=f"%%gpuviz --torch ({recording.mode})")
         display(self.dashboard)
-        if args.save:
-            log.save(args.save)
-        if args.report:
-            write_report(log, args.report, args.view, title="%%gpuviz --torch report")
-        if failure is not None:
-            raise failure
+        self._finish(log, args, failure, title="%%gpuviz --torch report")
+        return value
 
     # --------------------------------------------------------------------- line
     def _line(self, line: str) -> Any:
@@ -314,3 +356,4 @@ class GpuvizMagics(Magics):
 
 def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(GpuvizMagics)
+    plotly_library()  # plotly.js goes to the front-end now, not with the first dashboard

@@ -73,6 +73,23 @@ def _dtype_name(dtype: np.dtype) -> str:
     return name
 
 
+_TAGS: dict[tuple[str, np.dtype, tuple[int, ...]], str] = {}
+
+
+def _tag(op: str, dtype: np.dtype, shape: tuple[int, ...]) -> str:
+    """``array_tag(op, dtype name, shape)``, cached (ops in a loop repeat their tags)."""
+    key = (op, dtype, shape)
+    tag = _TAGS.get(key)
+    if tag is None:
+        if len(_TAGS) > 4096:  # a bound for programs with endlessly varying shapes
+            _TAGS.clear()
+        tag = _TAGS[key] = array_tag(op, _dtype_name(dtype), shape)
+    return tag
+
+
+_SCALARS = frozenset((int, float, bool, complex))
+
+
 def op_name(name: str) -> str:
     """TensorFlow-style op name for a NumPy function or ufunc name."""
     return _OP_NAMES.get(name) or "".join(part.capitalize() for part in name.split("_"))
@@ -268,28 +285,28 @@ def _to_device(value: Any, target: Device, runtime: Runtime, *, reason: str) -> 
         data = np.ascontiguousarray(value)
     if data.dtype.kind == "O":
         raise TypeError("DeviceArrays hold numbers, booleans or fixed-width strings, not Python objects")
-    tag = array_tag(reason, _dtype_name(data.dtype), tuple(data.shape))
-    buffer, view = runtime.copy(data, source_device, target, tag, reason)
+    buffer, view = runtime.copy(data, source_device, target, _tag(reason, data.dtype, data.shape), reason)
     return DeviceArray(buffer, view)
 
 
 def _wrap(result: Any, target: Device, op: str, runtime: Runtime, inputs: list[DeviceArray]) -> Any:
-    if isinstance(result, tuple):
-        return tuple(_wrap(r, target, op, runtime, inputs) for r in result)
-    if isinstance(result, list) and all(isinstance(r, np.ndarray) or target.backend.is_array(r) for r in result):
-        return [_wrap(r, target, op, runtime, inputs) for r in result]
-    if isinstance(result, np.generic):
-        result = np.asarray(result)
     backend = target.backend
-    if not (isinstance(result, np.ndarray) or backend.is_array(result)):
-        return result
+    if type(result) is not np.ndarray:  # the common case skips these checks
+        if isinstance(result, tuple):
+            return tuple(_wrap(r, target, op, runtime, inputs) for r in result)
+        if isinstance(result, list) and all(isinstance(r, np.ndarray) or backend.is_array(r) for r in result):
+            return [_wrap(r, target, op, runtime, inputs) for r in result]
+        if isinstance(result, np.generic):
+            result = np.asarray(result)
+        if not (isinstance(result, np.ndarray) or backend.is_array(result)):
+            return result
     for source in inputs:
         if source._buffer.device is target and backend.shares_memory(result, source._view):
             return DeviceArray(source._buffer, result)  # a view: no new memory
     if result.dtype.kind == "O":
         return result  # Python objects cannot live in raw device memory; they stay on the host
     shape = tuple(result.shape)
-    buffer = target.allocate(int(result.nbytes), array_tag(op, _dtype_name(result.dtype), shape))
+    buffer = target.allocate(int(result.nbytes), _tag(op, result.dtype, shape))
     view = target.view(buffer, shape, result.dtype)
     backend.copy_into(view, result)
     return DeviceArray(buffer, view)
@@ -325,6 +342,10 @@ def _convert(value: Any, target: Device, runtime: Runtime, op: str, moved: list[
 def run_op(op: str, func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
     """Place ``op``, move its array inputs to that device, run ``func``, wrap the output."""
     runtime = get_runtime()
+    if not kwargs and type(args) is tuple:
+        simple = _run_simple(runtime, op, func, args)
+        if simple is not _NOT_SIMPLE:
+            return simple
     arrays: list[Any] = []
     _collect(args, arrays)
     _collect(list(kwargs.values()), arrays)
@@ -337,6 +358,37 @@ def run_op(op: str, func: Callable[..., Any], args: Any, kwargs: dict[str, Any])
     result = target.backend.run(func, host_args, host_kwargs)
     runtime.record_op(op, target, requested, soft, start, time.perf_counter_ns() - start)
     return _wrap(result, target, op, runtime, moved)
+
+
+_NOT_SIMPLE = object()
+
+
+def _run_simple(runtime: Runtime, op: str, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``run_op`` for the common case, positional DeviceArrays and Python scalars only, without
+    the generic walk over nested arguments (the same placement, copies and records);
+    ``_NOT_SIMPLE`` for anything else."""
+    gpu_kernel = True
+    for value in args:
+        kind = type(value)
+        if kind is DeviceArray:
+            if value._view.dtype.kind not in _GPU_KINDS:
+                gpu_kernel = False
+        elif kind not in _SCALARS:
+            return _NOT_SIMPLE
+    target, requested, soft = runtime.place(op, gpu_kernel=gpu_kernel)
+    inputs: list[DeviceArray] = []
+    host_args = []
+    for value in args:
+        if type(value) is DeviceArray:
+            placed = value if value._buffer.device is target else _to_device(value, target, runtime, reason=op)
+            inputs.append(placed)
+            host_args.append(placed._data)
+        else:
+            host_args.append(value)
+    start = time.perf_counter_ns()
+    result = target.backend.run(func, host_args, {})
+    runtime.record_op(op, target, requested, soft, start, time.perf_counter_ns() - start)
+    return _wrap(result, target, op, runtime, inputs)
 
 
 def asarray(data: Any, dtype: Any = None, *, device: str | None = None) -> DeviceArray:
@@ -376,6 +428,6 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *, device: str 
     target, requested, soft = runtime.place("Empty", gpu_kernel=kind.kind in _GPU_KINDS)
     start = time.perf_counter_ns()
     nbytes = math.prod(dims) * kind.itemsize
-    buffer = target.allocate(nbytes, array_tag("Empty", _dtype_name(kind), dims))
+    buffer = target.allocate(nbytes, _tag("Empty", kind, dims))
     runtime.record_op("Empty", target, requested, soft, start, time.perf_counter_ns() - start)
     return DeviceArray(buffer, target.view(buffer, dims, kind))

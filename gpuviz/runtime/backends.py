@@ -9,6 +9,8 @@ temporaries go through the same gpuviz allocator, so they are recorded too.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -68,7 +70,8 @@ class SimulatedBackend:
         return isinstance(value, np.ndarray)
 
     def shares_memory(self, result: Any, source: Any) -> bool:
-        return bool(source.size) and bool(np.may_share_memory(result, source))
+        # an array that owns its memory (``base`` None: a fresh op output) shares none
+        return result.base is not None and bool(source.size) and bool(np.may_share_memory(result, source))
 
     def to_host(self, array: Any) -> np.ndarray:
         return np.array(array, copy=True)
@@ -80,8 +83,16 @@ class SimulatedBackend:
         return func(*args, **kwargs)
 
 
+def _no_nvidia_driver() -> bool:
+    """True where a Linux machine certainly has no NVIDIA driver (no ``/proc/driver/nvidia``,
+    not WSL's ``/dev/dxg``): importing CuPy (most of a second) cannot find a GPU there."""
+    return sys.platform == "linux" and not (os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/dxg"))
+
+
 def cupy_gpu_count() -> int:
     """GPUs CUDA can see through CuPy (0 without CuPy, a driver or a GPU)."""
+    if _no_nvidia_driver():
+        return 0
     try:
         import cupy
 

@@ -58,23 +58,31 @@ def min_system_memory(available: int) -> int:
 
 
 class Buffer:
-    """Device memory owned by one or more DeviceArrays; freed when the last one is gone."""
+    """Device memory owned by one or more DeviceArrays; freed when the last one is gone
+    (``__del__``: cheaper per array than a ``weakref.finalize``), or at ``release()``."""
 
-    __slots__ = ("__weakref__", "_finalizer", "address", "device", "nbytes", "released")
+    __slots__ = ("__weakref__", "address", "device", "nbytes", "released")
 
     def __init__(self, device: Device, address: int, nbytes: int) -> None:
         self.device = device
         self.address = address
         self.nbytes = nbytes
         self.released: str | None = None
-        self._finalizer = weakref.finalize(self, device.allocator.free, address)
-        self._finalizer.atexit = False
 
     def release(self, reason: str = "released") -> None:
         """Free the memory now; arrays on it raise when used afterwards."""
         if self.released is None:
             self.released = reason
-            self._finalizer()
+            self.device.allocator.free(self.address)
+
+    def __del__(self) -> None:
+        if self.released is None:
+            self.released = "garbage collected"
+            try:
+                self.device.allocator.free(self.address)
+            except Exception:
+                if not sys.is_finalizing():  # at interpreter exit the allocator may be gone already
+                    raise
 
 
 class Device:

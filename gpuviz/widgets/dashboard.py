@@ -1,42 +1,104 @@
-"""The live dashboard: fragmentation map, timeline, placement table and summary of an
-EventLog, in ipywidgets with plotly ``FigureWidget``s.
+"""The dashboard: fragmentation map, timeline, placement table and summary of an EventLog, as
+one anywidget (its front-end: ``gpuviz.widgets.frontend``; plotly.js: ``PlotlyLibrary``, sent
+once per kernel). One widget is one comm, so showing a dashboard costs a few milliseconds.
 
-``live=True`` refreshes from a background thread while the log grows: at most
-``rate_hz`` times a second, and never more often than keeps refresh time under
-``budget`` (5 %) of wall time, so drawing costs the workload little. The time slider
-scrubs the fragmentation map through history (replay); the device selector switches
-devices.
+``live=True`` follows the log from a background thread while it grows (never the kernel's
+main thread): at most ``rate_hz`` times a second, and never more often than keeps the
+thread's own CPU time under ``budget`` (5 %) of wall time. Each live update costs what is new
+since the last one (``LiveFollower``): new timeline points are appended to the drawn trace,
+and the map is sent again only when the heap changed. When the run ends (``stop_live``) the
+full views are drawn once: the profile, the map at the first OOM (else the peak) with what
+pinned memory there, the timeline with its annotations, the tables.
+
+The slider steps through the device's allocator events one by one (arrow keys step by one)
+and is labelled with the event number and its time; ``stops`` jumps to every OOM, the peak,
+every mark and evenly spaced instants. The device selector switches devices.
 """
 
 from __future__ import annotations
 
+import html
+import logging
 import threading
 import time
 from typing import Any
 
+import anywidget
 import ipywidgets as widgets
-import plotly.graph_objects as go
+import numpy as np
+import traitlets
 
+from gpuviz.analysis.live import LiveFollower, LivePoints
+from gpuviz.analysis.moments import oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
+from gpuviz.analysis.timeline import resample, timeline_series
+from gpuviz.base.heapstate import HeapState
+from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
-from gpuviz.views.fragmentation import fragmentation_map
+from gpuviz.log.schema import KIND_NAMES, Kind
+from gpuviz.views.fragmentation import map_layout, trace_specs
 from gpuviz.views.static import static_html
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
+from gpuviz.widgets.frontend import DASHBOARD_CSS, DASHBOARD_ESM
+from gpuviz.widgets.plots import PlotlyLibrary, plotly_library, to_json
 
 __all__ = ["Dashboard"]
 
-
-def _replace(widget: go.FigureWidget, figure: go.Figure) -> None:
-    """Show ``figure`` in ``widget`` (traces and layout replaced)."""
-    with widget.batch_update():
-        widget.data = ()
-        widget.add_traces(list(figure.data))
-        widget.layout = figure.layout
+_LIVE_POINTS_PER_UPDATE = 200  # at most this many new timeline points per live update
+MiB = float(1 << 20)
 
 
-class Dashboard(widgets.VBox):  # type: ignore[misc]
-    """All views of ``log`` in one widget. ``refresh()`` redraws from the log."""
+def _live_timeline(device: str, points: LivePoints | None, t0_ns: int) -> dict[str, Any]:
+    """The live timeline: bytes in use and requested (MiB) against seconds since ``t0_ns``."""
+    x = ((points.time_ns - t0_ns) / 1e9).tolist() if points is not None else []
+    traces = []
+    for name, color, values in (("in use", "#3b6fb6", "bytes_in_use"), ("requested", "#e8a33d", "bytes_requested")):
+        y = (getattr(points, values) / MiB).tolist() if points is not None else []
+        traces.append({"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y,
+                       "line": {"shape": "hv", "color": color}})  # fmt: skip
+    return {
+        "data": traces,
+        "layout": {
+            "title": {"text": f"{html.escape(device)}: memory (live)"},
+            "xaxis": {"title": {"text": "time (s)"}},
+            "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
+            "height": 320,
+            "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
+            "uirevision": device,
+        },
+    }
+
+
+def _thin(points: LivePoints, most: int) -> LivePoints:
+    """At most ``most`` of ``points`` (evenly spaced, always keeping the highest and the last)."""
+    if len(points) <= most:
+        return points
+    keep = np.unique(np.concatenate([np.linspace(0, len(points) - 1, most - 1).astype(np.int64),
+                                     [int(np.argmax(points.bytes_in_use))]]))  # fmt: skip
+    return LivePoints(*(getattr(points, f)[keep] for f in ("index", "time_ns", "bytes_in_use", "bytes_requested",
+                                                             "pool_bytes")))  # fmt: skip
+
+
+class Dashboard(anywidget.AnyWidget):
+    """All views of ``log`` in one widget. ``refresh()`` draws the full views from the log."""
+
+    _esm = DASHBOARD_ESM
+    _css = DASHBOARD_CSS
+    library = traitlets.Instance(PlotlyLibrary).tag(sync=True, **widgets.widget_serialization)
+    header = traitlets.Unicode("").tag(sync=True)
+    devices = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    device = traitlets.Unicode("").tag(sync=True)
+    stops: traitlets.List[list[Any]] = traitlets.List().tag(sync=True)  # [label, slider position]
+    position = traitlets.Int(0).tag(sync=True)  # the slider: the n-th allocator event of the device
+    max_position = traitlets.Int(0).tag(sync=True)
+    scrubbable = traitlets.Bool(False).tag(sync=True)
+    slider_label = traitlets.Unicode("").tag(sync=True)
+    map_json = traitlets.Unicode("").tag(sync=True)
+    timeline_json = traitlets.Unicode("").tag(sync=True)
+    pinning_html = traitlets.Unicode("").tag(sync=True)
+    summary_html = traitlets.Unicode("").tag(sync=True)
+    placement_html = traitlets.Unicode("").tag(sync=True)
 
     def __init__(
         self,
@@ -50,146 +112,252 @@ class Dashboard(widgets.VBox):  # type: ignore[misc]
     ) -> None:
         if rate_hz <= 0 or not 0 < budget <= 1:
             raise ValueError("rate_hz must be > 0 and budget in (0, 1]")
+        super().__init__(library=plotly_library())
         self.event_log = log
         self.options = options or ViewOptions()
         self.rate_hz = rate_hz
         self.budget = budget
         self.title = title
         self.profile: Profile | None = None
-        self.refresh_count = 0
-        self.refresh_seconds = 0.0
-        self._lock = threading.Lock()
+        self.refresh_count = 0  # full draws
+        self.live_updates = 0  # incremental updates drawn while live
+        self.refresh_seconds = 0.0  # time spent drawing, both kinds
+        self.live_cpu_seconds = 0.0  # CPU time of the live updates (what they cost the cell)
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seen = -1
-        self.header = widgets.HTML()
-        self.device_select = widgets.Dropdown(description="device", options=[])
-        self.slider = widgets.IntSlider(description="event", min=0, max=0, continuous_update=True,
-                                        layout=widgets.Layout(width="60%"))  # fmt: skip
-        self.map = go.FigureWidget()
-        self.timeline = go.FigureWidget()
-        self.placement = widgets.HTML()
-        self.summary = widgets.HTML()
-        tabs = widgets.Tab(
-            children=[widgets.VBox([self.slider, self.map]), self.timeline, self.placement, self.summary]
-        )
-        for i, name in enumerate(("Fragmentation map", "Timeline", "Placement", "Summary")):
-            tabs.set_title(i, name)
-        super().__init__([self.header, widgets.HBox([self.device_select]), tabs])
-        self.add_class("gpuviz-dashboard")
-        self.device_select.observe(self._on_device, names="value")
-        self.slider.observe(self._on_slider, names="value")
-        self.refresh()
+        self._follower = LiveFollower(log)
+        self._live_device: str | None = None
+        self._timeline_points = 0
+        self._quiet = False  # True while the code itself moves the controls
+        self.observe(self._on_device, names="device")
+        self.observe(self._on_slider, names="position")
         if live:
+            self.header = f"<b>{html.escape(title)}</b> · starting…"
             self.start_live()
+        else:
+            self.refresh()
 
-    # ------------------------------------------------------------------ drawing
-    def refresh(self) -> None:
-        """Recompute the profile of the log and redraw everything."""
-        with self._lock:
-            start = time.perf_counter()
-            self._seen = len(self.event_log)
-            p = profile(self.event_log, self.options, strict=False)
-            self.profile = p
-            devices = list(p.devices)
-            if list(self.device_select.options) != devices:
-                self.device_select.options = devices
-            chosen = self.device_select.value if self.device_select.value in devices else p.device
-            if chosen is not None and self.device_select.value != chosen:
-                self.device_select.value = chosen  # triggers _on_device -> _draw_device
-            else:
-                self._draw_device(chosen)
-            tables = placement_html(p.placements) if len(p.placements) else "<p>No ops recorded yet.</p>"
-            if len(p.call_sites):
-                tables += "<h4>Call sites</h4>" + call_site_html(p.call_sites)
-            self.placement.value = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
-            self.summary.value = (
-                f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
-                + summary_html(p.diagnosis, group_by=self.options.group_by)
-                + "</div>"
-            )
-            self.header.value = f"<b>{self.title}</b> · {len(self.event_log)} events · devices: " + ", ".join(
-                devices or ["none yet"]
-            )
-            self.refresh_count += 1
-            self.refresh_seconds += time.perf_counter() - start
-
-    def _draw_device(self, device: str | None) -> None:
-        p = self.profile
-        if p is None or device is None or device not in p.devices:
-            return
-        dp = p.devices[device]
-        n = len(dp.series)
-        at_end = self.slider.value >= self.slider.max
-        self.slider.max = max(n - 1, 0)
-        if at_end or self.slider.value > self.slider.max:
-            self.slider.value = self.slider.max
-        self._draw_map(device, self.slider.value)
-        transfers = p.transfers
-        figure = timeline(
-            dp.series, t0_ns=p.t0_ns, points=self.options.points, transfers=transfers, marks=p.marks,
-            ooms=p.ooms[p.ooms["device"] == device] if len(p.ooms) else None,
-            segments=p.segments[p.segments["device"] == device] if len(p.segments) else None, peak=dp.peak,
-        )  # fmt: skip
-        _replace(self.timeline, figure)
-
-    def _draw_map(self, device: str, position: int) -> None:
-        p = self.profile
-        if p is None or device not in p.devices or not len(p.devices[device].series):
-            return
-        dp = p.devices[device]
-        index = int(dp.series.index[min(position, len(dp.series) - 1)])
-        state = dp.state_at(index)
-        figure = fragmentation_map(
-            state, color_by=self.options.color_by, max_rectangles=self.options.max_rectangles,
-            title=f"{device} after event {index}", stacks=p.log.stacks,
-        )  # fmt: skip
-        _replace(self.map, figure)
-
-    def _on_device(self, change: dict[str, Any]) -> None:
-        self.slider.value = 10**12  # show the newest state of the new device
-        self._draw_device(change["new"])
-
-    def _on_slider(self, change: dict[str, Any]) -> None:
-        device = self.device_select.value
-        if device is not None:
-            self._draw_map(device, int(change["new"]))
-
-    # --------------------------------------------------------------------- live
+    # ------------------------------------------------------------------ live
     def start_live(self) -> None:
-        """Refresh from a background thread while the log grows."""
+        """Follow the log from a background thread (the first update at once)."""
         if self._thread is not None:
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpuviz-dashboard", daemon=True)
         self._thread.start()
 
-    def stop_live(self) -> None:
-        """Stop refreshing (and draw the final state once)."""
+    def stop_live(self, *, wait: bool = True) -> None:
+        """Stop following and draw the full views once (from the background thread when
+        ``wait`` is False, so the caller returns at once)."""
         thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stop.set()
+        if thread is None:
+            if wait:
+                self.refresh()
+            return
+        self._stop.set()
+        if wait:
             thread.join()
-        self.refresh()
 
     def _run(self) -> None:
-        last_cost = 0.0
-        while not self._stop.wait(max(1.0 / self.rate_hz, last_cost / self.budget)):
-            if len(self.event_log) == self._seen:
-                continue
-            start = time.perf_counter()
+        log = logging.getLogger("gpuviz")
+        due = time.perf_counter()  # updates are due on a fixed schedule, so late wake-ups do not add up
+        while True:
+            start, cpu = time.perf_counter(), time.thread_time()
             try:
-                self.refresh()
-            except Exception:  # a refresh must never kill the thread; the next one retries
-                import logging
+                self.live_update()
+            except Exception:  # an update must never kill the thread; the next one retries
+                log.exception("dashboard update failed")
+            cost = time.thread_time() - cpu  # this thread's CPU time: what the update took from the cell
+            self.live_cpu_seconds += cost
+            due = max(due + 1.0 / self.rate_hz, start + cost / self.budget)
+            if self._stop.wait(max(0.0, due - time.perf_counter())):
+                break
+        try:
+            self.refresh()
+        except Exception:
+            log.exception("dashboard refresh failed")
 
-                logging.getLogger("gpuviz").exception("dashboard refresh failed")
-            last_cost = time.perf_counter() - start
+    def live_update(self) -> None:
+        """Draw what is new in the log since the last update (cheap: see the module doc)."""
+        with self._lock:
+            start = time.perf_counter()
+            updates = self._follower.update()
+            heaps = self._follower.heaps
+            device = self.options.device if self.options.device in heaps else None
+            if device is None and heaps:
+                gpus = [d for d in heaps if d.startswith("GPU")]
+                device = (gpus or list(heaps))[0]
+            points, changed = updates.get(device, (None, False)) if device is not None else (None, False)
+            t0 = int(self.event_log["time_ns"][0]) if len(self.event_log) else 0
+            if device is not None and device != self._live_device:
+                self._live_device, self._timeline_points, changed = device, 0, True
+                self.devices, self.device = [device], device
+            if device is not None and points is not None and len(points):
+                self._append_points(device, _thin(points, _LIVE_POINTS_PER_UPDATE), t0)
+            elif device is not None and self._timeline_points == 0:
+                self.timeline_json = to_json(_live_timeline(device, None, t0))
+            if device is not None and changed:
+                state = self._follower.state(device)
+                self._show_map(state, f"{device} (live)")
+                n = len(self.event_log)
+                t = (int(self.event_log["time_ns"][n - 1]) - t0) / 1e9 if n else 0.0
+                self.slider_label = f"live · event {n - 1} · {t:.3f} s"
+            self.header = (
+                f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · running"
+                f" · {self.live_updates + 1} updates"
+            )
+            self.live_updates += 1
+            self.refresh_seconds += time.perf_counter() - start
+
+    def _append_points(self, device: str, points: LivePoints, t0: int) -> None:
+        if self._timeline_points == 0 or self._timeline_points > 4 * self.options.points:
+            if self._timeline_points:  # too many drawn: draw the whole run again, reduced
+                reduced = resample(timeline_series(self.event_log, device), self.options.points)
+                points = LivePoints(reduced.time_ns, reduced.time_ns, reduced.maximum["bytes_in_use"],
+                                    reduced.maximum["bytes_requested"], reduced.maximum["pool_bytes"])  # fmt: skip
+            self.timeline_json = to_json(_live_timeline(device, points, t0))
+            self._timeline_points = len(points)
+            return
+        x = ((points.time_ns - t0) / 1e9).tolist()
+        in_use, requested = (points.bytes_in_use / MiB).tolist(), (points.bytes_requested / MiB).tolist()
+        self.send({"extend": {"figure": "timeline", "traces": [0, 1], "x": [x, x], "y": [in_use, requested]}})
+        self._timeline_points += len(points)
+
+    # ------------------------------------------------------------------ full
+    def refresh(self) -> None:
+        """Compute the profile of the log and draw every view, opening the map at the first
+        OOM of the shown device (else its peak)."""
+        with self._lock:
+            start = time.perf_counter()
+            p = profile(self.event_log, self.options, strict=False)
+            self.profile = p
+            devices = list(p.devices)
+            chosen = self.device if self.device in devices else p.device
+            self._quiet = True
+            try:
+                self.devices = devices
+                self.device = chosen or ""
+            finally:
+                self._quiet = False
+            self._draw_device(chosen)
+            tables = placement_html(p.placements) if len(p.placements) else "<p>No ops recorded.</p>"
+            if len(p.call_sites):
+                tables += "<h4>Call sites</h4>" + call_site_html(p.call_sites)
+            self.placement_html = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
+            self.summary_html = (
+                f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
+                + summary_html(p.diagnosis, group_by=self.options.group_by)
+                + "</div>"
+            )
+            self.header = f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · devices: " + (
+                html.escape(", ".join(devices or ["none"]))
+            )
+            self.scrubbable = True
+            self.refresh_count += 1
+            self.refresh_seconds += time.perf_counter() - start
+
+    def _draw_device(self, device: str | None) -> None:
+        p = self.profile
+        if p is None or device is None or device not in p.devices:
+            self.stops = []
+            return
+        dp = p.devices[device]
+        log = self.event_log
+        positions = dp.series.index
+        opening = opening_index(log, device, series=dp.series)
+        ooms = set(oom_indices(log, device).tolist())
+        kinds = log["kind"]
+        labels = []
+        for index in scrub_stops(log, device, count=self.options.scrub_points, series=dp.series).tolist():
+            at = max(int(np.searchsorted(positions, index, side="right")) - 1, 0)
+            what = (
+                "OOM · " if index in ooms else "peak · " if index == dp.peak.index
+                else f"mark {log.strings[log['tag'][index]]!r} · " if kinds[index] == Kind.MARK else ""
+            )  # fmt: skip
+            labels.append((f"{what}event {index}", at))
+        self._quiet = True
+        try:
+            self.stops = [list(pair) for pair in labels]
+            self.max_position = max(len(positions) - 1, 0)
+            at = int(np.searchsorted(positions, opening, side="right")) - 1 if opening >= 0 else len(positions) - 1
+            self.position = max(at, 0)
+        finally:
+            self._quiet = False
+        self._draw_map(device, self.position)
+        figure = timeline(
+            dp.series, t0_ns=p.t0_ns, points=self.options.points, transfers=p.transfers, marks=p.marks,
+            ooms=p.ooms[p.ooms["device"] == device] if len(p.ooms) else None,
+            segments=p.segments[p.segments["device"] == device] if len(p.segments) else None, peak=dp.peak,
+        ).to_plotly_json()  # fmt: skip
+        figure["layout"]["uirevision"] = device
+        self.timeline_json = to_json(figure)
+
+    def _show_map(self, state: HeapState, title: str) -> None:
+        options = self.options
+        layout = map_layout(state, title=title)
+        layout["uirevision"] = state.device  # zoom and pan survive scrubbing
+        data = trace_specs(state, color_by=options.color_by, max_rectangles=options.max_rectangles,
+                           stacks=self.event_log.stacks)  # fmt: skip
+        self.map_json = to_json({"data": data, "layout": layout})
+
+    def _draw_map(self, device: str, position: int) -> None:
+        """The map after the ``position``-th allocator event of ``device``, its label, and at an
+        OOM what pinned the free holes apart."""
+        p = self.profile
+        if p is None or device not in p.devices or not len(p.devices[device].series):
+            return
+        dp = p.devices[device]
+        log = self.event_log
+        index = int(dp.series.index[min(position, len(dp.series) - 1)])
+        state = dp.state_at(index)
+        kind = KIND_NAMES[int(log["kind"][index])]
+        seconds = (int(log["time_ns"][index]) - p.t0_ns) / 1e9
+        self._show_map(state, f"{device} after event {index} ({kind})")
+        what = " · OOM" if kind == "oom" else " · peak" if index == dp.peak.index else ""
+        self.slider_label = f"event {index} of {len(log) - 1} · {seconds:.6f} s · {kind}{what}"
+        self.pinning_html = self._pinning_html(state, index) if kind == "oom" else ""
+
+    def _pinning_html(self, state: HeapState, index: int) -> str:
+        log = self.event_log
+        request = int(log["requested"][index]) or int(log["size"][index])
+        found = pinning(state, request, log=log, at_index=index)
+        rows = []
+        best = found.best
+        for chunk in best.chunks if best is not None else ():
+            age = f"{chunk.age_ns / 1e9:.3f} s" if chunk.age_ns >= 0 else "?"
+            rows.append(
+                f"<tr><td>{html.escape(chunk.tag or '')}</td><td>{format_size(chunk.size)}</td>"
+                f"<td>{html.escape(chunk.call_site or '')}</td><td>{chunk.alloc_index}</td><td>{age}</td></tr>"
+            )
+        table = (
+            "<table><thead><tr><th>tag</th><th>size</th><th>call site</th><th>allocated at event</th>"
+            f"<th>alive</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            if rows else ""
+        )  # fmt: skip
+        return (
+            f"<style>{TABLE_CSS}</style><div class='gpuviz gpuviz-pinning'><b>Out of memory: "
+            f"{format_size(request)} requested</b><p>{html.escape(found.sentence())}</p>{table}</div>"
+        )
+
+    # -------------------------------------------------------------- controls
+    def _on_device(self, change: dict[str, Any]) -> None:
+        if not self._quiet and change["new"] and self.profile is not None:
+            with self._lock:
+                self._draw_device(change["new"])
+
+    def _on_slider(self, change: dict[str, Any]) -> None:
+        if not self._quiet and self.device and self.profile is not None:
+            with self._lock:
+                self._draw_map(self.device, int(change["new"]))
 
     # ------------------------------------------------------------------ display
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle: dict[str, Any] = dict(super()._repr_mimebundle_(**kwargs) or {})
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The widget view, with static HTML for front-ends without a kernel (not while live:
+        the run has only begun)."""
+        data, metadata = super()._repr_mimebundle_(**kwargs) or ({}, {})
+        bundle: dict[str, Any] = dict(data)
         if self.profile is not None:
             bundle["text/html"] = static_html(self.profile, title=self.title)
         bundle["text/plain"] = f"<gpuviz Dashboard: {len(self.event_log)} events>"
-        return bundle
+        return bundle, dict(metadata)

@@ -1,0 +1,111 @@
+"""Live dashboard benchmark: a real kernel (jupyter_client) runs ``%%gpuviz`` cells and this
+script times the widget messages as a front-end receives them on iopub.
+
+Reported per cell: first draw (request -> the first figure the dashboard sends), live
+updates while the cell ran (each changes the header) and their rate, the cell's own time with the
+dashboard against the same cell run plainly (the cost), and the empty-cell overhead.
+
+Run by hand:  .venv/bin/python benchmarks/bench_live.py
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from jupyter_client.manager import start_new_kernel
+
+SLEEPY = """
+import time, numpy as np, gpuviz
+x = gpuviz.asarray(np.ones((32, 32)))
+start = time.perf_counter()
+for _ in range(100):
+    y = x @ x
+    time.sleep(0.1)
+print(f"cell {time.perf_counter() - start:.4f}")
+"""
+BUSY = """
+import time, numpy as np, gpuviz
+x = gpuviz.asarray(np.ones((16, 16)))
+keep = []
+start = time.perf_counter()
+for i in range(40000):
+    y = x @ x
+    if i % 100 == 0:
+        keep.append(y)
+print(f"cell {time.perf_counter() - start:.4f}")
+"""
+
+REPEAT = 3
+CPU = "print(f\"cell {get_ipython().magics_manager.registry['GpuvizMagics'].dashboard.live_cpu_seconds:.6f}\")"
+
+
+def run(client: Any, code: str) -> dict[str, Any]:
+    """Execute ``code``; the times (s, from the request) of the widget messages and the cell's own time."""
+    while True:  # drain what earlier cells' dashboards sent after they ended (their final draw)
+        try:
+            client.get_iopub_msg(timeout=2)
+        except Exception:
+            break
+    start = time.perf_counter()
+    msg_id = client.execute(code)
+    first_draw = None
+    updates: list[float] = []
+    cell = None
+    done = None
+    while True:
+        msg = client.get_iopub_msg(timeout=300)
+        now = time.perf_counter() - start
+        kind, content = msg["msg_type"], msg["content"]
+        if msg["parent_header"].get("msg_id") != msg_id and not kind.startswith("comm_"):
+            continue  # widget messages sent from a thread may carry another parent
+        if kind in ("comm_msg", "comm_open"):
+            data = content.get("data", {})
+            state = data.get("state", {})
+            custom = data.get("content", {}) if data.get("method") == "custom" else {}
+            if first_draw is None and ("map_json" in state or "timeline_json" in state or "extend" in custom):
+                first_draw = now
+            if "header" in state and "running" in state["header"]:  # one per live update
+                updates.append(now)
+        elif kind == "stream" and content["text"].startswith("cell "):
+            cell = float(content["text"].split()[1])
+        elif kind == "error":
+            raise RuntimeError("\n".join(content["traceback"]))
+        elif kind == "status" and content["execution_state"] == "idle":
+            done = now
+            break
+    return {"first_draw": first_draw, "updates": updates, "cell": cell, "total": done}
+
+
+def main() -> None:
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        run(client, "%load_ext gpuviz")
+        cold = run(client, "%%gpuviz\npass")  # the kernel's first: sends plotly.js, starts the runtime
+        drawn = f"{cold['first_draw'] * 1e3:.0f} ms" if cold["first_draw"] is not None else "after the cell"
+        print(f"first %%gpuviz cell of a kernel: {cold['total'] * 1e3:.0f} ms, first draw {drawn}")
+        empty = [run(client, "%%gpuviz\npass")["total"] for _ in range(5)]
+        plain = [run(client, "pass")["total"] for _ in range(5)]
+        print(f"empty %%gpuviz cell: {min(empty) * 1e3:.0f} ms (plain empty cell {min(plain) * 1e3:.0f} ms)"
+              f" -> overhead {(min(empty) - min(plain)) * 1e3:.0f} ms")  # fmt: skip
+        for name, code in (("sleepy 10 s cell", SLEEPY), ("busy cell", BUSY)):  # best of REPEAT each
+            bares, lives, cpus = [], [], []
+            for _ in range(REPEAT):  # alternated, so that load from elsewhere hits both alike
+                bares.append(run(client, code)["cell"])
+                lives.append(run(client, "%%gpuviz\n" + code))
+                cpus.append(run(client, CPU)["cell"])  # the dashboard thread's CPU time during the cell
+            best = min(range(REPEAT), key=lambda i: lives[i]["cell"])
+            bare, live, cpu = min(bares), lives[best], cpus[best]
+            during = [t for t in live["updates"] if t <= live["cell"]]
+            rate = len(during) / live["cell"]
+            print(f"{name}: plain {bare:.2f} s, with the live dashboard {live['cell']:.2f} s"
+                  f" ({100 * (live['cell'] / bare - 1):+.1f} %); dashboard thread CPU {cpu * 1e3:.0f} ms"
+                  f" = {100 * cpu / live['cell']:.1f} % of the cell; first draw {live['first_draw'] * 1e3:.0f} ms"
+                  f" after the request; {len(during)} updates while it ran ({rate:.1f} Hz)")  # fmt: skip
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Following a log while it grows: what a live view needs, at a cost proportional to the
+events that are new since the last look (never to the whole log).
+
+``LiveFollower(log).update()`` reads the rows appended since its previous call (NumPy over
+the new part of the columns, no Python loop per event) and returns, per device with
+allocator events among them, the timeline points to append and whether its heap changed.
+``heap(device)`` gives the newest in-use chunks and segments of a device.
+
+The newest heap follows from the net effect of the new events: an address's last
+``alloc``/``free`` decides whether a chunk starts there, its last ``segment_alloc`` /
+``segment_free`` whether a segment does. Free chunks are the gaps between the chunks in use
+(the allocator coalesces free neighbours at once). Sizes in bytes, times in ns.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import Kind
+
+__all__ = ["LiveFollower", "LiveHeap", "LivePoints"]
+
+_ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
+                                              Kind.SPLIT, Kind.MERGE, Kind.OOM)])  # fmt: skip
+_ALLOC, _FREE, _SEGMENT_ALLOC, _SEGMENT_FREE = (
+    int(Kind.ALLOC),
+    int(Kind.FREE),
+    int(Kind.SEGMENT_ALLOC),
+    int(Kind.SEGMENT_FREE),
+)
+
+
+@dataclass
+class LivePoints:
+    """New timeline points of one device: log positions, times (ns), bytes in use, bytes
+    requested and pool bytes after each of its new allocator events."""
+
+    index: np.ndarray
+    time_ns: np.ndarray
+    bytes_in_use: np.ndarray
+    bytes_requested: np.ndarray
+    pool_bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+@dataclass
+class LiveHeap:
+    """The newest heap of one device: chunks in use ``address -> (size, requested, tag
+    index)`` and segments ``base -> size``; the running totals in bytes."""
+
+    chunks: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    segments: dict[int, int] = field(default_factory=dict)
+    bytes_in_use: int = 0
+    bytes_requested: int = 0
+    pool_bytes: int = 0
+    events: int = 0  # allocator events of the device seen so far
+
+
+def _last_per_address(addresses: np.ndarray) -> np.ndarray:
+    """Positions (into ``addresses``) of the last occurrence of each distinct address."""
+    _, first_in_reversed = np.unique(addresses[::-1], return_index=True)
+    return np.asarray(len(addresses) - 1 - first_in_reversed)
+
+
+class LiveFollower:
+    """Follows ``log`` as it grows; ``update()`` reads only the rows new since the last call."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self.position = 0  # rows read so far
+        self.heaps: dict[str, LiveHeap] = {}
+
+    def heap(self, device: str) -> LiveHeap:
+        return self.heaps.setdefault(device, LiveHeap())
+
+    def state(self, device: str) -> HeapState:
+        """The newest HeapState of ``device``: its chunks in use, and the gaps between them
+        as free chunks."""
+        heap = self.heap(device)
+        strings = self.log.strings
+        bases = sorted(heap.segments)
+        grouped: dict[int, list[ChunkState]] = {base: [] for base in bases}
+        for address in sorted(heap.chunks):
+            found = bisect_right(bases, address) - 1
+            if found < 0 or address >= bases[found] + heap.segments[bases[found]]:
+                continue  # not inside a live segment (cannot happen in a consistent log)
+            size, requested, tag = heap.chunks[address]
+            grouped[bases[found]].append(ChunkState(address, size, requested, True, strings[tag] if tag >= 0 else None))
+        segments = []
+        for base in bases:
+            chunks: list[ChunkState] = []
+            cursor, end = base, base + heap.segments[base]
+            for chunk in grouped[base]:
+                if chunk.address > cursor:
+                    chunks.append(ChunkState(cursor, chunk.address - cursor, 0, False))
+                chunks.append(chunk)
+                cursor = chunk.address + chunk.size
+            if cursor < end:
+                chunks.append(ChunkState(cursor, end - cursor, 0, False))
+            segments.append(SegmentState(base, heap.segments[base], tuple(chunks)))
+        return HeapState(device, tuple(segments))
+
+    def update(self) -> dict[str, tuple[LivePoints, bool]]:
+        """Read the new rows: per device with new allocator events, (its new timeline points,
+        whether its heap changed)."""
+        cols = self.log.columns
+        end = len(cols["seq"])
+        start, self.position = self.position, end
+        if end <= start:
+            return {}
+        kind = cols["kind"][start:end]
+        allocator = np.isin(kind, _ALLOCATOR_KINDS)
+        if not allocator.any():
+            return {}
+        rows = np.flatnonzero(allocator)
+        kind = kind[rows]
+        device = cols["device"][start:end][rows]
+        address = cols["address"][start:end][rows]
+        size = cols["size"][start:end][rows]
+        requested = cols["requested"][start:end][rows]
+        tag = cols["tag"][start:end][rows]
+        time_ns = cols["time_ns"][start:end][rows]
+        names = self.log.device_names
+        result: dict[str, tuple[LivePoints, bool]] = {}
+        for device_id in np.unique(device).tolist():
+            mine = device == device_id
+            name = names[device_id]
+            heap = self.heap(name)
+            k, a, s, r = kind[mine], address[mine], size[mine], requested[mine]
+            zero = np.zeros_like(s)
+            in_use = heap.bytes_in_use + np.cumsum(np.where(k == _ALLOC, s, np.where(k == _FREE, -s, zero)))
+            in_req = heap.bytes_requested + np.cumsum(np.where(k == _ALLOC, r, np.where(k == _FREE, -r, zero)))
+            pool = heap.pool_bytes + np.cumsum(np.where(k == _SEGMENT_ALLOC, s, np.where(k == _SEGMENT_FREE, -s, zero)))
+            changed = self._apply_net(heap, k, a, s, r, tag[mine])
+            heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes = int(in_use[-1]), int(in_req[-1]), int(pool[-1])
+            heap.events += len(k)
+            points = LivePoints(start + rows[mine], time_ns[mine], in_use, in_req, pool)
+            result[name] = (points, changed)
+        return result
+
+    @staticmethod
+    def _apply_net(heap: LiveHeap, k: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray, t: np.ndarray) -> bool:
+        changed = False
+        chunk_events = np.flatnonzero((k == _ALLOC) | (k == _FREE))
+        if len(chunk_events):
+            last = chunk_events[_last_per_address(a[chunk_events])]
+            for kind, address, size, requested, tag in zip(
+                k[last].tolist(), a[last].tolist(), s[last].tolist(), r[last].tolist(), t[last].tolist(), strict=True
+            ):
+                if kind == _ALLOC:
+                    heap.chunks[address] = (size, requested, tag)
+                else:
+                    heap.chunks.pop(address, None)
+            changed = True
+        segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE))
+        if len(segment_events):
+            last = segment_events[_last_per_address(a[segment_events])]
+            for kind, address, size in zip(k[last].tolist(), a[last].tolist(), s[last].tolist(), strict=True):
+                if kind == _SEGMENT_ALLOC:
+                    heap.segments[address] = size
+                else:
+                    heap.segments.pop(address, None)
+            changed = True
+        return changed

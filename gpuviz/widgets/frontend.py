@@ -1,0 +1,145 @@
+"""The dashboard's front-end: one anywidget view (ES module below) drawing the controls, the
+two plotly figures and the HTML panes from the model's traits.
+
+Traits it reads: ``header``, ``devices``/``device``, ``stops`` (``[label, position]``),
+``position``/``max_position``/``scrubbable``, ``slider_label``, ``map_json``,
+``timeline_json``, ``pinning_html``, ``summary_html``, ``placement_html``. It writes
+``device`` and ``position`` (the slider; the arrow keys step one event, Page Up/Down ten; the stops). Custom message
+``{"extend": {figure, traces, x, y}}`` appends points to a drawn figure. Counters in the
+element's ``data-*`` attributes (``mapDraws``, ``timelineDraws``, ``extends``) let tests see
+what was drawn.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DASHBOARD_ESM", "DASHBOARD_CSS"]
+
+DASHBOARD_CSS = """
+.gpuviz-dashboard { font-family: sans-serif; font-size: 13px; }
+.gpuviz-dashboard .gpuviz-controls { display: flex; gap: 12px; align-items: center; margin: 4px 0; }
+.gpuviz-dashboard .gpuviz-slider { flex: 1; }
+.gpuviz-dashboard .gpuviz-slider-label { min-width: 40%; font-variant-numeric: tabular-nums; }
+.gpuviz-dashboard .gpuviz-row { display: flex; gap: 8px; }
+.gpuviz-dashboard .gpuviz-map { flex: 3; min-width: 0; }
+.gpuviz-dashboard .gpuviz-pinning { flex: 1; overflow: auto; max-height: 600px; }
+.gpuviz-dashboard .gpuviz-pinning:empty { display: none; }
+.gpuviz-dashboard details { margin-top: 6px; }
+"""
+
+DASHBOARD_ESM = """
+const CONFIG = {responsive: true, displaylogo: false};
+
+function plotly() {  // the PlotlyLibrary model loads it; wait for it
+  return new Promise((resolve) => {
+    const check = () => (globalThis.Plotly ? resolve(globalThis.Plotly) : setTimeout(check, 20));
+    check();
+  });
+}
+
+function element(tag, className, parent) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+async function render({ model, el }) {
+  el.classList.add("gpuviz-dashboard");
+  const header = element("div", "gpuviz-header", el);
+  const controls = element("div", "gpuviz-controls", el);
+  const device = element("select", "gpuviz-device", controls);
+  const stops = element("select", "gpuviz-stops", controls);
+  const sliderRow = element("div", "gpuviz-controls", el);
+  const slider = element("input", "gpuviz-slider", sliderRow);
+  slider.type = "range";
+  slider.step = "1";
+  slider.setAttribute("aria-label", "event");
+  const label = element("span", "gpuviz-slider-label", sliderRow);
+  const row = element("div", "gpuviz-row", el);
+  const divs = {map: element("div", "gpuviz-plot gpuviz-map", row)};
+  const pinning = element("div", "gpuviz-pinning", row);
+  divs.timeline = element("div", "gpuviz-plot gpuviz-timeline", el);
+  const summaryBox = element("details", "", el);
+  element("summary", "", summaryBox).textContent = "Summary";
+  const summary = element("div", "", summaryBox);
+  summaryBox.open = true;
+  const placementBox = element("details", "", el);
+  element("summary", "", placementBox).textContent = "Placement";
+  const placement = element("div", "", placementBox);
+
+  const count = (name) => { el.dataset[name] = String(Number(el.dataset[name] || 0) + 1); };
+  const texts = () => {
+    header.innerHTML = model.get("header");
+    label.textContent = model.get("slider_label");
+    pinning.innerHTML = model.get("pinning_html");
+    summary.innerHTML = model.get("summary_html");
+    placement.innerHTML = model.get("placement_html");
+  };
+  const options = (select, pairs, value) => {
+    select.replaceChildren(...pairs.map(([text, v]) => {
+      const option = document.createElement("option");
+      option.textContent = text;
+      option.value = String(v);
+      return option;
+    }));
+    select.value = String(value);
+  };
+  const controlsFromModel = () => {
+    const names = model.get("devices");
+    options(device, names.map((n) => [n, n]), model.get("device"));
+    device.style.display = names.length ? "" : "none";
+    const list = model.get("stops");
+    options(stops, [["jump to…", ""], ...list], "");
+    stops.style.display = list.length ? "" : "none";
+    slider.max = String(model.get("max_position"));
+    slider.value = String(model.get("position"));
+    slider.disabled = !model.get("scrubbable");
+  };
+  const Plotly = await plotly();
+  const draw = (name) => {
+    const text = model.get(name + "_json");
+    if (!text) return;
+    const figure = JSON.parse(text);
+    Plotly.react(divs[name], figure.data || [], figure.layout || {}, CONFIG).then(() => count(name + "Draws"));
+  };
+  texts();
+  controlsFromModel();
+  for (const name of Object.keys(divs)) {
+    draw(name);
+    model.on("change:" + name + "_json", () => draw(name));
+  }
+  for (const name of ["header", "slider_label", "pinning_html", "summary_html", "placement_html"]) {
+    model.on("change:" + name, texts);
+  }
+  for (const name of ["devices", "device", "stops", "max_position", "position", "scrubbable"]) {
+    model.on("change:" + name, controlsFromModel);
+  }
+  const move = (position) => {
+    const clamped = Math.max(0, Math.min(Number(model.get("max_position")), position));
+    slider.value = String(clamped);
+    model.set("position", clamped);
+    model.save_changes();
+  };
+  slider.addEventListener("input", () => move(Number(slider.value)));
+  // arrow keys step one event; handled here so that JupyterLab's shortcuts never take them
+  el.dataset.lmSuppressShortcuts = "true";
+  slider.addEventListener("keydown", (event) => {
+    const steps = {ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1, PageDown: -10, PageUp: 10};
+    if (!(event.key in steps)) return;
+    event.preventDefault();
+    event.stopPropagation();
+    move(Number(model.get("position")) + steps[event.key]);
+  });
+  stops.addEventListener("change", () => { if (stops.value !== "") move(Number(stops.value)); });
+  device.addEventListener("change", () => { model.set("device", device.value); model.save_changes(); });
+  model.on("msg:custom", (message) => {
+    const extend = message.extend;
+    if (extend && divs[extend.figure].data) {
+      Plotly.extendTraces(divs[extend.figure], {x: extend.x, y: extend.y}, extend.traces);
+      count("extends");
+    }
+  });
+  return () => { for (const div of Object.values(divs)) Plotly.purge(div); };
+}
+export default { render };
+"""
