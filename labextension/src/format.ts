@@ -7,6 +7,9 @@ export const FORMAT_VERSION = 1;
 export const FILE_EXTENSION = '.gpuviz.json';
 /** Saved event logs, opened through the server extension's route. */
 export const LOG_EXTENSION = '.arrow';
+/** Foreign traces that gpuviz.load also reads on the server: PyTorch memory snapshots, XPlane. */
+export const SNAPSHOT_EXTENSION = '.pickle';
+export const XPLANE_EXTENSION = '.xplane.pb';
 export const RESULT_ROUTE = ['gpuviz', 'result'];
 
 /** A plotly figure as plotly.py writes it (`fig.to_plotly_json()`). */

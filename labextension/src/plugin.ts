@@ -1,16 +1,59 @@
-// The application plugin: saved event logs (.arrow) open as results. The Jupyter server's
-// gpuviz extension (gpuviz_labextension/handlers.py) analyses the file where it lies and
-// answers with the result JSON; this file only wires that to a ResultView.
+// The application plugin: saved event logs (.arrow), PyTorch memory snapshots (.pickle)
+// and XPlane traces (.xplane.pb) open as results. The Jupyter server's gpuviz extension
+// (gpuviz_labextension/handlers.py) analyses the file where it lies and answers with the
+// result JSON; this file only wires that to a ResultView.
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { URLExt } from '@jupyterlab/coreutils';
-import { ABCWidgetFactory, DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
-import { ServerConnection } from '@jupyterlab/services';
+import {
+  ABCWidgetFactory,
+  DocumentRegistry,
+  DocumentWidget,
+  TextModelFactory
+} from '@jupyterlab/docregistry';
+import { Contents, ServerConnection } from '@jupyterlab/services';
 
-import { LOG_EXTENSION, RESULT_ROUTE } from './format';
+import { LOG_EXTENSION, RESULT_ROUTE, SNAPSHOT_EXTENSION, XPLANE_EXTENSION } from './format';
 import { ResultView } from './renderer';
 
-const FILE_TYPE = 'gpuviz-log';
 const FACTORY = 'gpuviz log';
+const MODEL = 'gpuviz-no-content';
+
+/** The file types that open as results: binary files the browser never needs to read. */
+const FILE_TYPES: Partial<DocumentRegistry.IFileType>[] = [
+  {
+    name: 'gpuviz-log',
+    displayName: 'gpuviz event log',
+    extensions: [LOG_EXTENSION],
+    mimeTypes: ['application/vnd.apache.arrow.stream']
+  },
+  {
+    name: 'gpuviz-pytorch-snapshot',
+    displayName: 'PyTorch memory snapshot',
+    extensions: [SNAPSHOT_EXTENSION],
+    mimeTypes: ['application/x-python-pickle']
+  },
+  {
+    name: 'gpuviz-xplane',
+    displayName: 'XPlane profile',
+    extensions: [XPLANE_EXTENSION],
+    mimeTypes: ['application/x-protobuf']
+  }
+];
+
+/**
+ * A model factory whose documents load no content: with a null file format the document
+ * context asks the server for the file's metadata only, so opening a log of any size
+ * downloads nothing to the browser and decodes nothing as text (the server reads it).
+ */
+class NoContentModelFactory extends TextModelFactory {
+  get name(): string {
+    return MODEL;
+  }
+
+  get fileFormat(): Contents.FileFormat {
+    return null;
+  }
+}
 
 /** Ask the server for the result of the event log at ``path`` (relative to its root). */
 export async function fetchResult(path: string): Promise<unknown> {
@@ -48,24 +91,21 @@ class LogViewFactory extends ABCWidgetFactory<DocumentWidget<LogView>> {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'gpuviz-labextension:event-log',
-  description: 'Opens gpuviz event logs (.arrow) as results.',
+  description: 'Opens gpuviz event logs (.arrow), PyTorch snapshots (.pickle) and XPlane traces as results.',
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
-    app.docRegistry.addFileType({
-      name: FILE_TYPE,
-      displayName: 'gpuviz event log',
-      extensions: [LOG_EXTENSION],
-      mimeTypes: ['application/vnd.apache.arrow.stream'],
-      contentType: 'file',
-      fileFormat: 'base64'
-    });
+    for (const fileType of FILE_TYPES) {
+      app.docRegistry.addFileType({ ...fileType, contentType: 'file', fileFormat: 'base64' });
+    }
+    app.docRegistry.addModelFactory(new NoContentModelFactory());
+    const names = FILE_TYPES.map(fileType => fileType.name as string);
     app.docRegistry.addWidgetFactory(
       new LogViewFactory({
         name: FACTORY,
         label: 'gpuviz result',
-        modelName: 'base64',
-        fileTypes: [FILE_TYPE],
-        defaultFor: [FILE_TYPE],
+        modelName: MODEL,
+        fileTypes: names,
+        defaultFor: names,
         readOnly: true
       })
     );
