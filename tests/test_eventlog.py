@@ -421,6 +421,10 @@ def test_a_loaded_log_survives_its_file_being_replaced(tmp_path: Path) -> None:
     recording.close()
     assert loaded["address"].tolist() == log["address"].tolist()
     assert len(load(path)) == 0
+    link = tmp_path / "link.arrow"
+    link.symlink_to(path)
+    log.save(link)  # writing through a symlink replaces its target; the link stays
+    assert link.is_symlink() and len(load(path)) == len(log)
 
 
 def test_recording_to_a_file_writes_incrementally(tmp_path: Path) -> None:
