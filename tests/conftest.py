@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -105,16 +106,22 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def lab_server(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
-    """A real JupyterLab server over ``tmp_path``: (base URL, token, root folder)."""
+def lab_server(
+    request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, Path]]:
+    """A real JupyterLab server over ``tmp_path``: (base URL, token, root folder).
+
+    Indirect parameters (optional): ``{"args": [more server options], "env": {more environment}}``.
+    """
     port, token = _free_port(), "gpuviz-test-token"
+    extra = getattr(request, "param", {})
     workspaces = tmp_path_factory.mktemp("workspaces")  # no tabs restored from other tests
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", "--allow-root",
          f"--ServerApp.root_dir={tmp_path}", f"--IdentityProvider.token={token}", "--ServerApp.disable_check_xsrf=True",
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         f"--LabApp.workspaces_dir={workspaces}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         f"--LabApp.workspaces_dir={workspaces}", *extra.get("args", [])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **extra.get("env", {})},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:

@@ -173,7 +173,10 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     expected = [["Const", "CPU:0", "CPU:0", "1"], ["MatMul", "", "GPU:0", "3"]]
     assert sorted(row.split("\t")[:4] for row in rows) == expected  # rows are sorted by op time, which varies
 
-    # the event log itself opens as the same result, analysed by the server extension
+    # the event log itself opens as the same result, analysed by the server extension; the
+    # browser asks for the file's metadata only, never its content
+    contents: list[str] = []
+    page.on("request", lambda r: contents.append(r.url) if "/api/contents/run.arrow?" in r.url else None)
     page.goto(f"{base}/lab/tree/run.arrow?reset&token={token}")
     page.wait_for_function(
         f"document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === {figures}", timeout=90_000
@@ -181,6 +184,14 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     opened = page.locator(".jp-gpuviz-result table[data-name='placement'] tbody tr").all_inner_texts()
     assert opened == rows
     assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "run.arrow"
+    assert contents and all("content=0" in url for url in contents), contents
+
+    # a PyTorch snapshot opens in the same view (not as text); what the server says about it is shown
+    (root / "snapshot.pickle").write_bytes(b"\x80\x04not a snapshot")
+    page.goto(f"{base}/lab/tree/snapshot.pickle?reset&token={token}")
+    page.wait_for_selector(".jp-gpuviz-result .jp-gpuviz-error", timeout=90_000)
+    assert page.inner_text(".jp-gpuviz-error").startswith("snapshot.pickle: ")
+    assert "(HTTP 400)" in page.inner_text(".jp-gpuviz-error")
 
     # a TensorFlow profile opens the same way: the server tells its format by its content
     fixture = Path(__file__).resolve().parent / "fixtures" / "tf_bfc" / "oom.xplane.pb.gz"

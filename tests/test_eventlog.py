@@ -269,6 +269,22 @@ def test_close_writes_the_end_marker_and_the_random_access_form(tmp_path: Path) 
     assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was renamed over the stream
 
 
+def test_a_log_still_recording_at_exit_is_finished(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from gpuviz import BFCAllocator, EventLog, SimUpstream
+        log = EventLog(sys.argv[1])
+        BFCAllocator(SimUpstream("1GiB"), log=log).allocate(100)
+        """
+    )  # never closed: the interpreter's exit closes it
+    path = tmp_path / "exit.arrow"
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=120)
+    loaded = load(path)
+    assert [e.kind for e in loaded] == ["segment_alloc", "split", "alloc"]
+    assert (loaded.truncated, path.read_bytes()[:6]) == (False, b"ARROW1")
+
+
 def flip(data: bytes, offset: int) -> bytes:
     return data[:offset] + bytes([data[offset] ^ 0x10]) + data[offset + 1 :]
 
@@ -405,6 +421,10 @@ def test_a_loaded_log_survives_its_file_being_replaced(tmp_path: Path) -> None:
     recording.close()
     assert loaded["address"].tolist() == log["address"].tolist()
     assert len(load(path)) == 0
+    link = tmp_path / "link.arrow"
+    link.symlink_to(path)
+    log.save(link)  # writing through a symlink replaces its target; the link stays
+    assert link.is_symlink() and len(load(path)) == len(log)
 
 
 def test_recording_to_a_file_writes_incrementally(tmp_path: Path) -> None:

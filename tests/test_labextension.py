@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
+import textwrap
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import plotly.offline
 import pytest
 
 import gpuviz
 from gpuviz.analysis.profile import profile
 from gpuviz.frontends.cli import main
+from gpuviz.log.schema import DTYPES, Kind
 from gpuviz.views import result as result_module
 from gpuviz.views.result import FILE_EXTENSION, FORMAT, FORMAT_VERSION, MIME_TYPE, result
 
@@ -127,9 +132,9 @@ def test_an_event_log_displays_as_a_result_with_an_html_fallback() -> None:
     assert result_module.__doc__ and "format.ts" in result_module.__doc__
 
 
-def get(url: str) -> tuple[int, dict[str, object]]:
+def get(url: str, timeout: float = 60) -> tuple[int, dict[str, object]]:
     try:
-        with urllib.request.urlopen(url, timeout=60) as reply:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
             return reply.status, json.load(reply)
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"{}")
@@ -161,9 +166,140 @@ def test_traces_of_other_tools_open_as_results_too(lab_server) -> None:  # type:
     base, token, root = lab_server
     source = (EXTENSION / "src" / "format.ts").read_text()
     declared = re.search(r"export const TRACE_EXTENSIONS = \[([^\]]*)\];", source)
-    assert declared is not None and ".xplane.pb" in re.findall(r"'([^']*)'", declared.group(1))
+    assert declared is not None and {".xplane.pb", ".pickle"} <= set(re.findall(r"'([^']*)'", declared.group(1)))
     fixture = Path(__file__).resolve().parent / "fixtures" / "tf_bfc" / "oom.xplane.pb.gz"
     (root / "host.xplane.pb").write_bytes(gzip.decompress(fixture.read_bytes()))
     status, body = get(f"{base}/gpuviz/result?token={token}&path=host.xplane.pb")
     assert status == 200
     assert body == result(profile(gpuviz.load(root / "host.xplane.pb")), title="host.xplane.pb")
+
+
+def test_server_extension_refuses_symlinks_out_of_the_root_and_names_the_requested_path(  # type: ignore[no-untyped-def]
+    lab_server, tmp_path_factory
+) -> None:
+    base, token, root = lab_server
+    outside = tmp_path_factory.mktemp("outside") / "secret.arrow"
+    small_log().save(outside)
+    (root / "link_out.arrow").symlink_to(outside)
+    (root / "runs").mkdir()
+    small_log().save(root / "runs" / "run.arrow")
+    (root / "link_in.arrow").symlink_to(root / "runs" / "run.arrow")
+    data = (root / "runs" / "run.arrow").read_bytes()
+    (root / "runs" / "bad.arrow").write_bytes(data[:200] + bytes([data[200] ^ 0x40]) + data[201:])
+    route = f"{base}/gpuviz/result?token={token}&path="
+
+    status, body = get(route + "link_out.arrow")
+    assert status == 404 and str(outside) not in json.dumps(body)
+    status, body = get(route + "link_in.arrow")  # a link that stays inside the root is a file like any other
+    assert status == 200 and body["title"] == "link_in.arrow"
+    status, body = get(route + "runs/bad.arrow")  # the header's checksum no longer matches
+    assert status == 400
+    assert body["message"] == "runs/bad.arrow: the header is damaged (it does not match its checksum)"
+    cut = len(data) // 2
+    (root / "runs" / "cut.arrow").write_bytes(data[:cut])
+    status, body = get(route + "runs/cut.arrow")  # a cut log is no error: its readable prefix is analysed
+    assert status == 200 and body["summary"][0] == "0 events · devices: GPU:0"
+
+
+STALL_PROBE = textwrap.dedent(
+    """
+    # A server extension for the test: a 5 ms periodic callback on the server's event loop.
+    # Between two ticks it measures how late the second came (wall clock), less the time the
+    # loop's thread waited for a CPU (its run-queue wait in /proc/thread-self/schedstat): what
+    # is left is a stall of the loop itself (code running on it, or waiting for the GIL), not
+    # the machine being busy with other processes. A route reports the worst and resets.
+    import json, time
+    import tornado
+    from jupyter_server.base.handlers import APIHandler
+    from jupyter_server.utils import url_path_join
+    from tornado.ioloop import PeriodicCallback
+
+    PERIOD_MS = 5
+
+    def schedstat():
+        with open("/proc/thread-self/schedstat") as f:
+            on_cpu, queued, _ = map(int, f.read().split())
+            return on_cpu, queued
+
+    STATE = {"stall_ms": 0.0, "stall_on_cpu_ms": 0.0, "late_ms": 0.0, "ticks": 0, "last": time.perf_counter()}
+
+    def tick():
+        now, (on_cpu, queued) = time.perf_counter(), schedstat()
+        late = (now - STATE["last"]) * 1000 - PERIOD_MS
+        stall = late - (queued - STATE["queued"]) / 1e6
+        STATE["late_ms"] = max(STATE["late_ms"], late)
+        if stall > STATE["stall_ms"]:  # and how much of it the loop's thread spent on a CPU
+            STATE["stall_ms"], STATE["stall_on_cpu_ms"] = stall, (on_cpu - STATE["on_cpu"]) / 1e6
+        STATE["ticks"] += 1
+        STATE["last"], STATE["on_cpu"], STATE["queued"] = now, on_cpu, queued
+
+    class Probe(APIHandler):
+        @tornado.web.authenticated
+        def get(self):
+            self.finish(json.dumps({k: STATE[k] for k in ("stall_ms", "stall_on_cpu_ms", "late_ms", "ticks")}))
+            STATE.update(stall_ms=0.0, stall_on_cpu_ms=0.0, late_ms=0.0, ticks=0)
+
+    def _jupyter_server_extension_points():
+        return [{"module": "stall_probe"}]
+
+    def _load_jupyter_server_extension(app):
+        STATE["on_cpu"], STATE["queued"] = schedstat()
+        PeriodicCallback(tick, PERIOD_MS).start()
+        route = url_path_join(app.web_app.settings["base_url"], "stall-probe")
+        app.web_app.add_handlers(".*$", [(route, Probe)])
+    """
+)
+PROBE_DIR = Path(tempfile.mkdtemp(prefix="gpuviz-stall-probe-"))
+(PROBE_DIR / "stall_probe.py").write_text(STALL_PROBE)
+
+
+def synthetic_log(pairs: int) -> gpuviz.EventLog:
+    """A large valid log, built without an allocator: a 1 GiB segment, then ``pairs`` times a
+    split, alloc, free and merge of a chunk at its base (sizes 256 B to 250 KiB)."""
+    base, segment = 1 << 40, 1 << 30
+    n = 1 + 4 * pairs
+    sizes = (np.arange(pairs, dtype=np.int64) % 1000 + 1) * 256
+    zeros, whole = np.zeros(pairs, np.int64), np.full(pairs, segment)
+    columns = {name: np.zeros(n, dtype=dtype) for name, dtype in DTYPES.items()}
+    columns["seq"][:] = np.arange(n)
+    columns["time_ns"][:] = np.arange(n) * 1000
+    columns["kind"][0] = Kind.SEGMENT_ALLOC
+    columns["kind"][1:] = np.tile(np.array([Kind.SPLIT, Kind.ALLOC, Kind.FREE, Kind.MERGE], np.uint8), pairs)
+    columns["address"][:] = columns["segment"][:] = base
+    columns["size"][0], columns["size"][1:] = segment, np.stack([sizes, sizes, sizes, whole], axis=1).ravel()
+    columns["requested"][1:] = np.stack([zeros, sizes, sizes, zeros], axis=1).ravel()
+    left = segment - sizes
+    columns["largest_free"][0], columns["largest_free"][1:] = (
+        segment,
+        np.stack([left, left, left, whole], axis=1).ravel(),
+    )
+    columns["peer"][:] = columns["tag"][:] = columns["stack"][:] = -1
+    log = gpuviz.EventLog()
+    log.add_device("GPU:0", memory_limit=segment, growth=False)
+    log._set_columns(columns)
+    return log
+
+
+@pytest.mark.parametrize(
+    "lab_server",
+    [{"args": ["--ServerApp.jpserver_extensions=stall_probe=True"], "env": {"PYTHONPATH": str(PROBE_DIR)}}],
+    indirect=True,
+)
+def test_the_event_loop_stays_free_while_a_large_log_is_analysed(lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A 164 MB log (2M events); ``GPUVIZ_STALL_TEST_PAIRS=3000000`` (by hand) makes it 1 GB."""
+    base, token, root = lab_server
+    pairs = int(os.environ.get("GPUVIZ_STALL_TEST_PAIRS", 500_000))
+    log = synthetic_log(pairs)
+    log.save(root / "large.arrow")
+    del log
+    size = (root / "large.arrow").stat().st_size
+    assert size > 150 << 20
+    probe = f"{base}/stall-probe?token={token}"
+    for _ in range(2):  # the first request also starts the worker process
+        get(probe)  # reset
+        status, body = get(f"{base}/gpuviz/result?token={token}&path=large.arrow", timeout=600)
+        assert status == 200 and body["summary"][0] == f"{1 + 4 * pairs} events · devices: GPU:0"
+        _, stalls = get(probe)
+        assert stalls["ticks"] >= 100  # the callback ran all along
+        print(f"{size / 2**20:.0f} MiB log: {stalls}")
+        assert stalls["stall_ms"] <= 50, stalls

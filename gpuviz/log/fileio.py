@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -95,10 +96,15 @@ def _end_marker(events: int, batches: int) -> tuple[pa.RecordBatch, dict[bytes, 
     return empty, {b"gpuviz.end": text, b"gpuviz.checksum": digest(text).encode()}
 
 
+def _target(path: str | Path) -> Path:
+    """The file ``path`` names, symlinks followed (a link stays a link to the new file)."""
+    return Path(os.path.realpath(path))
+
+
 def _remove_old(path: Path) -> None:
     """Remove ``path`` (if it is a file) so that a new file gets a new inode: a log loaded
     from the old file keeps its memory mapping intact."""
-    if path.is_file() or path.is_symlink():
+    if path.is_file():
         path.unlink()
 
 
@@ -106,7 +112,7 @@ class LogWriter:
     """Writes an EventLog's batches to one file (the stream form) as they are flushed."""
 
     def __init__(self, path: str | Path, log: EventLog) -> None:
-        self.path = Path(path)
+        self.path = _target(path)
         _remove_old(self.path)
         self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._strings = 0
@@ -158,8 +164,8 @@ class LogWriter:
 def write_random_access(log: EventLog, columns: dict[str, np.ndarray], path: str | Path) -> None:
     """Write ``log`` with these ``columns`` to ``path`` in the random-access form (one data
     batch, then the end marker), through a temporary file renamed over ``path``."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    path = _target(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     arrays = [np.ascontiguousarray(columns[name]) for name in _NAMES]
     delta: dict[str, Any] = {
         "strings": list(log.strings),

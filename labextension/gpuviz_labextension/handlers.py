@@ -1,20 +1,27 @@
-"""``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved event log, as JSON.
+"""``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON.
 
-Any file ``gpuviz.load`` opens works the same way (an XPlane, an XProf memory profile, ...):
-the format is told by the content, never by the name.
+The path is checked through the server's contents manager (only files the user may open,
+relative to the server's root) and resolved on disk; a path whose symlinks lead outside
+the root is refused like any path outside it. The file is then opened where it lies by
+``gpuviz.load`` of the server's environment — any format it reads: gpuviz event logs,
+and the foreign traces its importers know (PyTorch snapshots, XPlane, ...) — and
+analysed in a worker process: the server never reads the file itself, its event loop
+stays free while a large log is analysed, and its memory does not grow with the log
+(one worker, so one analysis at a time; later requests wait their turn).
 
-The file is read through the server's contents manager (so only files the user may open
-are read, relative to the server's root) and analysed with the ``gpuviz`` package of the
-server's environment, off the event loop. Errors are JSON replies: 400 for a file that is
-not a gpuviz event log nor a trace gpuviz reads, 404 for a missing file, 501 when gpuviz is not installed here.
+Errors are JSON replies: 400 for a file gpuviz cannot read (the reason, naming the path
+as requested), 404 for a missing file or one outside the root, 501 when gpuviz is not
+installed here or the contents are not on a local file system, 500 when the worker died.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import importlib.util
+import multiprocessing
 import os
-import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import tornado
@@ -23,36 +30,66 @@ from jupyter_server.utils import ensure_async, url_path_join
 
 ROUTE = ("gpuviz", "result")
 
+_workers: list[ProcessPoolExecutor] = []  # at most one: created at the first request
 
-def result_json(data: bytes, title: str) -> str:
-    """The ``gpuviz-result`` JSON of the event log or trace ``data`` (raises LogFormatError)."""
-    from gpuviz import load
+
+def result_json(os_path: str, title: str) -> tuple[bool, str]:
+    """In the worker: (True, the ``gpuviz-result`` JSON of the file at ``os_path``), or
+    (False, why gpuviz cannot read it), the file named ``title`` in the reason."""
+    from gpuviz import LogFormatError, load
     from gpuviz.analysis.profile import profile
     from gpuviz.views.result import result_json as to_json
 
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "log.arrow")
-        with open(path, "wb") as file:
-            file.write(data)
-        return to_json(profile(load(path)), title=title)
+    try:
+        log = load(os_path)
+    except LogFormatError as error:
+        return False, str(error).replace(os_path, title)
+    return True, to_json(profile(log), title=title)
+
+
+def _lower_priority() -> None:
+    """The worker yields the CPU to the server (and everything else): analysis is batch work."""
+    os.nice(10)
+
+
+def _worker() -> ProcessPoolExecutor:
+    if not _workers:  # spawned, not forked: the server has threads of its own
+        context = multiprocessing.get_context("spawn")
+        _workers.append(ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_lower_priority))
+    return _workers[0]
 
 
 class ResultHandler(APIHandler):  # type: ignore[misc]
     @tornado.web.authenticated
     async def get(self) -> None:
         path = self.get_query_argument("path")
+        if importlib.util.find_spec("gpuviz") is None:
+            raise tornado.web.HTTPError(501, "gpuviz is not installed in the Jupyter server's environment")
+        os_path = await self._os_path(path)
         try:
-            from gpuviz import LogFormatError
-        except ImportError:
-            raise tornado.web.HTTPError(501, "gpuviz is not installed in the Jupyter server's environment") from None
-        model = await ensure_async(self.contents_manager.get(path, content=True, type="file", format="base64"))
-        data = base64.b64decode(model["content"])
-        try:
-            text = await asyncio.get_running_loop().run_in_executor(None, result_json, data, path)
-        except LogFormatError as error:
-            raise tornado.web.HTTPError(400, str(error)) from None
+            # submitted from a thread: the first submission starts the worker process
+            future = await asyncio.to_thread(lambda: _worker().submit(result_json, os_path, path))
+            readable, text = await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            _workers.clear()  # the next request starts a new worker
+            raise tornado.web.HTTPError(500, f"the worker analysing {path} died (out of memory?)") from None
+        if not readable:
+            raise tornado.web.HTTPError(400, text)
         self.set_header("Content-Type", "application/json")
         self.finish(text)
+
+    async def _os_path(self, path: str) -> str:
+        """The real path of the file ``path`` names; 404 when it is missing or lies outside the root."""
+        manager = self.contents_manager
+        model = await ensure_async(manager.get(path, content=False, type="file"))  # 404, 400 for a folder
+        root = getattr(manager, "root_dir", None)
+        if root is None or not hasattr(manager, "_get_os_path"):
+            raise tornado.web.HTTPError(501, "gpuviz results need the contents on the server's local file system")
+        real_root = os.path.realpath(root)
+        os_path = os.path.realpath(manager._get_os_path(model["path"]))
+        if os.path.commonpath([real_root, os_path]) != real_root:
+            raise tornado.web.HTTPError(404, f"file does not exist: {path}")  # a symlink out of the root
+        return os_path
 
 
 def setup_handlers(web_app: Any) -> None:

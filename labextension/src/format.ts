@@ -7,8 +7,9 @@ export const FORMAT_VERSION = 1;
 export const FILE_EXTENSION = '.gpuviz.json';
 /** Saved event logs, opened through the server extension's route. */
 export const LOG_EXTENSION = '.arrow';
-/** Traces of other tools that gpuviz.load opens too (the server tells formats by content). */
-export const TRACE_EXTENSIONS = ['.xplane.pb', '.memory_profile.json', '.memory_profile.json.gz'];
+/** Traces of other tools that gpuviz.load opens too (the server tells formats by content):
+ * PyTorch memory snapshots, XPlane, XProf memory profiles. */
+export const TRACE_EXTENSIONS = ['.pickle', '.xplane.pb', '.memory_profile.json', '.memory_profile.json.gz'];
 export const RESULT_ROUTE = ['gpuviz', 'result'];
 
 /** A plotly figure as plotly.py writes it (`fig.to_plotly_json()`). */

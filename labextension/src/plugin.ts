@@ -1,18 +1,52 @@
-// The application plugin: saved event logs (.arrow) and traces of other tools (TRACE_EXTENSIONS)
-// open as results. The Jupyter server's
-// gpuviz extension (gpuviz_labextension/handlers.py) analyses the file where it lies and
-// answers with the result JSON; this file only wires that to a ResultView.
+// The application plugin: saved event logs (.arrow) and traces of other tools (TRACE_EXTENSIONS:
+// PyTorch memory snapshots, XPlane, XProf memory profiles) open as results. The Jupyter
+// server's gpuviz extension (gpuviz_labextension/handlers.py) analyses the file where it lies
+// and answers with the result JSON; this file only wires that to a ResultView.
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { URLExt } from '@jupyterlab/coreutils';
-import { ABCWidgetFactory, DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
-import { ServerConnection } from '@jupyterlab/services';
+import {
+  ABCWidgetFactory,
+  DocumentRegistry,
+  DocumentWidget,
+  TextModelFactory
+} from '@jupyterlab/docregistry';
+import { Contents, ServerConnection } from '@jupyterlab/services';
 
 import { LOG_EXTENSION, RESULT_ROUTE, TRACE_EXTENSIONS } from './format';
 import { ResultView } from './renderer';
 
-const FILE_TYPE = 'gpuviz-log';
-const TRACE_TYPE = 'gpuviz-trace';
 const FACTORY = 'gpuviz log';
+const MODEL = 'gpuviz-no-content';
+
+/** The file types that open as results: binary files the browser never needs to read. */
+const FILE_TYPES: Partial<DocumentRegistry.IFileType>[] = [
+  {
+    name: 'gpuviz-log',
+    displayName: 'gpuviz event log',
+    extensions: [LOG_EXTENSION],
+    mimeTypes: ['application/vnd.apache.arrow.stream']
+  },
+  {
+    name: 'gpuviz-trace',
+    displayName: 'trace gpuviz opens',
+    extensions: TRACE_EXTENSIONS
+  }
+];
+
+/**
+ * A model factory whose documents load no content: with a null file format the document
+ * context asks the server for the file's metadata only, so opening a log of any size
+ * downloads nothing to the browser and decodes nothing as text (the server reads it).
+ */
+class NoContentModelFactory extends TextModelFactory {
+  get name(): string {
+    return MODEL;
+  }
+
+  get fileFormat(): Contents.FileFormat {
+    return null;
+  }
+}
 
 /** Ask the server for the result of the event log at ``path`` (relative to its root). */
 export async function fetchResult(path: string): Promise<unknown> {
@@ -50,31 +84,21 @@ class LogViewFactory extends ABCWidgetFactory<DocumentWidget<LogView>> {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'gpuviz-labextension:event-log',
-  description: 'Opens gpuviz event logs (.arrow) and the traces gpuviz reads (.xplane.pb, ...) as results.',
+  description: 'Opens gpuviz event logs (.arrow) and the traces gpuviz reads (.pickle, .xplane.pb, ...) as results.',
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
-    app.docRegistry.addFileType({
-      name: FILE_TYPE,
-      displayName: 'gpuviz event log',
-      extensions: [LOG_EXTENSION],
-      mimeTypes: ['application/vnd.apache.arrow.stream'],
-      contentType: 'file',
-      fileFormat: 'base64'
-    });
-    app.docRegistry.addFileType({
-      name: TRACE_TYPE,
-      displayName: 'trace gpuviz opens',
-      extensions: TRACE_EXTENSIONS,
-      contentType: 'file',
-      fileFormat: 'base64'
-    });
+    for (const fileType of FILE_TYPES) {
+      app.docRegistry.addFileType({ ...fileType, contentType: 'file', fileFormat: 'base64' });
+    }
+    app.docRegistry.addModelFactory(new NoContentModelFactory());
+    const names = FILE_TYPES.map(fileType => fileType.name as string);
     app.docRegistry.addWidgetFactory(
       new LogViewFactory({
         name: FACTORY,
         label: 'gpuviz result',
-        modelName: 'base64',
-        fileTypes: [FILE_TYPE, TRACE_TYPE],
-        defaultFor: [FILE_TYPE, TRACE_TYPE],
+        modelName: MODEL,
+        fileTypes: names,
+        defaultFor: names,
         readOnly: true
       })
     );
