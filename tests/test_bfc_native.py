@@ -205,6 +205,15 @@ def test_a_long_mixed_run_matches_the_reference_event_for_event() -> None:
     assert replay(alloc.log).state_at(-1) == alloc.state()
 
 
+@pytest.mark.parametrize("cls", [BFCAllocator, pytest.param(NativeBFCAllocator, marks=needs_core)])
+def test_numpy_integer_addresses_are_freed_like_ints(cls: type[BFCAllocator]) -> None:
+    alloc = cls(SimUpstream("1GiB"))
+    p = alloc.allocate(1000)
+    assert alloc.requested_size(np.int64(p)) == 1000  # type: ignore[arg-type]
+    alloc.free(np.uint64(p))  # type: ignore[arg-type]
+    assert alloc.stats().bytes_in_use == 0
+
+
 @needs_core
 def test_the_hot_path_is_the_compiled_method() -> None:
     alloc = NativeBFCAllocator(SimUpstream("1GiB"))
