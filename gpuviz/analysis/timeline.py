@@ -28,6 +28,8 @@ __all__ = [
     "resample",
     "peak",
     "internal_waste",
+    "operation_ends",
+    "settled",
 ]
 
 _ALLOCATOR_KINDS = [
@@ -58,6 +60,7 @@ class TimelineSeries:
     pool_bytes: np.ndarray
     largest_free: np.ndarray
     fragmentation: np.ndarray
+    settled: np.ndarray  # bool per event: it ends a public operation (see ``operation_ends``)
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -102,6 +105,38 @@ class Waste:
     at_end: int
     at_peak: int
     maximum: int
+
+
+def operation_ends(kind: np.ndarray) -> np.ndarray:
+    """Which events of one device's allocator event kinds (in log order) end a public operation.
+
+    One public operation (an allocation, a free, a failed allocation, a release of segments)
+    records several events; the states between them are transient (a ``split``'s remainder is
+    free until its ``alloc``, a freshly reserved segment is wholly free until it is carved).
+    An event is *within* an operation when the next event of the same device continues it:
+
+    - a ``split`` continues a ``segment_alloc`` just before it (the new segment is carved);
+    - a ``merge`` continues a ``free`` or ``merge`` just before it (coalescing after a free);
+    - an ``alloc`` continues a ``split`` or a ``segment_alloc`` just before it;
+    - a ``segment_alloc`` or ``segment_free`` continues a ``segment_free`` just before it
+      (garbage collection releasing segments, then reserving).
+
+    Every other event ends its operation, and so does the last event. Sampling the timeline at
+    these events shows the state users' code saw between its calls, without transient spikes.
+    """
+    kind = np.asarray(kind)
+    ends = np.ones(len(kind), dtype=bool)
+    if len(kind) < 2:
+        return ends
+    this, nxt = kind[:-1], kind[1:]
+    continues = (
+        ((nxt == Kind.SPLIT) & (this == Kind.SEGMENT_ALLOC))
+        | ((nxt == Kind.MERGE) & ((this == Kind.FREE) | (this == Kind.MERGE)))
+        | ((nxt == Kind.ALLOC) & ((this == Kind.SPLIT) | (this == Kind.SEGMENT_ALLOC)))
+        | (((nxt == Kind.SEGMENT_ALLOC) | (nxt == Kind.SEGMENT_FREE)) & (this == Kind.SEGMENT_FREE))
+    )
+    ends[:-1] = ~continues
+    return ends
 
 
 def _single_device(log: EventLog, device: str | None) -> tuple[str, int]:
@@ -176,6 +211,17 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
         pool_bytes=pool,
         largest_free=largest,
         fragmentation=fragmentation,
+        settled=operation_ends(kind),
+    )
+
+
+def settled(series: TimelineSeries) -> TimelineSeries:
+    """``series`` at the events that end a public operation only (``operation_ends``): what a
+    timeline draws, so that no transient state between a ``split`` and its ``alloc`` shows."""
+    keep = series.settled
+    return TimelineSeries(
+        device=series.device,
+        **{name: getattr(series, name)[keep] for name in ("index", "seq", "time_ns", *METRICS, "settled")},
     )
 
 

@@ -15,6 +15,23 @@ export interface IFigure {
   layout: Record<string, unknown>;
 }
 
+/** How a table column's raw values are shown and sorted. */
+export type ColumnKind = 'text' | 'bytes' | 'ns' | 'count' | 'share' | 'address';
+
+export type Cell = string | number | null;
+
+export interface ITable {
+  name: string;
+  title: string;
+  columns: string[];
+  rows: Cell[][];
+  /** Optional: human column headers, a kind per column, a totals row, rows to highlight. */
+  headers?: string[];
+  kinds?: ColumnKind[];
+  total?: Cell[] | null;
+  highlight?: number[];
+}
+
 export interface IResult {
   format: typeof FORMAT;
   version: number;
@@ -22,7 +39,7 @@ export interface IResult {
   /** Plain-text summary lines (diagnosis of the run). */
   summary: string[];
   figures: { name: string; title: string; figure: IFigure }[];
-  tables: { name: string; title: string; columns: string[]; rows: (string | number | null)[][] }[];
+  tables: ITable[];
 }
 
 /** The result in `data`, or an explanation of why it is not one this renderer reads. */
