@@ -184,8 +184,18 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
         fragmentation = np.empty(n, dtype=np.float64)
         columns = (kind, size, pick(cols["requested"]), pick(cols["largest_free"]))
         kernel(*(np.ascontiguousarray(c) for c in columns), in_use, in_req, pool, largest, fragmentation)
-        return TimelineSeries(name, positions, pick(cols["seq"]), pick(cols["time_ns"]), in_use, in_req, pool,
-                              largest, fragmentation)  # fmt: skip
+        return TimelineSeries(
+            device=name,
+            index=positions,
+            seq=pick(cols["seq"]),
+            time_ns=pick(cols["time_ns"]),
+            bytes_in_use=in_use,
+            bytes_requested=in_req,
+            pool_bytes=pool,
+            largest_free=largest,
+            fragmentation=fragmentation,
+            settled=operation_ends(kind),
+        )
     use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
     in_use = np.multiply(size, use_sign, dtype=np.int64)
     np.cumsum(in_use, out=in_use)
