@@ -4,8 +4,10 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 (replay, timelines) -> views -> front-ends (CLI, magics, widgets, reports).
 """
 
+import gpuviz.views.comparison
 import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
+from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
@@ -16,10 +18,11 @@ from gpuviz.base.units import format_bytes, parse_bytes
 from gpuviz.capture.bfc import AllocatorStats, BFCAllocator
 from gpuviz.capture.marks import activate, current_log, default_log, mark, span
 from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOutOfMemory
+from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
-from gpuviz.log.fileio import load
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, reset
+from gpuviz.scenarios import whatif
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -71,4 +74,5 @@ __all__ = [
     "resample",
     "span",
     "timeline_series",
+    "whatif",
 ]

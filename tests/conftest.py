@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +35,25 @@ def bfc(request: pytest.FixtureRequest) -> type[BFCAllocator]:
     """The allocator class under test (``bfc(SimUpstream(...), ...)`` makes one)."""
     cls: type[BFCAllocator] = request.param
     return cls
+
+
+def _built_classes() -> dict[str, Callable[..., BFCAllocator]]:
+    from gpuviz.capture.native import NativeBFCAllocator, native_core_available
+
+    built: dict[str, Callable[..., BFCAllocator]] = {"python": BFCAllocator}
+    if native_core_available():
+        built["native"] = NativeBFCAllocator
+    return built
+
+
+ALLOCATOR_FACTORIES = _built_classes()
+"""The allocator classes built here, by name (the native core where a C compiler built it)."""
+
+
+@pytest.fixture
+def make_allocator(bfc: type[BFCAllocator]) -> Callable[..., BFCAllocator]:
+    """The allocator class under test as a factory (one per class of ``ALLOCATOR_CLASSES``)."""
+    return bfc
 
 
 @pytest.fixture

@@ -152,9 +152,9 @@ def test_lean_map_for_reports_uses_numeric_rows_and_customdata() -> None:
     figure = fragmentation_map(state, lean=True)
     used = figure.data[2]
     assert list(used.y) == [0, 0] and list(used.base) == [0, 1024] and list(used.x) == [300, 512]
-    # [address, size, requested, tag, allocating event, its time, call site]: the report's script words it
+    # [size, requested, tag, allocating event, its time in ms, call site]: the report's script words it
     custom = [list(c) for c in used.customdata]
-    assert custom == [[BASE, 512, 300, 0, -1, -1, -1], [BASE + 1024, 512, 512, 1, -1, -1, -1]]
+    assert custom == [[512, 300, 0, -1, -1, -1], [512, 512, 1, -1, -1, -1]]
     assert used.meta == {"strings": ["x", "<b>bias</b>"]} and used.hovertext is None
     assert list(figure.layout.yaxis.ticktext) == [f"{BASE:#x}"]
 

@@ -335,6 +335,16 @@ static int is_zero(PyObject *obj) {
 
 /* ------------------------------------------------------------- methods */
 static PyObject *Core_free(Core *self, PyObject *address) {
+    if (!PyLong_CheckExact(address) && (PyBool_Check(address) || !PyIndex_Check(address))) {
+        /* the words of gpuviz.capture.arguments.address_argument; nothing has changed */
+        PyObject *text = PyObject_Repr(address);
+        if (text == NULL) return NULL;
+        const char *name = Py_TYPE(address)->tp_name, *dot = strrchr(name, '.');
+        PyErr_Format(PyExc_TypeError, "free: the address must be an integer (the value allocate returned), not %s (%.40U)",
+                     dot ? dot + 1 : name, text);
+        Py_DECREF(text);
+        return NULL;
+    }
     int zero = is_zero(address);
     if (zero < 0) return NULL;
     if (zero) Py_RETURN_NONE;
@@ -357,6 +367,10 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     if (nkw == 1) tag = args[1];
+    if (tag != Py_None && !PyUnicode_CheckExact(tag)) { /* checked first, as the Python allocator does */
+        PyErr_Format(PyExc_TypeError, "tag must be a string or None, not %s", Py_TYPE(tag)->tp_name);
+        return NULL;
+    }
     PyObject *nbytes = args[0];
     Py_INCREF(nbytes);
     int overflow = 0;
@@ -377,18 +391,14 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
             return PyLong_FromLong(0);
         }
     }
-    if (tag != Py_None && !PyUnicode_CheckExact(tag)) {
-        Py_DECREF(nbytes);
-        PyErr_Format(PyExc_TypeError, "tag must be a string or None, not %s", Py_TYPE(tag)->tp_name);
-        return NULL;
-    }
     if (held_here(self)) {
         Py_DECREF(nbytes);
         PyErr_SetString(PyExc_RuntimeError,
                         "re-entrant allocate from inside the allocator (a finalizer allocating memory)");
         return NULL;
     }
-    /* a request beyond int64 cannot fit: the grow callback raises the out-of-memory error */
+    /* a request whose rounded size is beyond int64 cannot fit: the grow callback raises the OOM */
+    if (!overflow && requested > INT64_MAX - 255) overflow = 1;
     int64_t rounded = overflow ? INT64_MAX : requested <= 256 ? 256 : (int64_t)((requested + 255) & ~(long long)255);
     PyObject *result = NULL;
     enter(self);

@@ -28,7 +28,8 @@ import numpy as np
 
 from gpuviz.base.errors import InvalidFreeError, InvariantError, OutOfMemoryError
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
-from gpuviz.capture.bfc import _BACKPEDAL_FACTOR, AllocatorStats, BFCAllocator, _as_size
+from gpuviz.capture.arguments import address_argument, allocation_size, log_int
+from gpuviz.capture.bfc import _BACKPEDAL_FACTOR, AllocatorStats, BFCAllocator
 from gpuviz.capture.chunks import NUM_BINS, bin_for_size, rounded_bytes
 from gpuviz.capture.recorder import Observer, Recorder
 from gpuviz.log.eventlog import EventLog
@@ -124,7 +125,7 @@ class NativeBFCAllocator(BFCAllocator):
         if _CoreClass is None:
             raise RuntimeError("the native allocator core is not built (gpuviz was installed without a C compiler)")
         super().__init__(*args, **kwargs)
-        core: _Core = _CoreClass(self.device, self._grow, _as_size, self._deferred_free_failed, InvalidFreeError)
+        core: _Core = _CoreClass(self.device, self._grow, allocation_size, self._deferred_free_failed, InvalidFreeError)
         self._core = core
         self._locked = _Locked(core)
         self._attach(self._observer)
@@ -154,7 +155,7 @@ class NativeBFCAllocator(BFCAllocator):
         if not grown:
             largest = self._core.largest_free()
             pool = self._core.stats()[4]
-            self._core.emit(_OOM, 0, rounded, nbytes, -1, largest, -1, stack)
+            self._core.emit(_OOM, 0, log_int(rounded), log_int(nbytes), -1, largest, -1, stack)
             raise OutOfMemoryError(
                 requested=nbytes,
                 rounded=rounded,
@@ -212,6 +213,7 @@ class NativeBFCAllocator(BFCAllocator):
 
     # ------------------------------------------------------------------ queries
     def _live(self, address: int) -> _ChunkTuple:
+        address = address_argument(address, what="size query")
         chunk = self._core.lookup(address)
         if chunk is None or not chunk[3]:
             raise InvalidFreeError(f"{self.device}: {address:#x} is not a live allocation")

@@ -294,9 +294,10 @@ def trace_specs(
 
     ``allocated``: when each live chunk was allocated (hover says so). ``lean``: rows as numbers
     (``segment_rows`` labels them) and whole-byte geometry, for reports that embed many frames;
-    chunk hovers then come as numeric ``customdata`` ``[address, size, requested, tag, event,
-    ns, site]`` (tag and site index ``meta.strings``, -1 none) that the report's script turns
-    into the same words as ``chunk_hover`` -- about a third of the bytes of text per rectangle.
+    chunk hovers then come as numeric ``customdata`` ``[size, requested, tag, event, ms, site]``
+    (tag and site index ``meta.strings``, -1 none; ms: the allocation's time from the log's
+    start) that the report's script turns into the same words as ``chunk_hover``, taking the
+    address from the row's segment base and the bar's base -- a fraction of the bytes of text.
     """
     n_chunks = sum(len(s.chunks) for s in state.segments)
     aggregated = n_chunks * 2 > max_rectangles
@@ -329,14 +330,18 @@ def trace_specs(
             else:
                 strings: dict[str, int] = {}
                 custom = []
-                for address, size, _ in data["custom"]:
+                for address, size, _ in data["custom"]:  # the address is the row's base + the bar's base
                     c = chunk_of[address]
                     when = allocated.get(address) if allocated is not None and c.in_use else None
                     site = call_site(stacks, c.stack) if c.in_use else None
                     tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
                     site_id = strings.setdefault(site, len(strings)) if site is not None else -1
-                    custom.append([address, size, c.requested, tag, *(when or (-1, -1)), site_id])
-                spec.update(customdata=custom, meta={"strings": list(strings)}, hoverinfo="text")
+                    event, ns = when or (-1, -1)
+                    custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
+                meta: dict[str, Any] = {"strings": list(strings)}
+                if name == "waste":  # its bars start after the requested bytes, not at the chunk
+                    meta["afterRequested"] = True
+                spec.update(customdata=custom, meta=meta, hoverinfo="text")
         else:
             spec.update(y=data["y"], base=data["base"], x=data["x"], hovertext=data["text"], hoverinfo="text")
         specs.append(spec)

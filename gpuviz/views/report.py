@@ -52,19 +52,21 @@ function gpuvizSize(n) {
   return Math.round(n) + ' B';
 }
 function gpuvizEscape(s) { return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;'); }
-function gpuvizHover(data) {
-  // lean map traces carry [address, size, requested, tag, event, ns, site] per chunk: the same
-  // words as gpuviz.views.fragmentation.chunk_hover / hole_hover
+function gpuvizHover(data, layout) {
+  // lean map traces carry [size, requested, tag, event, ms, site] per chunk; the address is the
+  // row's segment base plus the bar's base. The same words as gpuviz.views.fragmentation's
+  // chunk_hover / hole_hover.
+  var bases = ((layout.yaxis || {}).ticktext || []).map(function (t) { return parseInt(t, 16); });
   data.forEach(function (trace) {
     if (!trace.meta || !trace.meta.strings || !trace.customdata) { return; }
     var strings = trace.meta.strings;
-    trace.hovertext = trace.customdata.map(function (c) {
-      var address = '0x' + c[0].toString(16);
-      if (c[3] < 0) { return '<b>free hole</b> ' + gpuvizSize(c[1]) + '<br>address ' + address; }
-      var text = '<b>' + gpuvizEscape(strings[c[3]]) + '</b><br>requested ' + gpuvizSize(c[2]) +
-        ' \u00b7 chunk ' + gpuvizSize(c[1]) + '<br>address ' + address;
-      if (c[4] >= 0) { text += '<br>allocated at event ' + c[4] + ', t = ' + (c[5] / 1e9).toFixed(3) + ' s'; }
-      if (c[6] >= 0) { text += '<br>call site ' + gpuvizEscape(strings[c[6]]); }
+    trace.hovertext = trace.customdata.map(function (c, i) {
+      var address = '0x' + (bases[trace.y[i]] + trace.base[i] - (trace.meta.afterRequested ? c[1] : 0)).toString(16);
+      if (c[2] < 0) { return '<b>free hole</b> ' + gpuvizSize(c[0]) + '<br>address ' + address; }
+      var text = '<b>' + gpuvizEscape(strings[c[2]]) + '</b><br>requested ' + gpuvizSize(c[1]) +
+        ' \u00b7 chunk ' + gpuvizSize(c[0]) + '<br>address ' + address;
+      if (c[3] >= 0) { text += '<br>allocated at event ' + c[3] + ', t = ' + (c[4] / 1e3).toFixed(3) + ' s'; }
+      if (c[5] >= 0) { text += '<br>call site ' + gpuvizEscape(strings[c[5]]); }
       return text;
     });
   });
@@ -94,7 +96,7 @@ function gpuvizScrubber(id, first) {
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
   var plot = document.getElementById(id);
   var frames = null;
-  function show(f) { Plotly.react(id, gpuvizHover(f.data), f.layout); label.textContent = f.label; }
+  function show(f) { Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout); label.textContent = f.label; }
   function go(value) {
     if (frames === null) { frames = JSON.parse(document.getElementById(id + '-frames').textContent); }
     input.value = String(value);
@@ -135,7 +137,7 @@ def _plot(div_id: str, figure: go.Figure) -> str:
     )
 
 
-NEAR_OPENING = 10
+NEAR_OPENING = 5
 """The scrubber also stops at this many settled events before and after the moment it opens at."""
 
 

@@ -1,0 +1,128 @@
+"""The input of an import: a file on disk, gzip-compressed or not, read with progress.
+
+``Source(path)`` opens the file once to sniff its first bytes (decompressed when the file
+is gzip-compressed), so importers are chosen by content, never by file name.
+``source.open()`` gives a binary stream of the decompressed content whose reads advance
+the progress bar by the bytes taken from disk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zlib
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from gpuviz.base.errors import LogFormatError
+
+__all__ = ["Source", "Progress", "NullProgress", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES"]
+
+HEAD_BYTES = 1 << 16  # how much decompressed content the importers sniff
+PROGRESS_MIN_BYTES = 8 << 20  # files smaller than this import without a progress bar (auto mode)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class Progress(Protocol):
+    """What an import reports progress to (a ``tqdm`` bar fits)."""
+
+    def update(self, n: int) -> object: ...
+
+    def close(self) -> None: ...
+
+
+class NullProgress:
+    """Progress that shows nothing."""
+
+    def update(self, n: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def make_progress(total_bytes: int, description: str, enabled: bool | None = None) -> Progress:
+    """A progress bar over ``total_bytes`` read from disk.
+
+    ``enabled=None`` shows one only for files of at least ``PROGRESS_MIN_BYTES`` and only
+    where tqdm is installed (``tqdm.auto``: a widget in notebooks, text in terminals);
+    ``True`` shows one whatever the size (tqdm required); ``False`` never.
+    """
+    if enabled is False or (enabled is None and total_bytes < PROGRESS_MIN_BYTES):
+        return NullProgress()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        if enabled:
+            raise ImportError("progress bars need tqdm: pip install tqdm") from None
+        return NullProgress()
+    bar: Progress = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc=description)
+    return bar
+
+
+class _CountingReader(io.RawIOBase):
+    """A raw stream over ``file`` that reports every byte read to ``progress``."""
+
+    def __init__(self, file: IO[bytes], progress: Progress) -> None:
+        self._file = file
+        self._progress = progress
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._file.readinto(buffer)  # type: ignore[attr-defined]
+        if n:
+            self._progress.update(n)
+        return int(n or 0)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+class Source:
+    """A file to import: its path, on-disk size, whether it is gzip-compressed, its first bytes.
+
+    Raises ``FileNotFoundError``/``IsADirectoryError``/``PermissionError`` as ``open`` does.
+    A gzip file whose first bytes cannot be decompressed raises ``LogFormatError``.
+    """
+
+    def __init__(self, path: str | Path, *, progress: Progress | None = None) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise IsADirectoryError(f"{self.path} is a directory, not a trace file")
+        self.size = os.path.getsize(self.path)
+        self.progress: Progress = progress if progress is not None else NullProgress()
+        with open(self.path, "rb") as file:
+            raw_head = file.read(HEAD_BYTES)
+        self.compressed = raw_head.startswith(_GZIP_MAGIC)
+        if self.compressed:
+            try:
+                self.head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw_head, HEAD_BYTES)
+            except zlib.error as exc:
+                raise LogFormatError(
+                    f"{self.path} starts like a gzip file but cannot be decompressed ({exc})"
+                ) from None
+        else:
+            self.head = raw_head
+
+    @property
+    def name(self) -> str:
+        return str(self.path)
+
+    def open(self) -> IO[bytes]:
+        """The decompressed content as a buffered binary stream (reads advance the progress)."""
+        raw = io.BufferedReader(_CountingReader(open(self.path, "rb"), self.progress), 1 << 20)  # noqa: SIM115
+        if self.compressed:
+            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return raw
+
+    def read_all(self) -> bytes:
+        """The whole decompressed content. A gzip file cut short raises ``LogFormatError``."""
+        with self.open() as stream:
+            try:
+                return stream.read()
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise LogFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({exc})") from None
