@@ -214,6 +214,24 @@ def test_numpy_integer_addresses_are_freed_like_ints(cls: type[BFCAllocator]) ->
     assert alloc.stats().bytes_in_use == 0
 
 
+@pytest.mark.parametrize("limit", ["64MiB", "128MiB"])
+@needs_core
+def test_preallocate_reserves_as_the_python_allocator(limit: str) -> None:
+    results = []
+    for cls in (BFCAllocator, NativeBFCAllocator):
+        upstream = SimUpstream("128MiB")
+        upstream.allocate(16 * MiB)  # another user of the device: 128 MiB backs off by 10 % steps
+        alloc = cls(upstream, memory_limit=limit, growth=False)
+        reserved = alloc.preallocate()
+        again = alloc.preallocate()
+        p = alloc.allocate(1000)
+        alloc.check()
+        results.append((reserved, again, p, upstream.regions(), alloc.state(), log_columns(alloc.log)))
+    assert results[0] == results[1]
+    assert results[0][0] > 0 and results[0][1] == 0
+    assert NativeBFCAllocator(SimUpstream("1GiB"), growth=True).preallocate() == 0
+
+
 @needs_core
 def test_the_hot_path_is_the_compiled_method() -> None:
     alloc = NativeBFCAllocator(SimUpstream("1GiB"))

@@ -309,6 +309,16 @@ class NativeBFCAllocator(BFCAllocator):
                 earlier = passed
 
     # ------------------------------------------------------------------ release
+    def preallocate(self) -> int:
+        """Without growth, reserve the whole memory limit now as one segment, as
+        ``BFCAllocator.preallocate`` does; the bytes reserved (0 with growth on, when a
+        segment is already reserved, or when nothing can be reserved)."""
+        with self._locked:
+            if self.growth or self._core.segments():
+                return 0
+            self._extend_pool(256, self._observer.stack_id())
+            return self._core.stats()[4]
+
     def release_free_segments(self) -> int:
         """Return every wholly free segment upstream; the bytes released."""
         with self._locked:
