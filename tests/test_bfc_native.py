@@ -205,6 +205,33 @@ def test_a_long_mixed_run_matches_the_reference_event_for_event() -> None:
     assert replay(alloc.log).state_at(-1) == alloc.state()
 
 
+@pytest.mark.parametrize("cls", [BFCAllocator, pytest.param(NativeBFCAllocator, marks=needs_core)])
+def test_numpy_integer_addresses_are_freed_like_ints(cls: type[BFCAllocator]) -> None:
+    alloc = cls(SimUpstream("1GiB"))
+    p = alloc.allocate(1000)
+    assert alloc.requested_size(np.int64(p)) == 1000  # type: ignore[arg-type]
+    alloc.free(np.uint64(p))  # type: ignore[arg-type]
+    assert alloc.stats().bytes_in_use == 0
+
+
+@pytest.mark.parametrize("limit", ["64MiB", "128MiB"])
+@needs_core
+def test_preallocate_reserves_as_the_python_allocator(limit: str) -> None:
+    results = []
+    for cls in (BFCAllocator, NativeBFCAllocator):
+        upstream = SimUpstream("128MiB")
+        upstream.allocate(16 * MiB)  # another user of the device: 128 MiB backs off by 10 % steps
+        alloc = cls(upstream, memory_limit=limit, growth=False)
+        reserved = alloc.preallocate()
+        again = alloc.preallocate()
+        p = alloc.allocate(1000)
+        alloc.check()
+        results.append((reserved, again, p, upstream.regions(), alloc.state(), log_columns(alloc.log)))
+    assert results[0] == results[1]
+    assert results[0][0] > 0 and results[0][1] == 0
+    assert NativeBFCAllocator(SimUpstream("1GiB"), growth=True).preallocate() == 0
+
+
 @needs_core
 def test_the_hot_path_is_the_compiled_method() -> None:
     alloc = NativeBFCAllocator(SimUpstream("1GiB"))

@@ -9,6 +9,7 @@ import pytest
 
 from gpuviz import EventLog, SimUpstream, replay, timeline_series
 from gpuviz.analysis import replay as replay_module
+from gpuviz.analysis import timeline as timeline_module
 from gpuviz.capture.native import allocator_class
 from gpuviz.log.schema import Kind
 
@@ -98,8 +99,11 @@ def _timeline_by_the_definition(log: EventLog, device_id: int) -> dict[str, np.n
     return {k: np.array(v) for k, v in out.items()}
 
 
+@pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "NumPy"])
 @pytest.mark.parametrize("devices", [1, 2])
-def test_timeline_series_equal_their_definition(devices: int) -> None:
+def test_timeline_series_equal_their_definition(devices: int, native: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if native == "1" and not _kernel_built():
+        pytest.skip("the replay kernel is not built (no C compiler)")
     if devices == 2:
         log = two_device_log(1500, seed=5)
     else:
@@ -112,6 +116,8 @@ def test_timeline_series_equal_their_definition(devices: int) -> None:
                 alloc.free(live.pop(int(rng.integers(len(live)))))
             else:
                 live.append(alloc.allocate(int(2 ** rng.uniform(0, 25))))
+    monkeypatch.setenv("GPUVIZ_NATIVE", native)
+    assert (timeline_module._timeline_kernel() is not None) is (native == "1")
     for device_id in range(devices):
         series = timeline_series(log, device=f"GPU:{device_id}")
         expected = _timeline_by_the_definition(log, device_id)

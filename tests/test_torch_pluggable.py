@@ -15,7 +15,7 @@ from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
 
 try:
-    import gpuviz.torch as gtorch
+    import gpuviz.torch.pluggable as gtorch
 
     gtorch.library()
     BUILT = True
@@ -103,10 +103,12 @@ def test_threads_call_the_entry_points_at_once(lib: Library) -> None:
     log = EventLog()
     session = gtorch.TorchSession(log, {0: gtorch.configure_device(0, log, simulated_capacity=1 << 34)})
     errors: list[BaseException] = []
+    together = threading.Barrier(6)
 
     def worker(seed: int) -> None:
         rng = np.random.default_rng(seed)
         live: list[int] = []
+        together.wait()
         try:
             for _ in range(2000):
                 if live and rng.random() < 0.5:
@@ -117,6 +119,7 @@ def test_threads_call_the_entry_points_at_once(lib: Library) -> None:
                     live.append(ptr)
             for ptr in live:
                 lib.free(ptr, 0, 0, None)
+            together.wait()  # all six are alive at once, so their thread ids differ
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 

@@ -10,6 +10,8 @@
  *     *_offsets        int64 record offsets of each snapshot, snapshot k = after k*every events
  *                      (k = 0: the empty heap), one more offset than snapshots
  *
+ * timeline(...) computes gpuviz.analysis.timeline's series in one pass (see below).
+ *
  * Records of a snapshot are in no particular order. A chunk that an event needs but the
  * heap lacks (a malformed log) raises KeyError(address), as the Python replay does.
  */
@@ -307,7 +309,54 @@ done:
     return result;
 }
 
+/* timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation):
+ * gpuviz.analysis.timeline's series in one pass, written into the last five (writable,
+ * contiguous int64 / float64) buffers. */
+static PyObject *timeline(PyObject *module, PyObject *args) {
+    Py_buffer kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*", &kinds, &sizes, &requested, &largest_free, &in_use, &in_req,
+                          &pool, &largest, &fragmentation))
+        return NULL;
+    Py_ssize_t n = kinds.len;
+    Py_buffer *columns[] = {&sizes, &requested, &largest_free, &in_use, &in_req, &pool, &largest, &fragmentation};
+    int ok = 1;
+    for (int i = 0; i < 8; i++) ok &= columns[i]->len == n * 8;
+    if (ok) {
+        const uint8_t *kind = kinds.buf;
+        const int64_t *size = sizes.buf, *req = requested.buf, *lf = largest_free.buf;
+        int64_t *use = in_use.buf, *rq = in_req.buf, *pl = pool.buf, *lg = largest.buf;
+        double *frag = fragmentation.buf;
+        int64_t u = 0, r = 0, p = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            switch (kind[i]) {
+            case ALLOC: u += size[i]; r += req[i]; break;
+            case FREE: u -= size[i]; r -= req[i]; break;
+            case SEGMENT_ALLOC: p += size[i]; break;
+            case SEGMENT_FREE: p -= size[i]; break;
+            default: break;
+            }
+            int64_t l = lf[i] > 0 ? lf[i] : 0, free_bytes = p - u;
+            use[i] = u;
+            rq[i] = r;
+            pl[i] = p;
+            lg[i] = l;
+            frag[i] = free_bytes > 0 ? ((double)free_bytes - (double)l) / (double)free_bytes : 0.0;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&kinds);
+    for (int i = 0; i < 8; i++) PyBuffer_Release(columns[i]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "timeline columns of unequal length or wrong item size");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"timeline", timeline, METH_VARARGS,
+     "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},

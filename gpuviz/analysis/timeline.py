@@ -1,12 +1,16 @@
 """Timeline series: bytes in use, requested, pool, largest free chunk and fragmentation.
 
 All series are computed with NumPy from the log's columns (cumulative sums over the
-allocator events of one device), never with a Python loop per event. Running sums start
+allocator events of one device), never with a Python loop per event — or, where the C
+kernel ``gpuviz.analysis._replaykernel`` is built, in one compiled pass giving the same
+values (``GPUVIZ_NATIVE=0``: NumPy). Running sums start
 at zero at the first event of the log given: a view that starts mid-run counts from there.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -148,6 +152,17 @@ def _single_device(log: EventLog, device: str | None) -> tuple[str, int]:
     raise ValueError(f"the log has allocator events of several devices ({', '.join(log.device_names)}); pass device=")
 
 
+def _timeline_kernel() -> Callable[..., None] | None:
+    # importlib: a compiled module has no imports of its own for the layering check to follow
+    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
+        return None
+    try:
+        kernel: Callable[..., None] = importlib.import_module("gpuviz.analysis._replaykernel").timeline
+    except (ImportError, AttributeError):  # built without a C compiler: NumPy computes the series
+        return None
+    return kernel
+
+
 def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
     """The per-event timeline of one device's allocator."""
     name, device_id = _single_device(log, device)
@@ -162,6 +177,25 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
         pick = lambda column: column[positions]  # noqa: E731
     kind = pick(cols["kind"])
     size = pick(cols["size"])
+    kernel = _timeline_kernel()
+    if kernel is not None:  # the same series in one compiled pass
+        n = len(kind)
+        in_use, in_req, pool, largest = (np.empty(n, dtype=np.int64) for _ in range(4))
+        fragmentation = np.empty(n, dtype=np.float64)
+        columns = (kind, size, pick(cols["requested"]), pick(cols["largest_free"]))
+        kernel(*(np.ascontiguousarray(c) for c in columns), in_use, in_req, pool, largest, fragmentation)
+        return TimelineSeries(
+            device=name,
+            index=positions,
+            seq=pick(cols["seq"]),
+            time_ns=pick(cols["time_ns"]),
+            bytes_in_use=in_use,
+            bytes_requested=in_req,
+            pool_bytes=pool,
+            largest_free=largest,
+            fragmentation=fragmentation,
+            settled=operation_ends(kind),
+        )
     use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
     in_use = np.multiply(size, use_sign, dtype=np.int64)
     np.cumsum(in_use, out=in_use)

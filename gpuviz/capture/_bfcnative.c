@@ -234,8 +234,9 @@ static int stack_id(Core *self, int32_t *stack) {
 
 /* address as int64; 0 with *ok = 0 when it is not an int that fits */
 static int64_t as_address(PyObject *obj, int *ok) {
+    /* as the Python allocator's dict lookup: ints and integers that say so (NumPy's) */
     *ok = 0;
-    PyObject *index = PyLong_Check(obj) ? Py_NewRef(obj) : PyNumber_Index(obj); /* NumPy integers too */
+    PyObject *index = PyLong_Check(obj) ? Py_NewRef(obj) : PyIndex_Check(obj) ? PyNumber_Index(obj) : NULL;
     if (index == NULL) {
         PyErr_Clear();
         return 0;

@@ -310,13 +310,14 @@ class NativeBFCAllocator(BFCAllocator):
 
     # ------------------------------------------------------------------ release
     def preallocate(self) -> int:
-        """Without growth, reserve the whole memory limit now as one segment (``BFCAllocator.preallocate``,
-        in the native core's pool); the bytes reserved, or 0 with growth on or a segment already there."""
+        """Without growth, reserve the whole memory limit now as one segment, as
+        ``BFCAllocator.preallocate`` does; the bytes reserved (0 with growth on, when a
+        segment is already reserved, or when nothing can be reserved)."""
         with self._locked:
-            if self.growth or self._core.stats()[4]:
+            if self.growth or self._core.segments():
                 return 0
             self._extend_pool(256, self._observer.stack_id())
-            return int(self._core.stats()[4])
+            return self._core.stats()[4]
 
     def release_free_segments(self) -> int:
         """Return every wholly free segment upstream; the bytes released."""

@@ -23,8 +23,9 @@ from typing import Any
 from gpuviz.importers import torch_profiler
 from gpuviz.importers.source import NullProgress, Source
 from gpuviz.log.eventlog import EventLog
+from gpuviz.torch.pluggable import TorchSession, use_bfc
 
-__all__ = ["record", "Recording", "DEFAULT_MAX_ENTRIES"]
+__all__ = ["record", "Recording", "DEFAULT_MAX_ENTRIES", "use_bfc", "TorchSession"]
 
 DEFAULT_MAX_ENTRIES = 100_000  # CUDA: allocator events kept by PyTorch's ring buffer
 

@@ -1,4 +1,4 @@
-"""gpuviz under PyTorch: ``gpuviz.torch.use_bfc()`` swaps PyTorch's CUDA caching allocator for
+"""PyTorch on gpuviz's allocator: ``gpuviz.torch.use_bfc()`` swaps PyTorch's CUDA caching allocator for
 gpuviz's BFC allocator, loaded as a shared library through
 ``torch.cuda.memory.CUDAPluggableAllocator``, and records its decisions into an EventLog.
 
