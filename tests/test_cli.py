@@ -175,3 +175,10 @@ def test_a_damaged_log_in_a_real_process_prints_no_traceback(tmp_path: Path) -> 
     proc = subprocess.run([sys.executable, "-m", "gpuviz", "report", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stdout == "" and proc.stderr.startswith(f"gpuviz: error: {bad}: ") and proc.stderr.count("\n") == 1
+
+
+def test_demo_errors_do_not_blame_its_output_log(tmp_path: Path, capsys, fresh_runtime) -> None:  # type: ignore[no-untyped-def]
+    log_path = tmp_path / "demo.arrow"
+    assert main(["demo", "--log", str(log_path), "-o", str(tmp_path / "d.html"), "--gpu-memory", "banana"]) == 2
+    err = capsys.readouterr().err
+    assert err == "gpuviz: error: memory: cannot read 'banana' as a byte size (expected e.g. '4GiB' or '512MiB')\n"

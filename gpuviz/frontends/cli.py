@@ -230,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except Exception as error:  # the one place errors become messages: no traceback for bad input
-        reads = args.log if args.command in ("report", "summary") else None
+        # the input file of the command (demo's --log is an output; its errors name their own file)
+        reads = None if args.command == "demo" else getattr(args, "log", None) or getattr(args, "source", None)
         print(f"gpuviz: error: {_describe(error, reads)}", file=sys.stderr)
         return 2
