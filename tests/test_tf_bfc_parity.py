@@ -169,6 +169,6 @@ def test_the_fixtures_import_as_logs_that_end_like_the_allocator() -> None:
         assert log.devices[0].options["untracked_bytes_in_use"] == 0
         imported = replay(log).state_at(-1)
         imported.check()
-        allocator = _drive(ALLOCATORS["BFCAllocator"], name)[0]
+        allocator = _drive(ALLOCATORS["python"], name)[0]
         in_use = {(c.address, c.size, c.requested) for c in imported.chunks() if c.in_use}
         assert in_use == {(c.address, c.size, c.requested) for c in allocator.state().chunks() if c.in_use}

@@ -58,10 +58,12 @@ def gpus_first(names: list[str]) -> list[str]:
 
 
 def devices_present(log: EventLog) -> list[str]:
-    """The devices something happened on or was copied to, GPUs first. A device that was only
-    asked for (a placement on a device that does not exist, moved by soft placement) is not one."""
+    """The devices something happened on or was copied to, or that have an allocator (its options
+    in the log's device table, even before any event), GPUs first. A device that was only asked
+    for (a placement on a device that does not exist, moved by soft placement) is not one."""
     cols = log.columns
     used = set(cols["device"].tolist()) | set(cols["peer"][cols["kind"] == Kind.TRANSFER].tolist())
+    used |= {i for i, info in enumerate(log.devices) if info.options}
     return gpus_first([name for i, name in enumerate(log.device_names) if i in used])
 
 
