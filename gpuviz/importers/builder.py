@@ -165,10 +165,11 @@ class HeapBuilder:
 
     # ------------------------------------------------------------------ output
     def _emit(self, time_ns: int, kind: int, address: int, size: int, requested: int, segment: int,
-              *, thread: int, tag: int = NO_INDEX, stack: int = NO_INDEX) -> None:  # fmt: skip
+              *, thread: int, tag: int = NO_INDEX, stack: int = NO_INDEX, duration_ns: int = 0) -> None:  # fmt: skip
         self.log.append(
             event_row(time_ns=time_ns, kind=kind, device=self.device, thread=thread, address=address, size=size,
-                      requested=requested, segment=segment, largest_free=self._free.largest(), tag=tag, stack=stack)
+                      requested=requested, segment=segment, largest_free=self._free.largest(), tag=tag, stack=stack,
+                      duration_ns=duration_ns)
         )  # fmt: skip
 
     def _set_free(self, address: int, size: int, segment: int) -> None:
@@ -241,14 +242,32 @@ class HeapBuilder:
         chunk[1], chunk[3], chunk[4] = max(requested, 1), tag, stack
         self._emit(time_ns, _ALLOC, address, size, chunk[1], chunk[2], thread=thread, tag=tag, stack=stack)
 
-    def free(self, time_ns: int, address: int, *, thread: int = 0) -> int:
-        """The allocation at ``address`` was freed; coalesces with free neighbours. Returns its chunk size."""
+    def free(self, time_ns: int, address: int, *, thread: int = 0, duration_ns: int = 0,
+             stack: int | None = None) -> int:  # fmt: skip
+        """The allocation at ``address`` was freed; coalesces with free neighbours. Returns its chunk size.
+
+        ``duration_ns``: how long the free took, where the source says (e.g. from PyTorch's
+        free request to its completion); ``stack``: the freeing call site, where the source
+        records one (as gpuviz's own capture does), else the allocation's.
+        """
         chunk = self._chunks.get(address)
         if chunk is None or chunk[1] == 0:
             raise HeapConflict(f"free of {address:#x}, which is not a live allocation")
-        size, requested, segment, tag, stack = chunk
+        size, requested, segment, tag, alloc_stack = chunk
+        stack = alloc_stack if stack is None else stack
         self._set_free(address, size, segment)
-        self._emit(time_ns, _FREE, address, size, requested, segment, thread=thread, tag=tag, stack=stack)
+        self._emit(
+            time_ns,
+            _FREE,
+            address,
+            size,
+            requested,
+            segment,
+            thread=thread,
+            tag=tag,
+            stack=stack,
+            duration_ns=duration_ns,
+        )
         end = segment + self._segments[segment]
         nxt = address + size
         if nxt < end and self._chunks[nxt][1] == 0:

@@ -179,6 +179,8 @@ class _Device:
         self.initial_blocks = 0
         self.initial_segments = 0
         self.pending_frees = 0
+        self.exact_sizes = 0  # allocs whose entry carried the block size
+        self.timed = False  # whether the entries' time_us are the log's times
         self.skipped_actions: dict[str, int] = {}
 
     # ----------------------------------------------------------- the start
@@ -255,10 +257,15 @@ class _Device:
                 if found is None or found[2]:
                     raise HeapConflict(f"alloc at {address:#x}: no free block there")
                 start, free_size, _ = found
-                size = self.rules.block_size(start + free_size - address, requested)
+                size = entry.get("block_size")  # written by gpuviz's exporter: the chunk as gpuviz recorded it
+                if isinstance(size, int) and size > 0:
+                    self.exact_sizes += 1
+                else:
+                    size = self.rules.block_size(start + free_size - address, requested)
                 heap.alloc(time_ns, address, size, requested, stack=self.stacks.index(entry.get("frames")))
             elif action == "free_completed":
-                heap.free(time_ns, entry["addr"])
+                heap.free(time_ns, entry["addr"], duration_ns=self._wait(time_ns, position, entry),
+                          stack=self.stacks.index(entry.get("frames")))  # fmt: skip
             elif action == "free_requested":
                 trace = self.trace
                 following = trace[position + 1] if position + 1 < len(trace) else None
@@ -281,6 +288,16 @@ class _Device:
                 self.skipped_actions[str(action)] = self.skipped_actions.get(str(action), 0) + 1
         except HeapConflict as exc:
             self._conflict(f"trace entry {position} ({action})", exc)
+
+    def _wait(self, time_ns: int, position: int, entry: Mapping[str, Any]) -> int:
+        """ns from the free's ``free_requested`` right before it (if any) to its completion."""
+        if position == 0:
+            return 0
+        before = self.trace[position - 1]
+        if before.get("action") != "free_requested" or before.get("addr") != entry["addr"]:
+            return 0
+        requested_us = before.get("time_us")
+        return max(0, time_ns - requested_us * _US) if isinstance(requested_us, int) and self.timed else 0
 
     def _mark(self, time_ns: int, label: str, phase: MarkPhase, entry: Mapping[str, Any]) -> None:
         self.log.append(
@@ -331,6 +348,8 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     all_exact = all(exact for _, exact in timed.values()) and any(d.trace for d in devices.values())
     if not any(d.trace for d in devices.values()):
         all_exact = False
+    for device in devices.values():
+        device.timed = all_exact
     marks: list[tuple[int, int, int, Any]] = []
     if all_exact:
         for position, note in enumerate(annotations):
@@ -342,6 +361,7 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     start = min(firsts) if firsts else 0
     for device in devices.values():
         device.seed(start)
+    initial_events = len(log)
     streams = [device.entries(timed[i][0]) for i, device in devices.items()]
     last = start
     for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=lambda item: (item[0], item[1])):
@@ -354,6 +374,7 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
         for position, note in enumerate(annotations):
             _annotation(log, last + (position + 1) * _US, note)
     _describe(log, devices, snapshot, settings, file=file, version=version, exact_times=all_exact)
+    log.meta["source"]["initial_events"] = initial_events
     return finish(log)
 
 
@@ -404,12 +425,18 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
         "annotations": len(snapshot.get("external_annotations") or []),
     }
     has_stacks = bool(log.stacks)
+    exact_sizes = sum(d.exact_sizes for d in devices.values())
+    trace_allocs = sum(1 for d in devices.values() for e in d.trace if e.get("action") == "alloc")
+    if exact_sizes:
+        notes.append(f"{exact_sizes} of {trace_allocs} allocations carry their block size (a snapshot gpuviz wrote)")
     set_source_meta(
         log, format=NAME, file=file, version=version, tool="torch.cuda.memory._dump_snapshot",
         columns={
-            "time_ns": "exact" if exact_times else "inferred", "address": "exact", "size": "inferred",
+            "time_ns": "exact" if exact_times else "inferred", "address": "exact",
+            "size": "exact" if exact_sizes == trace_allocs else "inferred",
             "requested": "exact", "segment": "exact", "largest_free": "inferred", "thread": "absent",
-            "tag": "absent", "stack": "exact" if has_stacks else "absent", "duration_ns": "absent",
+            "tag": "absent", "stack": "exact" if has_stacks else "absent",
+            "duration_ns": "exact" if exact_times else "absent",
         },
         notes=notes, extra=extra,
     )  # fmt: skip
