@@ -138,3 +138,25 @@ def test_export_command_writes_pickle_or_json(tmp_path: Path, capsys: pytest.Cap
     assert _trace(json.loads(as_json.read_text())) == _trace(raw(source))
     assert main(["export", str(source), "--to", "torch-snapshot", "-o", str(tmp_path / "no" / "x.pickle")]) == 2
     assert "gpuviz export:" in capsys.readouterr().err
+
+
+def test_pytorchs_own_memory_viz_reads_the_exports() -> None:
+    """torch.cuda._memory_viz (CPU build of torch is enough) summarises the export of a real
+    snapshot exactly as it summarises the original, and reads a simulated run's export."""
+    viz = pytest.importorskip("torch.cuda._memory_viz")
+    path = TRACES / "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
+    original, exported = raw(path), to_torch_snapshot(load(path))
+    assert viz.segsum(exported) == viz.segsum(original)
+    assert viz.trace(exported) == viz.trace(original)
+    simulated = to_torch_snapshot(_simulated_run(0).log)
+    summary = viz.segsum(simulated)
+    state = _simulated_run(0).state()
+    assert f"segments: {len(state.segments)}\n" in summary
+    assert viz.trace(simulated).startswith(f"Device 0 ----------------\n{len(simulated['device_traces'][0])} entries\n")
+    for data in (exported, simulated):
+        lines = viz.memory(data, format_flamegraph=lambda text: text)
+        assert sum(int(line.rsplit(" ", 1)[1]) for line in lines.splitlines()) == sum(
+            s["total_size"] for s in data["segments"]
+        )
+        assert viz.segments(data, format_flamegraph=lambda text: text)
+        assert "<!DOCTYPE html>" in viz.trace_plot(data) and "<!DOCTYPE html>" in viz.segment_plot(data)
