@@ -118,7 +118,7 @@ class HeapBuilder:
         self.device = device
         self._segments: dict[int, int] = {}  # base -> size
         self._bases: list[int] = []  # sorted segment bases
-        self._starts: list[int] = []  # sorted chunk addresses (all segments)
+        self._starts: dict[int, list[int]] = {}  # segment base -> its sorted chunk addresses
         # chunk address -> [size, requested (0 = free), segment base, tag, stack]
         self._chunks: dict[int, list[int]] = {}
         self._free = _FreeSizes()
@@ -135,10 +135,11 @@ class HeapBuilder:
 
     def chunk_at(self, address: int) -> tuple[int, int, int] | None:
         """``(chunk address, size, requested)`` of the chunk containing ``address`` (requested 0: free)."""
-        i = bisect_right(self._starts, address) - 1
-        if i < 0:
+        segment = self.segment_of(address)
+        if segment is None:
             return None
-        start = self._starts[i]
+        starts = self._starts[segment]
+        start = starts[bisect_right(starts, address) - 1]
         size, requested, *_ = self._chunks[start]
         return (start, size, requested) if address < start + size else None
 
@@ -188,7 +189,7 @@ class HeapBuilder:
             raise HeapConflict(f"segment [{base:#x}, +{size}) overlaps the segment at {self._bases[i]:#x}")
         self._bases.insert(i, base)
         self._segments[base] = size
-        insort(self._starts, base)
+        self._starts[base] = [base]
         self._set_free(base, size, base)
         self._emit(time_ns, _SEGMENT_ALLOC, base, size, 0, base, thread=thread, stack=stack)
 
@@ -202,7 +203,7 @@ class HeapBuilder:
             raise HeapConflict(f"segment at {base:#x} is not wholly free")
         del self._segments[base]
         self._bases.remove(base)
-        self._starts.pop(bisect_right(self._starts, base) - 1)
+        del self._starts[base]
         del self._chunks[base]
         self._free.remove(size)
         self._emit(time_ns, _SEGMENT_FREE, base, size, 0, base, thread=thread, stack=stack)
@@ -213,7 +214,7 @@ class HeapBuilder:
         self._free.remove(size)
         self._set_free(address, first, segment)
         self._set_free(address + first, size - first, segment)
-        insort(self._starts, address + first)
+        insort(self._starts[segment], address + first)
         self._emit(time_ns, _SPLIT, address, first, 0, segment, thread=thread)
 
     def alloc(self, time_ns: int, address: int, size: int, requested: int, *, thread: int = 0,
@@ -272,9 +273,10 @@ class HeapBuilder:
         nxt = address + size
         if nxt < end and self._chunks[nxt][1] == 0:
             self._merge(time_ns, address, thread)
-        i = bisect_right(self._starts, address) - 1
-        if self._starts[i] > segment:
-            previous = self._starts[i - 1]
+        starts = self._starts[segment]
+        i = bisect_right(starts, address) - 1
+        if i > 0:
+            previous = starts[i - 1]
             if self._chunks[previous][1] == 0:
                 self._merge(time_ns, previous, thread)
         return size
@@ -284,7 +286,8 @@ class HeapBuilder:
         size, _, segment, *_ = self._chunks[address]
         upper = address + size
         upper_size = self._chunks.pop(upper)[0]
-        self._starts.pop(bisect_right(self._starts, upper) - 1)
+        starts = self._starts[segment]
+        starts.pop(bisect_right(starts, upper) - 1)
         self._free.remove(size)
         self._free.remove(upper_size)
         self._set_free(address, size + upper_size, segment)
@@ -301,16 +304,12 @@ class HeapBuilder:
         strings = self.log.strings
         segments = []
         for base in self._bases:
-            end = base + self._segments[base]
-            i = bisect_right(self._starts, base) - 1
             chunks = []
-            while i < len(self._starts) and self._starts[i] < end:
-                address = self._starts[i]
+            for address in self._starts[base]:
                 size, requested, _, tag, stack = self._chunks[address]
                 chunks.append(
                     ChunkState(address, size, requested, requested > 0, strings[tag] if tag >= 0 else None, stack)
                 )
-                i += 1
             segments.append(SegmentState(base, self._segments[base], tuple(chunks)))
         name = self.log.devices[self.device].name
         return HeapState(name, tuple(segments))

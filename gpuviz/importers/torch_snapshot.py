@@ -129,14 +129,19 @@ class _Stacks:
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self._stacks: dict[tuple[int, ...], int] = {}
+        self._lists: dict[int, int] = {}  # id of a frames list -> stack (entries often share lists)
         self._frames: dict[int, Frame | None] = {}
 
     def index(self, frames: Any) -> int:
         if not frames:
             return NO_INDEX
+        found = self._lists.get(id(frames))
+        if found is not None:
+            return found
         key = tuple(map(id, frames))
         found = self._stacks.get(key)
         if found is not None:
+            self._lists[id(frames)] = found
             return found
         converted: list[Frame] = []
         cache = self._frames
@@ -148,7 +153,7 @@ class _Stacks:
             if python is not None:
                 converted.append(python)
         stack = self.log.intern_stack(tuple(converted)) if converted else NO_INDEX
-        self._stacks[key] = stack
+        self._stacks[key] = self._lists[id(frames)] = stack
         return stack
 
 
@@ -316,8 +321,10 @@ def _times(trace: Sequence[Any]) -> tuple[list[int], bool]:
     exact = True
     last = 0
     for entry in trace:
-        time_us = entry.get("time_us") if isinstance(entry, Mapping) else None
-        if isinstance(time_us, int) and time_us > 0:
+        if type(entry) is not dict:
+            raise LogFormatError(f"a trace entry is a {type(entry).__name__}, not a dict: {str(entry)[:200]}")
+        time_us = entry.get("time_us")
+        if type(time_us) is int and time_us > 0:
             last = max(last, time_us * _US)
         else:
             exact = False
@@ -363,12 +370,13 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
         device.seed(start)
     initial_events = len(log)
     streams = [device.entries(timed[i][0]) for i, device in devices.items()]
+    merged = streams[0] if len(streams) == 1 and not marks else heapq.merge(*streams, iter(marks), key=_merge_key)
     last = start
-    for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=lambda item: (item[0], item[1])):
+    for time_ns, index, position, entry in merged:
         last = time_ns
         if index in (_BEFORE, _AFTER):
             _annotation(log, time_ns, entry)
-        elif isinstance(entry, Mapping):
+        else:
             devices[index].apply(time_ns, position, entry)
     if not all_exact:  # annotations cannot be placed among entries without times: after them, in order
         for position, note in enumerate(annotations):
@@ -376,6 +384,10 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     _describe(log, devices, snapshot, settings, file=file, version=version, exact_times=all_exact)
     log.meta["source"]["initial_events"] = initial_events
     return finish(log)
+
+
+def _merge_key(item: tuple[int, int, int, Any]) -> tuple[int, int]:
+    return item[0], item[1]
 
 
 def _annotation(log: EventLog, time_ns: int, note: Mapping[str, Any]) -> None:
