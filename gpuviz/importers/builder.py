@@ -167,11 +167,9 @@ class HeapBuilder:
     # ------------------------------------------------------------------ output
     def _emit(self, time_ns: int, kind: int, address: int, size: int, requested: int, segment: int,
               *, thread: int, tag: int = NO_INDEX, stack: int = NO_INDEX, duration_ns: int = 0) -> None:  # fmt: skip
-        self.log.append(
-            event_row(time_ns=time_ns, kind=kind, device=self.device, thread=thread, address=address, size=size,
-                      requested=requested, segment=segment, largest_free=self._free.largest(), tag=tag, stack=stack,
-                      duration_ns=duration_ns)
-        )  # fmt: skip
+        # the row of event_row(...), built directly: this runs once per imported event
+        self.log.append((time_ns, kind, 0, self.device, NO_INDEX, thread, address, size, requested, segment,
+                         self._free.largest(), duration_ns, tag, stack))  # fmt: skip
 
     def _set_free(self, address: int, size: int, segment: int) -> None:
         self._chunks[address] = [size, 0, segment, NO_INDEX, NO_INDEX]

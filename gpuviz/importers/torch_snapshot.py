@@ -369,15 +369,22 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     for device in devices.values():
         device.seed(start)
     initial_events = len(log)
-    streams = [device.entries(timed[i][0]) for i, device in devices.items()]
-    merged = streams[0] if len(streams) == 1 and not marks else heapq.merge(*streams, iter(marks), key=_merge_key)
     last = start
-    for time_ns, index, position, entry in merged:
-        last = time_ns
-        if index in (_BEFORE, _AFTER):
-            _annotation(log, time_ns, entry)
-        else:
-            devices[index].apply(time_ns, position, entry)
+    if len(devices) == 1 and not marks:  # one trace: no merge
+        ((index, device),) = devices.items()
+        apply = device.apply
+        times = timed[index][0]
+        for position, entry in enumerate(device.trace):
+            apply(times[position], position, entry)
+        last = times[-1] if times else start
+    else:
+        streams = [device.entries(timed[i][0]) for i, device in devices.items()]
+        for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=_merge_key):
+            last = time_ns
+            if index in (_BEFORE, _AFTER):
+                _annotation(log, time_ns, entry)
+            else:
+                devices[index].apply(time_ns, position, entry)
     if not all_exact:  # annotations cannot be placed among entries without times: after them, in order
         for position, note in enumerate(annotations):
             _annotation(log, last + (position + 1) * _US, note)
