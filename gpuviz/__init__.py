@@ -4,8 +4,10 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 (replay, timelines) -> views -> front-ends (CLI, magics, widgets, reports).
 """
 
+import gpuviz.views.comparison
 import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
+from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
@@ -20,6 +22,7 @@ from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, reset
+from gpuviz.scenarios import whatif
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -71,4 +74,5 @@ __all__ = [
     "resample",
     "span",
     "timeline_series",
+    "whatif",
 ]

@@ -1,5 +1,7 @@
-"""``gpuviz.config``: device configuration (see ``gpuviz.runtime.config``)."""
+"""``gpuviz.config``: device configuration (see ``gpuviz.runtime.config``); TensorFlow's
+``tf.config.experimental`` names are under ``gpuviz.config.experimental``."""
 
+from gpuviz.runtime import experimental
 from gpuviz.runtime.config import (
     LogicalDevice,
     LogicalDeviceConfiguration,
@@ -36,6 +38,7 @@ def list_logical_devices(device_type: str | None = None) -> list[LogicalDevice]:
 
 
 __all__ = [
+    "experimental",
     "LogicalDevice",
     "LogicalDeviceConfiguration",
     "PhysicalDevice",

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,17 @@ from gpuviz import BFCAllocator, SimUpstream
 def snapshot(alloc: BFCAllocator) -> tuple[object, object, int]:
     """Everything a bad call must leave unchanged: heap state, stats, log length."""
     return alloc.state(), alloc.stats(), len(alloc.log)
+
+
+ALLOCATOR_FACTORIES: dict[str, Callable[..., BFCAllocator]] = {"BFCAllocator": BFCAllocator}
+"""Every allocator class with BFCAllocator's API (same arguments); the argument-validation
+tests run over each one."""
+
+
+@pytest.fixture(params=sorted(ALLOCATOR_FACTORIES))
+def make_allocator(request: pytest.FixtureRequest) -> Callable[..., BFCAllocator]:
+    """One allocator class of ``ALLOCATOR_FACTORIES`` per test run."""
+    return ALLOCATOR_FACTORIES[request.param]
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_import_defaults_to_the_sources_name_here(tmp_path: Path, monkeypatch: p
     unknown.write_text("hello")
     assert main(["import", str(unknown)]) == 2
     err = capsys.readouterr().err
-    assert "gpuviz import:" in err and "not a gpuviz event log nor a trace gpuviz can open" in err
+    assert err.startswith("gpuviz: error: ") and "not a gpuviz event log nor a trace gpuviz can open" in err
     assert "a PyTorch memory snapshot" in err
     log = tmp_path / "pt_snapshot_cs336_ctx128_fullstep_2025.arrow"
     assert main(["import", str(log), "-o", str(log)]) == 2

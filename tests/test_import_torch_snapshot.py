@@ -15,10 +15,10 @@ from torch_snapshots import SNAPSHOTS, TRACES, final_state, first_divergence, ra
 import gpuviz
 from gpuviz import LogFormatError, replay
 from gpuviz.analysis.timeline import peak
+from gpuviz.base.torch_rules import CachingRules
 from gpuviz.importers import IMPORTERS, detect, load
 from gpuviz.importers import torch_snapshot as ts
 from gpuviz.importers.source import Source
-from gpuviz.importers.torch_rules import CachingRules
 from gpuviz.log.schema import MarkPhase
 
 MiB = 1 << 20

@@ -61,7 +61,8 @@ def test_backend_configuration(runtime_log: EventLog) -> None:
 def test_runtime_on_a_real_gpu(runtime_log: EventLog) -> None:
     assert config.get_backend() == "cupy"
     assert len(config.list_physical_devices("GPU")) == cupy.cuda.runtime.getDeviceCount()
-    config.set_memory_growth("GPU:0", True)
+    for gpu in config.list_physical_devices("GPU"):  # growth cannot differ between GPUs
+        config.set_memory_growth(gpu, True)
     a = gpuviz.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     b = gpuviz.asarray([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     c = a @ b

@@ -23,7 +23,6 @@ Stats invariants (checked by ``check``):
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 from bisect import bisect_left, insort
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import numpy as np
 from gpuviz.base.errors import InvalidFreeError, InvariantError, OutOfMemoryError
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.base.units import MiB, parse_bytes
+from gpuviz.capture.arguments import address_argument, allocation_size, log_int, tag_argument
 from gpuviz.capture.chunks import _MASK, _SHIFT, Chunk, FreeIndex, Segment, rounded_bytes
 from gpuviz.capture.recorder import NullRecorder, Observer, Recorder
 from gpuviz.capture.upstream import Upstream
@@ -73,18 +73,6 @@ class AllocatorStats:
     peak_pool_bytes: int
     largest_free_block_bytes: int
     fragmentation: float
-
-
-def _as_size(nbytes: object) -> int:
-    try:
-        if isinstance(nbytes, bool):
-            raise TypeError
-        value = operator.index(nbytes)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"allocation size must be an integer number of bytes, not {type(nbytes).__name__}") from None
-    if value < 0:
-        raise ValueError(f"allocation size must not be negative, got {value}")
-    return value
 
 
 class BFCAllocator:
@@ -173,15 +161,18 @@ class BFCAllocator:
     def allocate(self, nbytes: int, *, tag: str | None = None) -> int:
         """Allocate ``nbytes`` bytes and return the chunk's address (0 for a 0-byte request).
 
-        Raises ``OutOfMemoryError`` when the request cannot be met under the memory limit,
-        ``TypeError``/``ValueError`` for a size that is not a non-negative integer.
+        Raises ``OutOfMemoryError`` when the request cannot be met under the memory limit
+        (any size, however large: ``2**63`` is an OOM, not an overflow),
+        ``TypeError``/``ValueError`` for a size that is not a non-negative integer. Arguments
+        are checked before anything changes (``gpuviz.capture.arguments``).
         """
         if type(nbytes) is not int or nbytes <= 0:
-            nbytes = _as_size(nbytes)
+            nbytes = allocation_size(nbytes)
             if nbytes == 0:
+                tag_argument(tag)
                 return 0
-        if tag is not None and type(tag) is not str:
-            raise TypeError(f"tag must be a string or None, not {type(tag).__name__}")
+        if tag is not None:
+            tag_argument(tag)
         rounded = 256 if nbytes <= 256 else (nbytes + 255) & ~255
         with self._lock:
             if self._busy:
@@ -294,7 +285,7 @@ class BFCAllocator:
 
     def _out_of_memory(self, nbytes: int, rounded: int, stack: int) -> OutOfMemoryError:
         largest = self._free.largest()
-        self._observer.emit(_OOM, 0, rounded, nbytes, -1, largest, -1, stack)
+        self._observer.emit(_OOM, 0, log_int(rounded), log_int(nbytes), -1, largest, -1, stack)
         return OutOfMemoryError(
             requested=nbytes,
             rounded=rounded,
@@ -309,11 +300,14 @@ class BFCAllocator:
     def free(self, address: int) -> None:
         """Return the chunk at ``address``; coalesce it with free neighbours.
 
-        ``free(0)`` is a no-op. Raises ``InvalidFreeError`` for an address that is not a
-        live allocation (the allocator is left unchanged). A free that arrives while this
-        thread is inside the allocator (a finalizer run by the garbage collector) is
-        deferred to the end of the running operation.
+        ``free(0)`` is a no-op. Raises ``TypeError`` for an address that is not an integer
+        and ``InvalidFreeError`` for one that is not a live allocation (the allocator is left
+        unchanged either way). A free that arrives while this thread is inside the allocator
+        (a finalizer run by the garbage collector) is deferred to the end of the running
+        operation.
         """
+        if type(address) is not int:
+            address = address_argument(address)
         if address == 0:
             return
         with self._lock:
@@ -394,6 +388,7 @@ class BFCAllocator:
 
     # ------------------------------------------------------------------- queries
     def _live_chunk(self, address: int) -> Chunk:
+        address = address_argument(address, what="size query")
         chunk = self._chunks.get(address)
         if chunk is None or not chunk.in_use:
             raise InvalidFreeError(f"{self.device}: {address:#x} is not a live allocation")
@@ -499,6 +494,20 @@ class BFCAllocator:
         del self._segments[segment.base]
         self._pool_bytes -= segment.size
         self._observer.emit(_SEGMENT_FREE, segment.base, segment.size, 0, segment.base, self._free.largest(), -1, stack)
+
+    def preallocate(self) -> int:
+        """Without growth, reserve the whole memory limit now as one segment (as TensorFlow
+        does for every visible GPU when it initialises); the bytes reserved.
+
+        Does nothing (returns 0) with growth on or when a segment is already reserved. When
+        the device has less than the limit the reservation backs off as ``allocate`` does;
+        when nothing can be reserved it returns 0 and the first allocation tries again.
+        """
+        with self._lock:
+            if self.growth or self._segments:
+                return 0
+            self._extend(256, self._observer.stack_id())
+            return self._pool_bytes
 
     def release_free_segments(self) -> int:
         """Return every wholly free segment upstream; the bytes released."""

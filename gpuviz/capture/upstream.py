@@ -60,6 +60,11 @@ class SimUpstream:
         self._lock = threading.Lock()
         self._regions: dict[int, int] = {}  # address -> size
         self._starts: list[int] = []  # sorted region addresses
+        # free gaps between regions, by address (first fit scans these, not every region);
+        # everything from ``_tail`` up is free too
+        self._holes: list[int] = []
+        self._hole_size: dict[int, int] = {}
+        self._tail = base
         self._maps: dict[int, mmap.mmap] = {}
         self.reserved = 0
 
@@ -77,11 +82,20 @@ class SimUpstream:
                     f"simulated device is full: {nbytes} bytes requested, "
                     f"{self._capacity - self.reserved} of {self._capacity} free"
                 )
-            address = self.base
-            for start in self._starts:
-                if start - address >= nbytes:
+            address = self._tail
+            for i, hole in enumerate(self._holes):
+                size = self._hole_size[hole]
+                if size >= nbytes:
+                    address = hole
+                    del self._hole_size[hole]
+                    if size > nbytes:
+                        self._holes[i] = hole + nbytes
+                        self._hole_size[hole + nbytes] = size - nbytes
+                    else:
+                        del self._holes[i]
                     break
-                address = max(address, start + self._regions[start])
+            else:
+                self._tail = address + nbytes
             if self.backed:
                 flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20) | getattr(mmap, "MAP_NORESERVE", 0)
                 self._maps[address] = mmap.mmap(-1, nbytes, flags=flags)
@@ -98,10 +112,27 @@ class SimUpstream:
                 raise ValueError(f"simulated device: no region starts at {address:#x}")
             self._starts.remove(address)
             self.reserved -= size
+            self._release_range(address, size)
             region = self._maps.pop(address, None)
         if region is not None:
             with contextlib.suppress(BufferError):  # a caller still holds a view; the map goes with it
                 region.close()
+
+    def _release_range(self, address: int, size: int) -> None:
+        """Make ``[address, address + size)`` free: join the gaps around it, or the tail."""
+        i = bisect_right(self._holes, address)
+        if i > 0 and self._holes[i - 1] + self._hole_size[self._holes[i - 1]] == address:
+            i -= 1
+            address = self._holes.pop(i)
+            size += self._hole_size.pop(address)
+        end = address + size
+        if end == self._tail:
+            self._tail = address
+            return
+        if i < len(self._holes) and self._holes[i] == end:
+            size += self._hole_size.pop(self._holes.pop(i))
+        self._holes.insert(i, address)
+        self._hole_size[address] = size
 
     def regions(self) -> list[tuple[int, int]]:
         """``(address, size)`` of every reserved region, by address."""

@@ -18,7 +18,7 @@ JSON when the name ends in ``.json``), so https://pytorch.org/memory_viz opens t
 - device ``GPU:n`` is device index n; other devices take the indices after the GPUs.
 
 A log imported from a PyTorch snapshot exports its trace as it was: the events that rebuilt
-the state alive before the trace began (``meta["source"]["initial_events"]``) are left out of
+the state alive before the trace began (those before ``meta["source"]["trace_start"]``) are left out of
 the traces and present in ``segments``.
 """
 
@@ -71,7 +71,8 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
     """The snapshot dict of ``log`` (see the module docstring). Sizes and addresses in bytes."""
     cols = log.columns
     source = log.meta.get("source") or {}
-    skip = int(source.get("initial_events", 0)) if source.get("format") == "pytorch-snapshot" else 0
+    starts = source.get("trace_start") if source.get("format") == "pytorch-snapshot" else None
+    skip = max((int(v) for v in starts.values()), default=0) if isinstance(starts, dict) else 0
     timed = (log.meta.get("columns") or {}).get("time_ns") != "inferred"
     indices = device_indices(log)
     names = log.device_names

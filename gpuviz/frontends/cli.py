@@ -3,6 +3,7 @@
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
 gpuviz summary RUN.arrow
+gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
 gpuviz info
@@ -11,6 +12,7 @@ gpuviz info
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 from collections.abc import Sequence
@@ -100,6 +102,19 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _whatif(args: argparse.Namespace) -> int:
+    from gpuviz.frontends.whatif_options import run_whatif, write_comparison
+    from gpuviz.importers import load
+
+    comparison = run_whatif(load(args.log), args)
+    print(comparison.headline())
+    for note in comparison.notes:
+        print(f"note: {note}")
+    if args.output:
+        print(f"report written to {write_comparison(comparison, args.output, cdn=args.cdn)}")
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
@@ -172,6 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
     summary.add_argument("log", help="an event-log file (.arrow)")
     summary.set_defaults(run=_summary)
+    from gpuviz.frontends.whatif_options import add_whatif_arguments
+
+    whatif = commands.add_parser("whatif", help="replay a run's requests under other allocator policies")
+    whatif.add_argument("log", help="an event log or any trace gpuviz.load reads")
+    whatif.add_argument("-o", "--output", help="write the comparison: HTML, or .gpuviz.json for JupyterLab")
+    whatif.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
+    add_whatif_arguments(whatif)
+    whatif.set_defaults(run=_whatif)
     imported = commands.add_parser("import", help="open a trace of another tool (PyTorch, TensorFlow, RMM...) "
                                    "and save it as a gpuviz event log")  # fmt: skip
     imported.add_argument("source", help="a trace file in any format gpuviz reads (gzip-compressed too)")
@@ -188,10 +211,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _describe(error: Exception, log_path: str | None) -> str:
+    """``<file>: <what is wrong>`` for an error of a command, on one line.
+
+    The file is the one the error names (an output that cannot be written) or else the
+    event log the command reads. Decoder errors say what was being decoded; errors that
+    are not gpuviz's own name their type, since they come from a damaged input.
+    """
+    if isinstance(error, OSError) and error.filename is not None:
+        where: str | None = str(error.filename)
+        reason = error.strerror or str(error)
+    else:
+        where = log_path
+        if isinstance(error, UnicodeDecodeError):
+            bad = error.object[error.start]
+            reason = f"text in the file is not valid {error.encoding} (byte {bad:#04x} at offset {error.start})"
+        elif isinstance(error, json.JSONDecodeError):
+            reason = f"JSON in the file is malformed ({error.msg} at line {error.lineno}, column {error.colno})"
+        elif isinstance(error, (OSError, ValueError, GpuvizError)):
+            reason = str(error)
+        else:
+            reason = f"cannot be read as a gpuviz event log ({type(error).__name__}: {error})"
+        if where is not None and reason.startswith(where):  # messages that already name the file
+            reason = reason[len(where) :].lstrip(": ").removeprefix("is ")
+    text = f"{where}: {reason}" if where is not None else reason
+    return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error is one line ``gpuviz: error: <file>: <reason>`` and exit status 2."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (OSError, ValueError, GpuvizError) as error:
-        print(f"gpuviz {args.command}: {error}", file=sys.stderr)
+    except Exception as error:  # the one place errors become messages: no traceback for bad input
+        reads = args.log if args.command in ("report", "summary") else None
+        print(f"gpuviz: error: {_describe(error, reads)}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
     %%gpuviz [--device D] [--memory-limit 4GiB] [--growth/--no-growth] [--live/--no-live]
              [--stacks] [--save run.arrow] [--report report.html] [view options]
+    %%gpuviz --torch [--save run.arrow] [--report report.html] [view options]   (PyTorch's own memory)
     %gpuviz start [--live/--no-live] | stop | status | show [view options] | report PATH [--cdn] | reset
     %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
 
@@ -15,18 +16,24 @@ earlier cells.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import shlex
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display as _display
 
+from gpuviz.base.devices import parse_device
 from gpuviz.capture.marks import span
 from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+from gpuviz.frontends.whatif_options import add_whatif_arguments, run_whatif
 from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
-from gpuviz.runtime.context import device, get_runtime, reconfigure, record_into, reset
+from gpuviz.runtime.context import device, device_names, get_runtime, reconfigure, record_into, reset
 from gpuviz.widgets.dashboard import Dashboard
 
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
@@ -45,24 +52,29 @@ def _cell_parser() -> _Parser:
     parser = _Parser(prog="%%gpuviz", add_help=False)
     parser.add_argument("--memory-limit", help="cap GPU:0's allocator, e.g. 4GiB (re-initialises the runtime)")
     parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=None,
-                        help="memory growth instead of preallocation (re-initialises the runtime)")  # fmt: skip
+                        help="memory growth on every GPU, not preallocation (re-initialises the runtime)")  # fmt: skip
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True, help="refresh while it runs")
     parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
     parser.add_argument("--save", help="save the event log to this .arrow file")
     parser.add_argument("--report", help="write the HTML report (or a .gpuviz.json result) to this file")
+    parser.add_argument("--torch", action="store_true", help="record PyTorch's memory instead (gpuviz.torch.record)")
     add_view_arguments(parser)
     return parser
 
 
 def _line_parser() -> _Parser:
     parser = _Parser(prog="%gpuviz", add_help=False)
-    parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset"])
+    parser.add_argument("command", choices=["start", "stop", "status", "show", "report", "reset", "whatif"])
     parser.add_argument(
-        "path", nargs="?", help="report: the HTML (or .gpuviz.json) file to write; show: a log or trace to open"
+        "path",
+        nargs="?",
+        help="report: the HTML (or .gpuviz.json) file to write; show: a log or trace to open; "
+        "whatif: the run to replay",
     )
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
     add_view_arguments(parser)
+    add_whatif_arguments(parser, device=False)
     return parser
 
 
@@ -77,6 +89,46 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace:
     except ValueError as error:
         raise UsageError(f"%gpuviz: {error}") from None
     return args
+
+
+def _check_writable(option: str, path: str) -> None:
+    """``UsageError`` unless a file can be written at ``path`` (probed with a nameless
+    temporary file in its folder, so nothing is left behind)."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"%gpuviz {option} {path}: that is a folder, not a file")
+    if not folder.is_dir():
+        raise UsageError(f"%gpuviz {option} {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UsageError(f"%gpuviz {option} {path}: cannot write in {folder} ({error.strerror})") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise UsageError(f"%gpuviz {option} {path}: the file is not writable")
+
+
+def check_cell_options(args: argparse.Namespace) -> None:
+    """Check every option of a ``%%gpuviz`` cell before anything happens: a bad value raises
+    ``UsageError`` while the runtime, the user's arrays and the files are untouched and the
+    cell has not run."""
+    try:
+        if args.memory_limit is not None:
+            config.check_gpu_options("GPU:0", memory_limit=args.memory_limit)
+        if args.growth is not None:  # growth applies to every GPU: it cannot differ between them
+            gpus: list[config.PhysicalDevice | str] = [*config.list_physical_devices("GPU")] or ["GPU:0"]
+            for gpu in gpus:  # no GPU at all: the check names GPU:0 as unknown
+                config.check_gpu_options(gpu, memory_growth=args.growth)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"%%gpuviz: {error}") from None
+    if args.device:
+        names = device_names()
+        if parse_device(args.device).short not in names:
+            raise UsageError(f"%%gpuviz --device {args.device}: no such device; the devices are {', '.join(names)}")
+    for option, path in (("--save", args.save), ("--report", args.report)):
+        if path:
+            _check_writable(option, path)
 
 
 @magics_class
@@ -97,11 +149,15 @@ class GpuvizMagics(Magics):
     # --------------------------------------------------------------------- cell
     def _cell(self, line: str, cell: str) -> None:
         args = _parse(_cell_parser(), line)
+        check_cell_options(args)
+        if args.torch:
+            return self._torch_cell(args, cell)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
             try:
                 if args.growth is not None:
-                    config.set_memory_growth("GPU:0", args.growth)
+                    for gpu in config.list_physical_devices("GPU"):
+                        config.set_memory_growth(gpu, args.growth)
                 if args.memory_limit is not None:
                     config.set_memory_limit("GPU:0", args.memory_limit)
                 config.set_record_stacks(args.stacks)
@@ -138,6 +194,31 @@ class GpuvizMagics(Magics):
         if failure is not None:
             raise failure
 
+    def _torch_cell(self, args: argparse.Namespace, cell: str) -> None:
+        """``%%gpuviz --torch``: the cell's PyTorch memory (CUDA snapshot or CPU profiler), shown when it ends."""
+        from gpuviz.torch import record
+
+        if importlib.util.find_spec("torch") is None:
+            raise UsageError("%%gpuviz --torch needs PyTorch: pip install torch")
+        shell = self.shell
+        assert shell is not None, "the magics are registered on a running IPython shell"
+        failure: BaseException | None = None
+        try:
+            with record() as recording:
+                shell.ex(shell.transform_cell(cell))  # type: ignore[no-untyped-call]
+        except BaseException as error:  # the log is built all the same; shown, then raised
+            failure = error
+        log = recording.log
+        self.last = log
+        self.dashboard = Dashboard(log, args.view, live=False, title=f"%%gpuviz --torch ({recording.mode})")
+        display(self.dashboard)
+        if args.save:
+            log.save(args.save)
+        if args.report:
+            write_report(log, args.report, args.view, title="%%gpuviz --torch report")
+        if failure is not None:
+            raise failure
+
     # --------------------------------------------------------------------- line
     def _line(self, line: str) -> Any:
         args = _parse(_line_parser(), line)
@@ -168,6 +249,8 @@ class GpuvizMagics(Magics):
             reset()
             print("gpuviz: every array released, every segment returned upstream")
             return None
+        if command == "whatif":
+            return self._whatif(args)
         if command == "show" and args.path:
             self._show_file(args.path, args.view)
             return None
@@ -180,9 +263,25 @@ class GpuvizMagics(Magics):
             return None
         if not args.path:
             raise UsageError("%gpuviz report: give the HTML file to write, e.g. %gpuviz report run.html")
+        _check_writable("report", args.path)
         path = write_report(log, args.path, args.view, cdn=args.cdn)
         print(f"gpuviz: report written to {path}")
         return None
+
+    def _whatif(self, args: argparse.Namespace) -> Any:
+        """``%gpuviz whatif [RUN] --policy P ... --capacity C``: the comparison, displayed (and returned)."""
+        if args.path:
+            from gpuviz.importers import load
+
+            log = load(args.path)
+        elif self.last is not None:
+            log = self.last
+        else:
+            raise UsageError("%gpuviz whatif: give a run to replay (a log or trace file), or profile a cell first")
+        try:
+            return run_whatif(log, args)
+        except ValueError as error:
+            raise UsageError(f"%gpuviz whatif: {error}") from None
 
     def _show_file(self, path: str, view: Any) -> None:
         """``%gpuviz show SRC``: the dashboard of a saved log or an imported trace."""

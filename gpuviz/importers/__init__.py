@@ -36,6 +36,11 @@ __all__ = ["load", "detect", "formats", "IMPORTERS"]
 IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.torch_snapshot",
+    "gpuviz.importers.xplane",
+    "gpuviz.importers.xprof_memory",
+    "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.rmm_csv",
+    "gpuviz.importers.tf_placement",
 )
 
 # What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.

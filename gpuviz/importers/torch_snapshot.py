@@ -11,7 +11,7 @@ allocator's recent actions), newer ones also ``allocator_settings`` and
   carrying the address and size), ``segment_alloc``/``segment_map`` -> segment_alloc,
   ``segment_free``/``segment_unmap`` -> segment_free, ``oom`` -> oom, ``snapshot`` -> a mark;
 - the trace records requested bytes; the block (chunk) size follows PyTorch's policy
-  (``torch_rules``) applied to the free block found at the address;
+  (``gpuviz.base.torch_rules``) applied to the free block found at the address;
 - the trace is a ring buffer: what was alive when it began is taken from ``segments``, as
   PyTorch's viewer does (frees without an alloc and active blocks without an alloc were
   allocated at the start; the segments at the start are the final ones minus those the trace
@@ -36,9 +36,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuviz.base.errors import LogFormatError
+from gpuviz.base.torch_rules import CachingRules
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, set_source_meta
 from gpuviz.importers.source import Progress, Source
-from gpuviz.importers.torch_rules import CachingRules
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
 from gpuviz.log.schema import Kind, MarkPhase
 
@@ -368,7 +368,7 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     start = min(firsts) if firsts else 0
     for device in devices.values():
         device.seed(start)
-    initial_events = len(log)
+    trace_start = len(log)  # the first event of the trace itself, after every device's seed
     last = start
     if len(devices) == 1 and not marks:  # one trace: no merge
         ((index, device),) = devices.items()
@@ -389,7 +389,7 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
         for position, note in enumerate(annotations):
             _annotation(log, last + (position + 1) * _US, note)
     _describe(log, devices, snapshot, settings, file=file, version=version, exact_times=all_exact)
-    log.meta["source"]["initial_events"] = initial_events
+    log.meta["source"]["trace_start"] = {log.devices[d.device].name: trace_start for d in devices.values()}
     return finish(log)
 
 

@@ -1,8 +1,8 @@
 """EventLog: all events of a run, columnar, plus side tables (devices, strings, stacks).
 
 Rows are packed (``schema.ROW_STRUCT``) into one ``bytearray`` (no Python object per
-event). Every ``flush_rows`` events, on ``flush()``, or, when recording to a file, at
-least every ``flush_interval_s`` seconds (a background thread), staged rows move out of
+event). Every ``flush_rows // 2`` events, on ``flush()``, or, when recording to a file,
+every ``flush_interval_s / 2`` seconds (a background thread), staged rows move out of
 the staging buffer as one immutable block; blocks are split into NumPy columns when the
 log is read (or at once when recording to a file), so recording pays one copy per row.
 Columns grow by doubling their capacity, so a reader that comes back (a live view) pays
@@ -13,10 +13,19 @@ Appending takes no lock: a row is added by one ``bytearray.extend`` call, and a 
 takes whole rows off the front with one slice and one ``del``; each of these is a single
 C-level operation on the bytearray, so concurrent appends are never lost or torn.
 Flushes are serialised by the log's lock.
+
+Crash bound when recording to a file: rows are on their way to the disk from the moment a
+flush takes them until its write returns, and meanwhile the recording thread stages up to
+one more half. Flushing at half of ``flush_rows`` keeps the rows not yet written to at most
+``flush_rows`` (plus one per further recording thread), and flushing every half interval
+keeps their age under ``flush_interval_s``: a process killed at any moment loses at most
+4096 events and 100 ms by default, and its file has no end-of-log marker, so it loads
+flagged ``truncated``.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -93,11 +102,11 @@ class EventLog:
         flush_interval_s: float = 0.1,
         meta: dict[str, Any] | None = None,
     ) -> None:
-        if flush_rows < 1:
-            raise ValueError(f"flush_rows must be >= 1, got {flush_rows}")
+        if not isinstance(flush_rows, int) or flush_rows < 2:
+            raise ValueError(f"flush_rows must be an int >= 2, got {flush_rows!r}")
         self._lock = threading.Lock()
         self._staged = bytearray()
-        self._flush_len = flush_rows * _ROW
+        self._flush_len = flush_rows // 2 * _ROW  # see the crash bound above
         self._blocks: list[bytes] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
         self._block_rows = 0
         # columns with spare capacity (doubling): rows [0, _n_columns) are valid
@@ -112,7 +121,9 @@ class EventLog:
         self.devices: list[DeviceInfo] = []
         self.meta: dict[str, Any] = dict(meta or {})
         self.header: dict[str, Any] = {}  # a loaded file's header (clock, units, versions)
-        self.truncated = False
+        self.truncated = False  # a loaded file ended before its end-of-log marker (not the whole log)
+        self.corrupt = False  # ... because of damage (a checksum or content check failed)
+        self.problems: list[str] = []  # what loading found wrong, in words
         self._writer: LogWriter | None = None
         self._stop_flusher: threading.Event | None = None
         if path is not None:
@@ -233,14 +244,14 @@ class EventLog:
         self._check_writable()
         if self._writer is not None:
             raise RuntimeError(f"this log already records to {self._writer.path}")
-        if flush_interval_s <= 0:
+        if not flush_interval_s > 0:
             raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
         writer = LogWriter(path, self)
         with self._lock:
             self._flush_locked()
             if self._blocks:
                 self._split_blocks_locked()
-            step = self._flush_len // _ROW  # the rows so far, in batches of flush_rows
+            step = self._flush_len // _ROW  # the rows so far, in batches of flush_rows // 2
             for start in range(0, self._n_columns, step):
                 end = min(start + step, self._n_columns)
                 writer.write(self, {name: column[start:end] for name, column in self._columns.items()})
@@ -249,19 +260,29 @@ class EventLog:
         self._stop_flusher = stop
         ref = weakref.ref(self)
         thread = threading.Thread(
-            target=_flush_periodically, args=(ref, stop, flush_interval_s), name="gpuviz-log-flusher", daemon=True
+            target=_flush_periodically, args=(ref, stop, flush_interval_s / 2), name="gpuviz-log-flusher", daemon=True
         )
         thread.start()
+        _recording.add(self)
 
     def close(self) -> None:
-        """Flush and close the file this log records to (no-op when not recording to a file)."""
+        """Finish the file this log records to (no-op when not recording to a file).
+
+        Flushes, writes the end-of-log marker and replaces the file by its random-access
+        form (the whole log as one batch, memory-mapped by ``load``). A log still recording
+        when the interpreter exits is closed then.
+        """
         if self._stop_flusher is not None:
             self._stop_flusher.set()
         with self._lock:
             self._flush_locked()
             if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+                if self._blocks:
+                    self._split_blocks_locked()
+                n = self._n_columns
+                writer, self._writer = self._writer, None
+                writer.close(self, {name: column[:n] for name, column in self._columns.items()})
+        _recording.discard(self)
 
     def __del__(self) -> None:
         stop = getattr(self, "_stop_flusher", None)
@@ -375,6 +396,19 @@ class EventLog:
             mask &= cols["tag"] == (tag_id if tag_id is not None else -2)
         return self._view({name: array_[mask] for name, array_ in cols.items()})
 
+    def with_columns(self, **replacements: np.ndarray) -> EventLog:
+        """A read-only view of this log with some columns replaced (same length and dtype cast),
+        sharing its side tables: e.g. ``log.with_columns(time_ns=times)``."""
+        cols = dict(self.columns)
+        n = len(cols["seq"])
+        for name, values in replacements.items():
+            if name not in DTYPES or name == "seq":
+                raise KeyError(f"no replaceable column {name!r}")
+            if len(values) != n:
+                raise ValueError(f"column {name!r} has {len(values)} values for a log of {n} events")
+            cols[name] = np.asarray(values).astype(DTYPES[name], copy=False)
+        return self._view(cols)
+
     def _view(self, columns: dict[str, np.ndarray]) -> EventLog:
         view = EventLog.__new__(EventLog)
         view._lock = threading.Lock()
@@ -392,6 +426,8 @@ class EventLog:
         view.meta = self.meta
         view.header = self.header
         view.truncated = self.truncated
+        view.corrupt = self.corrupt
+        view.problems = self.problems
         view._writer = None
         view._stop_flusher = None
         return view
@@ -441,6 +477,21 @@ def set_renderer(render: Callable[[EventLog], dict[str, Any]]) -> None:
     """Register how an EventLog displays in notebooks (the views layer does, at import);
     the log layer itself never imports views."""
     _renderers[:] = [render]
+
+
+_recording: weakref.WeakSet[EventLog] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_recording_logs() -> None:
+    """Finish the files of logs still recording at exit, so they load complete."""
+    for log in list(_recording):
+        try:
+            log.close()
+        except Exception:
+            import logging
+
+            logging.getLogger("gpuviz").exception("finishing the event-log file at exit failed")
 
 
 def _flush_periodically(ref: weakref.ref[EventLog], stop: threading.Event, interval: float) -> None:

@@ -1,21 +1,35 @@
-"""The gpuviz event-log file: an Apache Arrow IPC stream.
+"""The gpuviz event-log file: Apache Arrow IPC, format version 2.
 
-Layout (format version 1):
-    schema metadata   ``gpuviz.magic`` = "gpuviz-eventlog", ``gpuviz.format_version`` = "1",
+Layout (format version 2):
+    schema metadata   ``gpuviz.magic`` = "gpuviz-eventlog", ``gpuviz.format_version`` = "2",
                       ``gpuviz.header`` = JSON {clock, units, created_unix_ns, gpuviz_version,
-                      devices, meta}
-    record batches    the columns of ``schema.COLUMNS``; each batch carries custom metadata
-                      ``gpuviz.delta`` = JSON {strings: [new strings], stacks: [new stacks],
-                      devices: [all devices, when changed], meta: {..., when changed}}
+                      devices, meta}, ``gpuviz.header_checksum`` = digest of that JSON text
+    data batches      the columns of ``schema.COLUMNS``; custom metadata ``gpuviz.delta`` =
+                      JSON {strings: [new strings], stacks: [new stacks], devices: [all
+                      devices, when changed], meta: {..., when changed}} and
+                      ``gpuviz.checksum`` = JSON {rows, chunk_rows, chunks: [digest of each
+                      chunk's column bytes], delta: digest of the delta} (``checksums.py``)
+    end marker        a batch of no rows whose custom metadata ``gpuviz.end`` = JSON
+                      {events, batches} (and its digest as ``gpuviz.checksum``), written on
+                      close: a file without it was cut short
 
-Every batch is self-contained together with the batches before it, so a file cut short
-by a crash still yields every event up to its last complete batch.
+Two forms share that layout. While recording (``LogWriter``) the file is an Arrow IPC
+*stream*, one batch per flush, each self-contained together with the batches before it,
+so a file cut short by a crash still yields every event up to its last complete batch.
+On close, and by ``save``, the file is replaced by the *random-access* form: an Arrow IPC
+file (``ARROW1`` magic, the same stream, a footer) whose events are one batch, which
+``load`` memory-maps and hands to the log as zero-copy NumPy views.
+
+Writers never rewrite a file in place: they write a new file and rename it over the old
+one (or remove the old name first), so a log loaded earlier from that path, whose columns
+are views of the old file's mapping, stays valid.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -25,15 +39,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.log.eventlog import DeviceInfo, EventLog, Frame
+from gpuviz.log.checksums import batch_checksum, digest
+from gpuviz.log.eventlog import DeviceInfo, EventLog
+from gpuviz.log.reader import ARROW_SCHEMA, read_log
 from gpuviz.log.schema import COLUMNS, DTYPES, FORMAT_MAGIC, FORMAT_VERSION
 
 __all__ = ["LogWriter", "save", "load", "to_parquet", "ARROW_SCHEMA"]
 
 logger = logging.getLogger("gpuviz")
 
-ARROW_SCHEMA = pa.schema([pa.field(name, pa.from_numpy_dtype(np.dtype(dt)), nullable=False) for name, dt in COLUMNS])
-_SAVE_BATCH_ROWS = 1 << 16
+_NAMES = tuple(name for name, _ in COLUMNS)
 
 
 def _gpuviz_version() -> str:
@@ -49,38 +64,62 @@ def _devices_json(devices: list[DeviceInfo]) -> list[dict[str, Any]]:
     return [{"name": d.name, "options": d.options} for d in devices]
 
 
+def _schema(log: EventLog) -> pa.Schema:
+    """``ARROW_SCHEMA`` with the version-2 metadata: magic, version, header and its digest."""
+    header = {
+        "clock": "time.perf_counter_ns (monotonic)",
+        "units": {"time": "ns", "size": "bytes", "address": "bytes"},
+        "created_unix_ns": time.time_ns(),
+        "gpuviz_version": _gpuviz_version(),
+        "devices": _devices_json(log.devices),
+        "meta": log.meta,
+    }
+    text = json.dumps(header, default=str).encode()
+    metadata: dict[str | bytes, str | bytes] = {
+        "gpuviz.magic": FORMAT_MAGIC,
+        "gpuviz.format_version": str(FORMAT_VERSION),
+        "gpuviz.header": text,
+        "gpuviz.header_checksum": digest(text),
+    }
+    return ARROW_SCHEMA.with_metadata(metadata)
+
+
+def _record(columns: list[np.ndarray]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(column) for column in columns], schema=ARROW_SCHEMA)
+
+
+def _end_marker(events: int, batches: int) -> tuple[pa.RecordBatch, dict[bytes, bytes]]:
+    """The end-of-log batch: no rows, ``gpuviz.end`` = {events, batches before it}."""
+    text = json.dumps({"events": events, "batches": batches}).encode()
+    empty = _record([np.empty(0, dtype=DTYPES[name]) for name in _NAMES])
+    return empty, {b"gpuviz.end": text, b"gpuviz.checksum": digest(text).encode()}
+
+
+def _remove_old(path: Path) -> None:
+    """Remove ``path`` (if it is a file) so that a new file gets a new inode: a log loaded
+    from the old file keeps its memory mapping intact."""
+    if path.is_file() or path.is_symlink():
+        path.unlink()
+
+
 class LogWriter:
-    """Writes an EventLog's batches to one file as they are flushed."""
+    """Writes an EventLog's batches to one file (the stream form) as they are flushed."""
 
     def __init__(self, path: str | Path, log: EventLog) -> None:
         self.path = Path(path)
+        _remove_old(self.path)
         self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._strings = 0
         self._stacks = 0
         self._devices: list[dict[str, Any]] = []
         self._meta = "{}"
-        self._stream = self._open_stream(log)
+        self._events = 0
+        self._batches = 0
+        self._stream = ipc.new_stream(self._file, _schema(log))
         # the header and the side tables reach the disk at once, before any event
         self.write(log, {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()})
 
-    def _open_stream(self, log: EventLog) -> ipc.RecordBatchStreamWriter:
-        header = {
-            "clock": "time.perf_counter_ns (monotonic)",
-            "units": {"time": "ns", "size": "bytes", "address": "bytes"},
-            "created_unix_ns": time.time_ns(),
-            "gpuviz_version": _gpuviz_version(),
-            "devices": _devices_json(log.devices),
-            "meta": log.meta,
-        }
-        metadata: dict[str | bytes, str | bytes] = {
-            "gpuviz.magic": FORMAT_MAGIC,
-            "gpuviz.format_version": str(FORMAT_VERSION),
-            "gpuviz.header": json.dumps(header, default=str),
-        }
-        return ipc.new_stream(self._file, ARROW_SCHEMA.with_metadata(metadata))  # type: ignore[arg-type]
-
-    def write(self, log: EventLog, batch: dict[str, np.ndarray]) -> None:
-        """Append one batch of rows, with whatever side-table entries are new since the last one."""
+    def _delta(self, log: EventLog) -> tuple[bytes, list[dict[str, Any]], str]:
         delta: dict[str, Any] = {"strings": log.strings[self._strings :]}
         delta["stacks"] = [[list(frame) for frame in stack] for stack in log.stacks[self._stacks :]]
         devices = _devices_json(log.devices)
@@ -89,101 +128,85 @@ class LogWriter:
         meta = json.dumps(log.meta, default=str, sort_keys=True)
         if meta != self._meta:
             delta["meta"] = json.loads(meta)
-        record = pa.RecordBatch.from_arrays([pa.array(batch[name]) for name, _ in COLUMNS], schema=ARROW_SCHEMA)
-        self._stream.write_batch(record, custom_metadata={b"gpuviz.delta": json.dumps(delta, default=str).encode()})
+        return json.dumps(delta, default=str).encode(), devices, meta
+
+    def write(self, log: EventLog, batch: dict[str, np.ndarray]) -> None:
+        """Append one batch of rows, with whatever side-table entries are new since the last one."""
+        strings, stacks = len(log.strings), len(log.stacks)
+        delta, devices, meta = self._delta(log)
+        columns = [np.ascontiguousarray(batch[name]) for name in _NAMES]
+        custom = {b"gpuviz.delta": delta, b"gpuviz.checksum": batch_checksum(columns, delta)}
+        self._stream.write_batch(_record(columns), custom_metadata=custom)
         self._file.flush()
-        self._strings += len(delta["strings"])
-        self._stacks += len(delta["stacks"])
+        self._strings, self._stacks = strings, stacks
         self._devices = devices
         self._meta = meta
+        self._events += len(columns[0])
+        self._batches += 1
 
-    def close(self) -> None:
+    def close(self, log: EventLog | None = None, columns: dict[str, np.ndarray] | None = None) -> None:
+        """Write the end-of-log marker and close the file; given the ``log`` and all its
+        ``columns``, then replace the file by its random-access form (``save``)."""
+        record, custom = _end_marker(self._events, self._batches)
+        self._stream.write_batch(record, custom_metadata=custom)
         self._stream.close()
         self._file.close()
+        if log is not None and columns is not None:
+            write_random_access(log, columns, self.path)
+
+
+def write_random_access(log: EventLog, columns: dict[str, np.ndarray], path: str | Path) -> None:
+    """Write ``log`` with these ``columns`` to ``path`` in the random-access form (one data
+    batch, then the end marker), through a temporary file renamed over ``path``."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    arrays = [np.ascontiguousarray(columns[name]) for name in _NAMES]
+    delta: dict[str, Any] = {
+        "strings": list(log.strings),
+        "stacks": [[list(frame) for frame in stack] for stack in log.stacks],
+        "devices": _devices_json(log.devices),
+        "meta": json.loads(json.dumps(log.meta, default=str, sort_keys=True)),
+    }
+    text = json.dumps(delta, default=str).encode()
+    try:
+        with pa.OSFile(str(temporary), "wb") as sink, ipc.new_file(sink, _schema(log)) as writer:
+            custom = {b"gpuviz.delta": text, b"gpuviz.checksum": batch_checksum(arrays, text)}
+            writer.write_batch(_record(arrays), custom_metadata=custom)
+            record, end = _end_marker(len(arrays[0]), 1)
+            writer.write_batch(record, custom_metadata=end)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def save(log: EventLog, path: str | Path) -> None:
-    """Write ``log`` to ``path`` (replacing it) in batches of at most 65536 rows."""
-    columns = log.columns
-    n = len(columns["seq"])
-    writer = LogWriter(path, log)
-    try:
-        for start in range(0, n, _SAVE_BATCH_ROWS):
-            writer.write(log, {name: col[start : start + _SAVE_BATCH_ROWS] for name, col in columns.items()})
-    finally:
-        writer.close()
-
-
-def _apply_delta(log: EventLog, delta: dict[str, Any]) -> None:
-    for text in delta.get("strings", ()):
-        log._string_ids[text] = len(log.strings)
-        log.strings.append(text)
-    for stack in delta.get("stacks", ()):
-        frames = tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in stack)
-        log._stack_ids[frames] = len(log.stacks)
-        log.stacks.append(frames)
-    if "devices" in delta:
-        log.devices[:] = [DeviceInfo(d["name"], dict(d.get("options", {}))) for d in delta["devices"]]
-    if "meta" in delta:
-        log.meta.clear()
-        log.meta.update(delta["meta"])
+    """Write ``log`` to ``path`` (replacing it) in the random-access form."""
+    write_random_access(log, log.columns, path)
 
 
 def load(path: str | Path) -> EventLog:
-    """Read a gpuviz event-log file.
+    """Read a gpuviz event-log file (format version 1 or 2), memory-mapped.
 
-    Raises ``LogFormatError`` when the file is not a gpuviz log or has another format
-    version. A file cut short (a crashed recorder) loads up to its last complete batch;
-    the returned log then has ``truncated == True``.
+    Raises ``LogFormatError`` with the reason when the file is not a gpuviz log, has another
+    format version, has a damaged header, or holds an index outside its side tables;
+    ``OSError`` when it cannot be opened. A file cut short (a crashed recorder) or damaged
+    after its header loads up to its last intact batch (or checksummed chunk): the log then
+    has ``truncated == True``, ``corrupt == True`` when damage (not only a cut) ended it,
+    and ``problems`` says where.
     """
     path = Path(path)
-    with open(path, "rb") as file:
-        try:
-            reader = ipc.open_stream(file)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise LogFormatError(
-                f"{path} is not a gpuviz event log (it is empty, truncated before its header, "
-                f"or not an Arrow IPC stream: {exc})"
-            ) from None
-        metadata = reader.schema.metadata or {}
-        if metadata.get(b"gpuviz.magic") != FORMAT_MAGIC.encode():
-            raise LogFormatError(f"{path} is an Arrow stream but not a gpuviz event log (no gpuviz magic)")
-        version = metadata.get(b"gpuviz.format_version", b"?").decode()
-        if version != str(FORMAT_VERSION):
-            raise LogFormatError(
-                f"{path} has event-log format version {version}; this gpuviz reads version "
-                f"{FORMAT_VERSION}. Open it with the gpuviz release that wrote it."
-            )
-        if reader.schema.names != [name for name, _ in COLUMNS]:
-            raise LogFormatError(f"{path}: columns {reader.schema.names} do not match format version {version}")
-        header = json.loads(metadata[b"gpuviz.header"])
-        log = EventLog(meta=header.get("meta") or {})
-        _apply_delta(log, {"devices": header.get("devices", [])})
-        log.header = {k: v for k, v in header.items() if k not in ("devices", "meta")}
-        batches: list[dict[str, np.ndarray]] = []
-        while True:
-            try:
-                record, custom = reader.read_next_batch_with_custom_metadata()
-            except StopIteration:
-                break
-            except (pa.ArrowInvalid, OSError, EOFError, ValueError) as exc:
-                log.truncated = True
-                logger.warning(
-                    "%s is truncated; loaded the %d complete batches before the cut (%s)", path, len(batches), exc
-                )
-                break
-            delta = json.loads(custom[b"gpuviz.delta"]) if custom and b"gpuviz.delta" in custom else {}
-            _apply_delta(log, delta)
-            if record.num_rows:
-                batches.append(
-                    {
-                        name: record.column(i).to_numpy().astype(DTYPES[name], copy=False)
-                        for i, (name, _) in enumerate(COLUMNS)
-                    }
-                )
-    if batches:
-        log._set_columns({name: np.concatenate([b[name] for b in batches]) for name in DTYPES})
-    log._readonly = True
+    if path.is_file() and path.stat().st_size == 0:
+        raise LogFormatError(f"{path} is not a gpuviz event log (it is empty, truncated before its header)")
+    buffer = pa.memory_map(str(path)).read_buffer()  # OSError for a missing or unreadable file
+    try:
+        log = read_log(buffer, str(path))
+    except LogFormatError:
+        raise
+    except Exception as exc:  # whatever damage made the reader trip on: a clear error naming the file
+        raise LogFormatError(f"{path} cannot be read as a gpuviz event log ({type(exc).__name__}: {exc})") from None
+    for problem in log.problems:
+        logger.warning("%s: %s", path, problem)
     return log
 
 

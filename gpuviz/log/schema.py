@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 FORMAT_MAGIC = "gpuviz-eventlog"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class Kind(IntEnum):

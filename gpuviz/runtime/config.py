@@ -2,9 +2,11 @@
 
 Everything that shapes devices (simulated GPUs, memory growth, memory fraction, logical
 devices, visible devices, the transfer model) must be set before the runtime is
-initialised (the first op, array or ``list_logical_devices``); afterwards it raises
-``RuntimeError`` as TensorFlow does. Soft placement and placement logging can change at
-any time. ``gpuviz.reset(configuration=True)`` returns to the uninitialised state.
+initialised (the first op, array or ``list_logical_devices``); afterwards a change raises
+``RuntimeError`` as TensorFlow does, while setting the value already in force returns
+silently (so a notebook's configuration cell can run again). Soft placement and placement
+logging can change at any time. ``gpuviz.reset(configuration=True)`` returns to the
+uninitialised state.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "set_simulated_gpus",
     "set_memory_growth",
     "get_memory_growth",
+    "check_gpu_options",
     "set_memory_fraction",
     "set_memory_limit",
     "set_record_stacks",
@@ -129,6 +132,16 @@ def _check_not_initialized(what: str) -> None:
         raise RuntimeError(f"{what} cannot be modified after being initialized")
 
 
+def _may_change(what: str, current: object, new: object) -> bool:
+    """Whether a setter should store ``new``: False when it is the value in force (a silent
+    no-op, as in TensorFlow, also after initialisation); ``RuntimeError`` for a real change
+    after initialisation."""
+    if current == new:
+        return False
+    _check_not_initialized(what)
+    return True
+
+
 def _gpu_index(device: PhysicalDevice | str) -> int:
     name = device.name if isinstance(device, PhysicalDevice) else device
     spec = parse_device(name.replace("/physical_device:", "/device:"))
@@ -146,9 +159,10 @@ def set_backend(backend: str) -> None:
     """Where GPUs come from: ``"cupy"`` (real GPUs), ``"simulated"``, or ``"auto"`` (default:
     real GPUs when CuPy finds any, else simulated ones)."""
     with _lock:
-        _check_not_initialized("The backend")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if not _may_change("The backend", _config.backend, backend):
+            return
         if backend == "cupy" and cupy_gpu_count() == 0:
             raise RuntimeError("the cupy backend needs CuPy and an NVIDIA GPU; none was found")
         _config.backend = backend
@@ -187,7 +201,6 @@ def set_simulated_gpus(count: int = 1, memory: int | str = "16GiB") -> None:
     it is an error (call ``set_backend("simulated")`` first).
     """
     with _lock:
-        _check_not_initialized("Physical devices")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"count must be a non-negative int, got {count!r}")
         size = parse_bytes(memory, name="memory")
@@ -195,6 +208,9 @@ def set_simulated_gpus(count: int = 1, memory: int | str = "16GiB") -> None:
             raise ValueError(f"a simulated GPU needs at least 1 MiB, got {size} bytes")
         if _config.backend == "cupy":
             raise ValueError("simulated GPUs are not used with the cupy backend; call set_backend('simulated') first")
+        current = (get_backend() == "simulated", _config.simulated_gpus, _config.gpu_memory)
+        if not _may_change("Physical devices", current, (True, count, size)):
+            return
         _config.backend = "simulated"
         _config.simulated_gpus = count
         _config.gpu_memory = size
@@ -203,14 +219,43 @@ def set_simulated_gpus(count: int = 1, memory: int | str = "16GiB") -> None:
         _config.visible_gpus = None
 
 
-def set_memory_growth(device: PhysicalDevice | str, enable: bool) -> None:
-    """Reserve GPU memory as needed (True) instead of preallocating nearly all of it (default)."""
+def _growth_index(device: PhysicalDevice | str) -> int:
+    index = _gpu_index(device)
+    if index in _config.logical:
+        raise ValueError("Cannot set memory growth on device when virtual devices configured")
+    return index
+
+
+def _limit_bytes(index: int, limit: int | str) -> int:
+    size = parse_bytes(limit, name="memory limit")
+    total = gpu_memory(index)
+    if not MiB <= size <= total:
+        raise ValueError(f"memory limit must be between 1 MiB and the GPU's {total} bytes, got {size}")
+    return size
+
+
+def check_gpu_options(
+    device: PhysicalDevice | str, *, memory_growth: bool | None = None, memory_limit: int | str | None = None
+) -> None:
+    """Raise the ``ValueError``/``TypeError`` that ``set_memory_growth`` / ``set_memory_limit``
+    would raise for these values, changing nothing (front-ends validate before they release
+    anything)."""
     with _lock:
-        _check_not_initialized("Physical devices")
-        index = _gpu_index(device)
-        if index in _config.logical:
-            raise ValueError("Cannot set memory growth on device when virtual devices configured")
-        _config.memory_growth[index] = bool(enable)
+        index = _growth_index(device) if memory_growth is not None else _gpu_index(device)
+        if memory_limit is not None:
+            _limit_bytes(index, memory_limit)
+
+
+def set_memory_growth(device: PhysicalDevice | str, enable: bool) -> None:
+    """Reserve GPU memory as needed (True) instead of preallocating nearly all of it (default).
+
+    As in TensorFlow, every visible GPU must have the same setting (checked when the runtime
+    initialises: ``ValueError: Memory growth cannot differ between GPU devices``).
+    """
+    with _lock:
+        index = _growth_index(device)
+        if _may_change("Physical devices", _config.memory_growth.get(index), bool(enable)):
+            _config.memory_growth[index] = bool(enable)
 
 
 def get_memory_growth(device: PhysicalDevice | str) -> bool:
@@ -224,32 +269,30 @@ def set_memory_limit(device: PhysicalDevice | str, limit: int | str | None) -> N
     exclude memory growth. ``None`` removes the cap.
     """
     with _lock:
-        _check_not_initialized("Physical devices")
         index = _gpu_index(device)
-        if limit is None:
-            _config.memory_limits.pop(index, None)
+        size = None if limit is None else _limit_bytes(index, limit)
+        if not _may_change("Physical devices", _config.memory_limits.get(index), size):
             return
-        size = parse_bytes(limit, name="memory limit")
-        total = gpu_memory(index)
-        if not MiB <= size <= total:
-            raise ValueError(f"memory limit must be between 1 MiB and the GPU's {total} bytes, got {size}")
-        _config.memory_limits[index] = size
+        if size is None:
+            _config.memory_limits.pop(index, None)
+        else:
+            _config.memory_limits[index] = size
 
 
 def set_record_stacks(enabled: bool) -> None:
     """Record the caller's Python stack with every allocator event (off by default)."""
     with _lock:
-        _check_not_initialized("Stack recording")
-        _config.record_stacks = bool(enabled)
+        if _may_change("Stack recording", _config.record_stacks, bool(enabled)):
+            _config.record_stacks = bool(enabled)
 
 
 def set_memory_fraction(fraction: float | None) -> None:
     """Limit each GPU to ``fraction`` of its total memory (TF's per_process_gpu_memory_fraction)."""
     with _lock:
-        _check_not_initialized("Physical devices")
         if fraction is not None and (isinstance(fraction, bool) or not 0 < fraction <= 1):
             raise ValueError(f"memory fraction must be in (0, 1], got {fraction!r}")
-        _config.memory_fraction = fraction
+        if _may_change("Physical devices", _config.memory_fraction, fraction):
+            _config.memory_fraction = fraction
 
 
 def set_logical_device_configuration(
@@ -261,7 +304,6 @@ def set_logical_device_configuration(
     ``None`` or ``[]`` removes the split.
     """
     with _lock:
-        _check_not_initialized("Virtual devices")
         try:
             index = _gpu_index(device)
         except ValueError as error:
@@ -269,7 +311,8 @@ def set_logical_device_configuration(
                 raise ValueError("Setting memory limit is required for GPU virtual devices only") from None
             raise
         if not logical_devices:
-            _config.logical.pop(index, None)
+            if _may_change("Virtual devices", _config.logical.get(index), None):
+                _config.logical.pop(index, None)
             return
         limits = [
             (
@@ -280,6 +323,8 @@ def set_logical_device_configuration(
         total = gpu_memory(index)
         if sum(limits) > total:
             raise ValueError(f"logical devices ask for {sum(limits)} bytes, more than the {total} bytes of GPU:{index}")
+        if not _may_change("Virtual devices", _config.logical.get(index), limits):
+            return
         _config.logical[index] = limits
         _config.memory_growth.pop(index, None)
 
@@ -294,7 +339,6 @@ def set_visible_devices(
 ) -> None:
     """Which physical GPUs the runtime may use (the CPU always stays visible)."""
     with _lock:
-        _check_not_initialized("Visible devices")
         items = devices if isinstance(devices, list) else [devices]
         gpus = []
         for item in items:
@@ -306,7 +350,10 @@ def set_visible_devices(
                 if spec.index >= gpu_count():
                     raise ValueError(f"unknown physical device {name!r}")
                 gpus.append(spec.index)
-        _config.visible_gpus = sorted(set(gpus))
+        visible = sorted(set(gpus))
+        current = _config.visible_gpus if _config.visible_gpus is not None else list(range(gpu_count()))
+        if _may_change("Visible devices", current, visible):
+            _config.visible_gpus = visible
 
 
 def get_visible_devices(device_type: str | None = None) -> list[PhysicalDevice]:
@@ -337,7 +384,6 @@ def get_log_device_placement() -> bool:
 def set_transfer_model(model: TransferModel | None = None, **changes: float) -> None:
     """Replace the simulated transfer model, or change some of its fields (bytes/s, ns)."""
     with _lock:
-        _check_not_initialized("The transfer model")
         base = model or _config.transfer
         unknown = set(changes) - set(asdict(base))
         if unknown:
@@ -345,7 +391,9 @@ def set_transfer_model(model: TransferModel | None = None, **changes: float) -> 
         values = {**asdict(base), **changes}
         if any(v <= 0 for k, v in values.items() if k.endswith("_per_s")) or values["latency_ns"] < 0:
             raise ValueError("bandwidths must be positive and latency non-negative")
-        _config.transfer = TransferModel(**values)
+        new = TransferModel(**values)
+        if _may_change("The transfer model", _config.transfer, new):
+            _config.transfer = new
 
 
 def get_transfer_model() -> TransferModel:

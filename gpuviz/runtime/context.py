@@ -44,6 +44,7 @@ __all__ = [
     "record_into",
     "Session",
     "current_scope",
+    "device_names",
 ]
 
 CPU_BASE = 1 << 48
@@ -120,7 +121,10 @@ class Runtime:
             (SimUpstream(host, base=CPU_BASE, backed=True), -1, DeviceSpec("CPU", 0), {"growth": True})
         )
         real = _config_module.get_backend() == "cupy"
-        visible = cfg.visible_gpus if cfg.visible_gpus is not None else list(range(_config_module.gpu_count()))
+        visible = _visible_gpus(cfg)
+        growths = {cfg.memory_growth.get(physical) for physical in visible}
+        if len(growths) > 1:  # as TensorFlow: unset, on and off are three different settings
+            raise ValueError("Memory growth cannot differ between GPU devices")
         logical_index = 0
         for physical in visible:
             upstream = self._gpu_upstream(physical, real, cfg.gpu_memory)
@@ -140,6 +144,8 @@ class Runtime:
                 self._upstreams.append((upstream, physical, DeviceSpec("GPU", logical_index), options))
                 logical_index += 1
         self._build(log)
+        for gpu in self.gpus:  # TensorFlow maps every visible GPU at initialisation (not after a release)
+            gpu.allocator.preallocate()
         cfg.initialized = True
 
     @staticmethod
@@ -263,6 +269,21 @@ class Runtime:
             for d in self.devices.values()
             if device_type is None or d.spec.device_type == device_type.upper()
         ]
+
+
+def _visible_gpus(cfg: _config_module._Config) -> list[int]:
+    """The physical GPUs the runtime uses."""
+    return cfg.visible_gpus if cfg.visible_gpus is not None else list(range(_config_module.gpu_count()))
+
+
+def device_names() -> list[str]:
+    """Short names of the logical devices ops can run on (``["CPU:0", "GPU:0", ...]``): the
+    runtime's, or those it will have when it initialises (this does not initialise it)."""
+    if _runtime:
+        return list(_runtime[0].devices)
+    cfg = _config_module.current()
+    gpus = sum(len(cfg.logical.get(physical, [0])) for physical in _visible_gpus(cfg))
+    return ["CPU:0", *(f"GPU:{i}" for i in range(gpus))]
 
 
 _runtime: list[Runtime] = []

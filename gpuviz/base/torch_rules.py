@@ -1,8 +1,8 @@
-"""PyTorch's CUDA caching allocator: the size rules that decide a block's size.
+"""PyTorch's CUDA caching allocator: the size rules that decide a block's size and a segment's.
 
-A PyTorch memory snapshot's trace records the bytes each caller asked for, not the block
-(chunk) handed out. The block follows the caching allocator's policy
-(c10/cuda/CUDACachingAllocator.cpp), which these functions restate:
+Shared by the importer of PyTorch snapshots (whose traces record the bytes each caller asked
+for, not the block handed out) and the what-if model of the allocator. The rules restate
+c10/cuda/CUDACachingAllocator.cpp:
 
 - ``round_size``: requests under 512 B take 512 B; others round up to a multiple of
   512 B, or, where ``roundup_power2_divisions`` gives n > 1 divisions for the request's
@@ -13,7 +13,9 @@ A PyTorch memory snapshot's trace records the bytes each caller asked for, not t
 - ``should_split``: the free block found is split when the remainder is at least 512 B
   (small pool, and every pool with expandable segments), or, in the large pool, when the
   remainder exceeds 1 MiB and the request is below ``max_split_size`` (oversize blocks are
-  handed out whole).
+  handed out whole);
+- ``allocation_size``: the segment cudaMalloc'd for a request that no cached block serves:
+  2 MiB for small requests, 20 MiB for requests under 10 MiB, else rounded up to 2 MiB.
 
 Sizes are bytes.
 """
@@ -24,13 +26,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MIN_BLOCK", "SMALL_SIZE", "SMALL_BUFFER", "CachingRules"]
+__all__ = [
+    "MIN_BLOCK",
+    "SMALL_SIZE",
+    "SMALL_BUFFER",
+    "LARGE_BUFFER",
+    "MIN_LARGE_ALLOC",
+    "ROUND_LARGE",
+    "NO_MAX_SPLIT",
+    "CachingRules",
+    "allocation_size",
+]
 
 MIN_BLOCK = 512  # kMinBlockSize: every block is a multiple of this
 SMALL_SIZE = 1 << 20  # kSmallSize: the largest request served from the small pool
 SMALL_BUFFER = 2 << 20  # kSmallBuffer: the size of a small-pool segment
+LARGE_BUFFER = 20 << 20  # kLargeBuffer: 1-10 MiB requests get 20 MiB segments
+MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
+ROUND_LARGE = 2 << 20  # kRoundLarge: larger segments are rounded up to 2 MiB
 _INTERVALS = 16  # roundup_power2_divisions: one setting per power of two from 1 MiB to 32 GiB
-_NO_LIMIT = (1 << 64) - 1  # max_split_size when unset (SIZE_MAX)
+NO_MAX_SPLIT = (1 << 64) - 1  # max_split_size when unset (SIZE_MAX)
 
 
 def _next_division(size: int, divisions: int) -> int:
@@ -55,7 +70,7 @@ class CachingRules:
     """
 
     divisions: tuple[int, ...] = (0,) * _INTERVALS
-    max_split_size: int = _NO_LIMIT
+    max_split_size: int = NO_MAX_SPLIT
     expandable: bool = False
 
     @classmethod
@@ -78,7 +93,7 @@ class CachingRules:
         else:
             divisions = (0,) * _INTERVALS
         max_split = settings.get("max_split_size", -1)
-        max_split = _NO_LIMIT if not isinstance(max_split, int) or max_split < 0 else max_split
+        max_split = NO_MAX_SPLIT if not isinstance(max_split, int) or max_split < 0 else max_split
         return cls(divisions, max_split, bool(settings.get("expandable_segments", False)))
 
     def round_size(self, size: int) -> int:
@@ -107,3 +122,12 @@ class CachingRules:
         """Bytes of the block handed out for ``requested`` bytes from a free block of ``free_block`` bytes."""
         rounded = self.round_size(requested)
         return rounded if self.should_split(free_block, rounded) else free_block
+
+
+def allocation_size(rounded: int) -> int:
+    """``get_allocation_size``: the segment cudaMalloc'd for a request of ``rounded`` bytes."""
+    if rounded <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if rounded < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return ROUND_LARGE * ((rounded + ROUND_LARGE - 1) // ROUND_LARGE)

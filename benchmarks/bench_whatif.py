@@ -1,0 +1,49 @@
+"""What-if benchmark: replaying a run's request stream under each policy.
+
+Run by hand:  .venv/bin/python benchmarks/bench_whatif.py [--requests 1000000]
+Target (issue 13): replaying 1M requests under one policy <= 2 s.
+
+The run is a recorded BFC workload (the mixed workload of bench_core: sizes log-uniform
+64 B .. 16 MiB, ~1000 live buffers), so the stream has as many frees as allocations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmarks.bench_core import mixed_workload
+from gpuviz import BFCAllocator, SimUpstream
+from gpuviz.analysis.requests import request_stream
+from gpuviz.capture.upstream import SimUpstream as Upstream
+from gpuviz.scenarios import parse_policy, replay_policy
+from gpuviz.scenarios.whatif import UNBOUNDED
+
+
+def recorded_run(requests: int) -> BFCAllocator:
+    alloc = BFCAllocator(SimUpstream("64GiB"))
+    live = [alloc.allocate(256) for _ in range(1000)]
+    for size, victim in mixed_workload(requests // 2):
+        alloc.free(live[victim])
+        live[victim] = alloc.allocate(size)
+    return alloc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=1_000_000)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    run = recorded_run(args.requests)
+    stream = request_stream(run.log, "GPU:0")
+    print(f"recorded run: {len(run.log)} events, {len(stream)} requests ({time.perf_counter() - started:.1f} s)")
+    for spec in ("tf-bfc", "torch", "rmm-pool", "no-pool"):
+        start = time.perf_counter()
+        log, served = replay_policy(stream, run.log, parse_policy(spec), Upstream(UNBOUNDED))
+        seconds = time.perf_counter() - start
+        print(f"{spec:9s} {served} requests in {seconds:.2f} s ({served / seconds / 1e6:.2f} M requests/s), "
+              f"{len(log)} events")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

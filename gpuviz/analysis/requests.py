@@ -1,0 +1,95 @@
+"""The request stream of a run: what the program asked its allocator for, in order.
+
+A what-if replay feeds this stream to another allocator policy. Per device it holds, in log
+order, every allocation (requested bytes, time, tag, stack) and every free, each free pointing
+at the allocation it ends (the latest allocation at that address). Chunk sizes, addresses and
+segments are the original allocator's decisions and are not part of the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import Kind
+
+__all__ = ["RequestStream", "request_stream"]
+
+
+@dataclass(frozen=True)
+class RequestStream:
+    """One device's requests. Arrays are aligned, one entry per request, in log order.
+
+    ``is_alloc``: True for an allocation, False for a free. ``alloc_of``: for a free, the
+    position (in this stream) of the allocation it frees, or -1 for a free of an allocation
+    made before ``start`` (kept only with ``keep_unmatched``; ``address`` then names it).
+    ``requested`` (bytes), ``time_ns``, ``tag``/``stack`` (indices into the source log's tables)
+    describe allocations; ``address`` is the source's address of each request; ``position`` is
+    each request's index in the source log. ``unmatched_frees`` counts frees of allocations made
+    before the stream begins.
+    """
+
+    device: str
+    is_alloc: np.ndarray
+    alloc_of: np.ndarray
+    requested: np.ndarray
+    time_ns: np.ndarray
+    address: np.ndarray
+    tag: np.ndarray
+    stack: np.ndarray
+    position: np.ndarray
+    unmatched_frees: int
+
+    def __len__(self) -> int:
+        return len(self.is_alloc)
+
+    @property
+    def allocations(self) -> int:
+        return int(self.is_alloc.sum())
+
+
+def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched: bool = False) -> RequestStream:
+    """The requests of ``device`` in ``log`` from log position ``start`` on (allocations and frees).
+
+    Frees of allocations made before ``start`` are left out, unless ``keep_unmatched`` (for a
+    replay seeded with the heap at ``start``, where those allocations exist).
+    """
+    device_id = log.device_index(device)
+    cols = log.columns
+    kinds = cols["kind"]
+    mask = (cols["device"] == device_id) & ((kinds == Kind.ALLOC) | (kinds == Kind.FREE))
+    mask[: max(start, 0)] = False
+    positions = np.flatnonzero(mask)
+    is_alloc = kinds[positions] == Kind.ALLOC
+    addresses = cols["address"][positions].tolist()
+    keep = np.ones(len(positions), dtype=bool)
+    alloc_of = np.full(len(positions), -1, dtype=np.int64)
+    live: dict[int, int] = {}
+    for i, (alloc, address) in enumerate(zip(is_alloc.tolist(), addresses, strict=True)):
+        if alloc:
+            live[address] = i
+        else:
+            j = live.pop(address, None)
+            if j is None:
+                keep[i] = keep_unmatched
+            else:
+                alloc_of[i] = j
+    unmatched = int((~is_alloc & (alloc_of < 0)).sum())
+    # renumber after dropping unmatched frees
+    new_index = np.cumsum(keep) - 1
+    alloc_of = np.where(alloc_of >= 0, new_index[np.maximum(alloc_of, 0)], -1)[keep]
+    kept = positions[keep]
+    return RequestStream(
+        device=device,
+        is_alloc=is_alloc[keep],
+        alloc_of=alloc_of,
+        requested=cols["requested"][kept],
+        time_ns=cols["time_ns"][kept],
+        address=cols["address"][kept],
+        tag=cols["tag"][kept],
+        stack=cols["stack"][kept],
+        position=kept,
+        unmatched_frees=unmatched,
+    )

@@ -1,0 +1,89 @@
+"""Traces of allocations and frees at addresses, with no segments: PyTorch profiler traces, RMM logs.
+
+Such a trace starts in the middle of a run: memory allocated before it began shows up
+only as frees of addresses never allocated in the trace, or as a running total that does
+not start at zero. ``prepare`` gives a device's ``HeapBuilder`` what it needs before the
+first event: inferred segments (the connected address ranges ever used), the allocations
+freed in the trace but made before it (seeded at their addresses, tagged ``PREEXISTING``)
+and, when the source reports the bytes in use before its first event, the rest of those
+bytes as one ``PREEXISTING`` allocation in a segment of its own after the traced ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from gpuviz.importers.builder import HeapBuilder, HeapConflict, infer_segments
+
+__all__ = ["Change", "PREEXISTING", "prepare", "apply"]
+
+PREEXISTING = "PREEXISTING"
+_SEGMENT_ALIGN = 2 << 20  # the synthetic preexisting segment starts on a 2 MiB boundary
+
+
+class Change(NamedTuple):
+    """One traced allocation (``delta`` > 0 bytes) or free (``delta`` < 0) at ``address``; time in ns."""
+
+    time_ns: int
+    address: int
+    delta: int
+    thread: int = 0
+
+
+def prepare(
+    heap: HeapBuilder, changes: Iterable[Change], *, start_ns: int, in_use_before: int | None = None
+) -> list[str]:
+    """Reserve the inferred segments and seed the allocations live before the trace, at ``start_ns``.
+
+    ``changes`` are the device's allocations and frees in time order; ``in_use_before`` is the
+    bytes the source says were in use before its first change (None when it does not say).
+    Returns notes (in words) on what was inferred.
+    """
+    live: dict[int, int] = {}
+    seeds: list[tuple[int, int]] = []
+    intervals: list[tuple[int, int]] = []
+    for change in changes:
+        if change.delta > 0:
+            live[change.address] = change.delta
+            intervals.append((change.address, change.delta))
+        elif change.delta < 0 and live.pop(change.address, None) is None:
+            seeds.append((change.address, -change.delta))
+            intervals.append((change.address, -change.delta))
+    segments = infer_segments(intervals)
+    tag = heap.log.intern_string(PREEXISTING)
+    for base, size in segments:
+        heap.segment_alloc(start_ns, base, size)
+    for address, size in seeds:
+        heap.alloc(start_ns, address, size, size, tag=tag)
+    name = heap.log.devices[heap.device].name
+    notes = []
+    if seeds:
+        notes.append(
+            f"{name}: {len(seeds)} allocations freed in the trace were made before it began;"
+            f" seeded as {PREEXISTING} at their addresses"
+        )
+    rest = 0 if in_use_before is None else in_use_before - sum(size for _, size in seeds)
+    if rest > 0:
+        end = max((base + size for base, size in segments), default=0)
+        base = -(-end // _SEGMENT_ALIGN) * _SEGMENT_ALIGN + _SEGMENT_ALIGN
+        heap.segment_alloc(start_ns, base, rest)
+        heap.alloc(start_ns, base, rest, rest, tag=tag)
+        notes.append(
+            f"{name}: {rest} bytes were in use before the trace began and never freed in it; shown as one"
+            f" {PREEXISTING} allocation in a segment of its own at {base:#x} (their addresses are unknown)"
+        )
+    return notes
+
+
+def apply(heap: HeapBuilder, change: Change) -> bool:
+    """Feed one change to ``heap`` (chunk size = requested = the traced bytes); False when it
+    contradicts the heap (nothing changed)."""
+    try:
+        if change.delta > 0:
+            heap.alloc(change.time_ns, change.address, change.delta, change.delta, thread=change.thread)
+        elif change.delta < 0:
+            heap.free(change.time_ns, change.address, thread=change.thread)
+    except HeapConflict:
+        return False
+    return True

@@ -1,0 +1,397 @@
+"""PyTorch profiler Chrome traces (``prof.export_chrome_trace``, TensorBoard's ``*.pt.trace.json[.gz]``).
+
+With ``torch.profiler.profile(profile_memory=True)`` PyTorch writes one instant event per
+allocation and free of its caching allocator (CUDA) and of the CPU allocator::
+
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": .., "tid": .., "ts": <µs>,
+     "args": {"Device Type": 1, "Device Id": 0, "Addr": .., "Bytes": <negative = free>,
+              "Total Allocated": <bytes after the event>, "Total Reserved": <bytes after the event>}}
+
+The 2021 schema has only ``Device Type``, ``Device Id`` and ``Bytes``. Mapping:
+
+- time: ``ts`` µs -> ns (fractional µs kept to the ns); events sorted by ``(ts, Ev Idx, position)``.
+- device: Device Type 1 (CUDA) -> ``GPU:<id>``, 0 -> ``CPU:0``; ``deviceProperties`` -> device
+  options (``name``, ``total_memory`` bytes); ``distributedInfo`` -> ``meta["source"]``.
+- chunk size = requested = ``Bytes`` (the trace says nothing about rounding or requests).
+- segments: not recorded; inferred (``infer_segments``) as the connected address ranges ever
+  allocated, all reserved at the first event's time.
+- memory allocated before profiling: a free of an address never allocated in the trace was
+  live at the start (seeded at its address); the rest of the first event's ``Total Allocated``
+  is one allocation tagged ``PREEXISTING`` in a segment of its own after the traced ones
+  (its addresses are unknown). So bytes requested in use equal ``Total Allocated`` after
+  every event. ``Total Reserved`` goes to ``meta["source"]["total_reserved"]`` per device
+  as ``[[time_ns, bytes], ...]`` at each change.
+- 2021 schema (no ``Addr``): a free is paired with the most recent live allocation of the same
+  size (LIFO); addresses are synthetic and every allocation is its own segment, so reserved
+  equals in use and no fragmentation is shown: ``address``/``segment`` are ``absent``.
+
+Only the ``[memory]`` events are decoded (located by byte search, each parsed alone), so a
+54 MB trace imports without building its 200k other events; the file is read in blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import defaultdict
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from gpuviz.base.errors import LogFormatError
+from gpuviz.importers.addressed import PREEXISTING, Change, apply, prepare
+from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
+from gpuviz.importers.source import Progress, Source
+from gpuviz.log.eventlog import NO_INDEX, EventLog
+
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "read_events", "MemoryEvent", "PREEXISTING"]
+
+NAME = "pytorch-profiler"
+DESCRIPTION = "a PyTorch profiler Chrome trace (.pt.trace.json[.gz], [memory] events from profile_memory=True)"
+
+_MARKER = b'"[memory]"'
+_BLOCK = 8 << 20  # decompressed bytes read at a time
+_MAX_EVENT = 1 << 16  # a [memory] event is far smaller than this
+_SYNTHETIC_BASE = 1 << 40  # 2021 schema: synthetic addresses start here
+_SYNTHETIC_ALIGN = 512
+# c10::DeviceType codes (c10/core/DeviceType.h)
+_DEVICE_TYPES = {0: "CPU", 1: "GPU", 6: "GPU", 9: "XLA", 12: "XPU", 13: "MPS", 15: "HPU", 19: "MTIA"}
+
+
+class MemoryEvent(NamedTuple):
+    """One ``[memory]`` event: times in ns, sizes in bytes (``bytes_`` negative for a free);
+    ``address``/``total_allocated``/``total_reserved`` are None where the schema lacks them."""
+
+    time_ns: int
+    order: int  # Ev Idx where present, else -1 (ties broken by position)
+    position: int
+    device_type: int
+    device_id: int
+    thread: int
+    address: int | None
+    bytes_: int
+    total_allocated: int | None
+    total_reserved: int | None
+
+
+def sniff(head: bytes) -> bool:
+    """A JSON object with ``traceEvents`` written by PyTorch's profiler (kineto writes
+    ``schemaVersion``/``deviceProperties`` first) or holding ``[memory]`` events."""
+    text = head.lstrip()
+    if not text.startswith(b"{") or b'"traceEvents"' not in head:
+        return False
+    return _MARKER in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head
+
+
+def _header(source: Source) -> dict[str, Any]:
+    """The top-level keys written before ``traceEvents`` (kineto's schemaVersion, deviceProperties,
+    distributedInfo, profile_memory), parsed from the head; ``{}`` when they cannot be parsed."""
+    head = source.head
+    at = head.find(b'"traceEvents"')
+    if at < 0:
+        return {}
+    prefix = head[:at].rstrip().rstrip(b",")
+    try:
+        value = json.loads(prefix + b"}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _event_start(buffer: bytes, marker: int, floor: int) -> int:
+    """Offset of the ``{`` opening the event object holding ``"[memory]"`` at ``marker``; -1 if before ``floor``."""
+    pos, depth = marker, 0
+    while True:
+        brace = buffer.rfind(b"{", floor, pos)
+        if brace < 0:
+            return -1
+        depth += buffer.count(b"}", brace, pos)
+        if depth == 0:
+            return brace
+        depth -= 1
+        pos = brace
+
+
+def _int(value: Any, name: str, position: int) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    raise LogFormatError(f"[memory] event #{position}: {name} is {value!r}, not an integer")
+
+
+def _optional(args: dict[str, Any], name: str, position: int) -> int | None:
+    value = args.get(name)
+    return None if value is None else _int(value, name, position)
+
+
+def _decode(event: Any, position: int) -> MemoryEvent | None:
+    """The ``[memory]`` event ``event`` (a decoded JSON object), None for any other object."""
+    if type(event) is not dict or event.get("name") != "[memory]":
+        return None
+    args = event.get("args")
+    if type(args) is not dict or "Bytes" not in args:
+        raise LogFormatError(f"[memory] event #{position} has no args.Bytes: {event!r:.200}")
+    ts = event.get("ts")
+    if type(ts) is int:
+        time_ns = ts * 1000
+    elif isinstance(ts, Decimal):
+        time_ns = int(ts * 1000)
+    else:
+        raise LogFormatError(f"[memory] event #{position} has no numeric ts: {event!r:.200}")
+    tid = event.get("tid", 0)
+    return MemoryEvent(
+        time_ns,
+        _int(args.get("Ev Idx", -1), "Ev Idx", position),
+        position,
+        _int(args.get("Device Type", 0), "Device Type", position),
+        _int(args.get("Device Id", -1), "Device Id", position),
+        tid if type(tid) is int else 0,
+        _optional(args, "Addr", position),
+        _int(args["Bytes"], "Bytes", position),
+        _optional(args, "Total Allocated", position),
+        _optional(args, "Total Reserved", position),
+    )
+
+
+def _decode_at(decoder: json.JSONDecoder, buffer: bytes, start: int) -> tuple[Any, int] | None:
+    """The JSON value starting at ``buffer[start]`` and the offset after it; None when it runs past
+    the end of ``buffer``; ``LogFormatError`` when it is not valid JSON. Bytes map 1:1 to
+    characters (latin-1): a ``[memory]`` event is ASCII."""
+    window = 1024
+    while True:
+        text = buffer[start : start + window].decode("latin-1")
+        try:
+            value, end = decoder.raw_decode(text)
+        except json.JSONDecodeError as exc:
+            at_end = exc.pos >= len(text) - 1 or exc.msg.startswith("Unterminated")
+            if not at_end or window >= _MAX_EVENT:
+                raise LogFormatError(f"a [memory] event is not valid JSON ({exc}): {text[:200]!r}") from None
+            if start + window >= len(buffer):
+                return None
+            window *= 4
+            continue
+        return value, start + end
+
+
+def read_events(source: Source) -> Iterator[MemoryEvent]:
+    """The ``[memory]`` events of the trace in file order, decoded one by one from blocks of the stream.
+
+    Raises ``LogFormatError`` when an event is not valid JSON and ``_Truncated`` (after the
+    events before the cut) when the stream ends inside the trace.
+    """
+    decoder = json.JSONDecoder(parse_float=Decimal)
+    position = 0
+    buffer = b""
+    with source.open() as stream:
+        done = False
+        while not done:
+            try:
+                block = stream.read(_BLOCK)
+            except (EOFError, OSError, zlib.error) as exc:
+                raise _Truncated(f"the compressed stream is cut short or corrupt ({exc})") from None
+            done = not block
+            buffer += block
+            floor = search = 0
+            pending = -1  # start of an event that continues in the next block
+            while (marker := buffer.find(_MARKER, search)) >= 0:
+                start = _event_start(buffer, marker, floor)
+                if start < 0:
+                    raise LogFormatError(f"a [memory] event (byte {marker} of a block) is not inside a JSON object")
+                found = _decode_at(decoder, buffer, start)
+                if found is None:
+                    if done:
+                        raise _Truncated("the last [memory] event is cut short")
+                    pending = start
+                    break
+                event, floor = found
+                decoded = _decode(event, position)
+                if decoded is not None:
+                    yield decoded
+                    position += 1
+                search = max(floor, marker + len(_MARKER))
+            keep = pending if pending >= 0 else max(floor, len(buffer) - _MAX_EVENT)
+            buffer = buffer[keep:]
+    if not buffer.rstrip().endswith(b"}"):
+        raise _Truncated("the JSON document does not end with '}'")
+
+
+class _Truncated(Exception):
+    """The decompressed stream ended inside the trace."""
+
+
+# ---------------------------------------------------------------------------- building the log
+def _key(event: MemoryEvent) -> tuple[int, int]:
+    """(device type, device index): the CPU's -1 is index 0."""
+    return (event.device_type, max(event.device_id, 0))
+
+
+def _device_name(device_type: int, device_id: int) -> str:
+    kind = _DEVICE_TYPES.get(device_type, f"DEVICE{device_type}")
+    return f"{kind}:{max(device_id, 0)}"
+
+
+def _device_order(key: tuple[int, int]) -> tuple[int, int, int]:
+    name = _DEVICE_TYPES.get(key[0], "")
+    return (0 if name == "GPU" else 2 if name == "CPU" else 1, key[0], key[1])
+
+
+def _device_options(header: dict[str, Any], device_type: int, device_id: int) -> dict[str, Any]:
+    options: dict[str, Any] = {"allocator": "pytorch-caching" if device_type == 1 else "pytorch-cpu"}
+    if device_type == 1:
+        for props in header.get("deviceProperties") or ():
+            if isinstance(props, dict) and props.get("id") == device_id:
+                options.update(model=props.get("name"), total_memory=props.get("totalGlobalMem"))
+    return options
+
+
+def read(source: Source, *, progress: Progress) -> EventLog:
+    header = _header(source)
+    notes: list[str] = []
+    events: list[MemoryEvent] = []
+    truncated = False
+    try:
+        for event in read_events(source):
+            events.append(event)
+    except _Truncated as exc:
+        truncated = True
+        notes.append(f"the file is cut short: {exc}; imported the [memory] events before the cut")
+    events.sort(key=lambda e: (e.time_ns, e.order, e.position))
+    by_device: dict[tuple[int, int], list[MemoryEvent]] = defaultdict(list)
+    for event in events:
+        by_device[_key(event)].append(event)
+    addressed = bool(events) and all(e.address is not None for e in events)
+    log = EventLog()
+    log.truncated = truncated
+    heaps: dict[tuple[int, int], HeapBuilder] = {}
+    for key in sorted(by_device, key=_device_order):
+        heaps[key] = HeapBuilder(log, log.add_device(_device_name(*key), **_device_options(header, *key)))
+    if not events:
+        notes.append("the trace has no [memory] events: profile with torch.profiler.profile(profile_memory=True)")
+    elif addressed:
+        _build_addressed(log, heaps, by_device, events, notes)
+    else:
+        _build_unaddressed(log, heaps, by_device, events, notes)
+    reserved = {
+        log.devices[heaps[key].device].name: _changes([(e.time_ns, e.total_reserved) for e in evs])
+        for key, evs in by_device.items()
+        if evs and evs[0].total_reserved is not None
+    }
+    schema = "2021 (no Addr/totals)" if events and not addressed else "current"
+    extra: dict[str, Any] = {"schema": schema, "total_reserved": reserved}
+    for name in ("distributedInfo", "schemaVersion", "profile_memory"):
+        if name in header:
+            extra[name] = header[name]
+    exact, inferred, absent = "exact", "inferred", "absent"
+    set_source_meta(
+        log,
+        format=NAME,
+        file=source.name,
+        version=str(header.get("schemaVersion")) if "schemaVersion" in header else None,
+        tool="torch.profiler",
+        columns={
+            "time_ns": exact,
+            "device": exact,
+            "thread": exact,
+            "address": exact if addressed else absent,
+            "size": inferred,
+            "requested": exact,
+            "segment": inferred if addressed else absent,
+            "largest_free": inferred,
+            "tag": absent,
+            "stack": absent,
+        },
+        notes=[
+            "chunk size = requested = Bytes: the trace records neither the caller's request nor rounding",
+            "segments are not recorded: inferred" + (" as the address ranges ever allocated" if addressed else ""),
+            *notes,
+        ],
+        extra=extra,
+    )
+    return finish(log)
+
+
+def _changes(series: list[tuple[int, int | None]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for time_ns, value in series:
+        if value is not None and (not out or out[-1][1] != value):
+            out.append([time_ns, value])
+    return out
+
+
+def _build_addressed(
+    log: EventLog,
+    heaps: dict[tuple[int, int], HeapBuilder],
+    by_device: dict[tuple[int, int], list[MemoryEvent]],
+    events: list[MemoryEvent],
+    notes: list[str],
+) -> None:
+    start = events[0].time_ns
+    for key, heap in heaps.items():
+        first = by_device[key][0]
+        before = None if first.total_allocated is None else first.total_allocated - first.bytes_
+        notes.extend(prepare(heap, (_change(e) for e in by_device[key]), start_ns=start, in_use_before=before))
+    skipped = sum(not apply(heaps[_key(event)], _change(event)) for event in events)
+    if skipped:
+        notes.append(f"{skipped} [memory] events contradict the heap built so far (overlap, unknown free): skipped")
+
+
+def _change(event: MemoryEvent) -> Change:
+    assert event.address is not None
+    return Change(event.time_ns, event.address, event.bytes_, event.thread)
+
+
+def _build_unaddressed(
+    log: EventLog,
+    heaps: dict[tuple[int, int], HeapBuilder],
+    by_device: dict[tuple[int, int], list[MemoryEvent]],
+    events: list[MemoryEvent],
+    notes: list[str],
+) -> None:
+    """2021 schema: LIFO pairing by size, one synthetic segment per allocation."""
+    start = events[0].time_ns
+    preexisting_tag = log.intern_string(PREEXISTING)
+    next_address: dict[tuple[int, int], int] = {}
+    live: dict[tuple[int, int], dict[int, list[int]]] = {}
+    for key, heap in heaps.items():
+        stacks: dict[int, list[int]] = defaultdict(list)
+        counts: dict[int, int] = defaultdict(int)
+        seeds: list[int] = []
+        for event in by_device[key]:
+            if event.bytes_ > 0:
+                counts[event.bytes_] += 1
+            elif event.bytes_ < 0:
+                if counts[-event.bytes_]:
+                    counts[-event.bytes_] -= 1
+                else:
+                    seeds.append(-event.bytes_)
+        address = _SYNTHETIC_BASE
+        for size in seeds:
+            heap.segment_alloc(start, address, size)
+            heap.alloc(start, address, size, size, tag=preexisting_tag)
+            stacks[size].append(address)
+            address += -(-size // _SYNTHETIC_ALIGN) * _SYNTHETIC_ALIGN
+        if seeds:
+            notes.append(
+                f"{log.devices[heap.device].name}: {len(seeds)} frees have no earlier allocation of their size:"
+                f" seeded as {PREEXISTING} allocations at the start"
+            )
+        next_address[key] = address
+        live[key] = stacks
+    for event in events:
+        key = _key(event)
+        heap, stacks = heaps[key], live[key]
+        if event.bytes_ > 0:
+            address = next_address[key]
+            next_address[key] = address + -(-event.bytes_ // _SYNTHETIC_ALIGN) * _SYNTHETIC_ALIGN
+            heap.segment_alloc(event.time_ns, address, event.bytes_, thread=event.thread)
+            heap.alloc(event.time_ns, address, event.bytes_, event.bytes_, thread=event.thread, tag=NO_INDEX)
+            stacks[event.bytes_].append(address)
+        elif event.bytes_ < 0:
+            address = stacks[-event.bytes_].pop()
+            heap.free(event.time_ns, address, thread=event.thread)
+            heap.segment_free(event.time_ns, address, thread=event.thread)
+    notes.append(
+        "2021 schema: no addresses; each free is paired with the latest live allocation of its size (LIFO),"
+        " addresses are synthetic and each allocation is a segment of its own (reserved = in use)"
+    )

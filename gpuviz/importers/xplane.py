@@ -1,0 +1,259 @@
+"""TensorFlow (>= 2.11) and JAX profiler traces: ``<host>.xplane.pb`` (an XSpace protobuf).
+
+Decoded with ``protowire`` (no TensorFlow, no generated code). Field numbers used, from
+tensorflow/core/profiler/protobuf/xplane.proto (now tsl/profiler/protobuf/xplane.proto):
+
+    XSpace         planes=1 (XPlane), hostnames=4
+    XPlane         id=1, name=2, lines=3 (XLine), event_metadata=4 (map<int64, XEventMetadata>),
+                   stat_metadata=5 (map<int64, XStatMetadata>), stats=6 (XStat)
+    XLine          id=1, name=2, timestamp_ns=3, events=4 (XEvent)
+    XEvent         metadata_id=1, offset_ps=2, duration_ps=3, stats=4 (XStat)
+    XStat          metadata_id=1, double_value=2, uint64_value=3, int64_value=4, str_value=5,
+                   bytes_value=6, ref_value=7 (the name of XStatMetadata ref_value)
+    XEventMetadata id=1, name=2;  XStatMetadata id=1, name=2;  map entries key=1, value=2
+
+TensorFlow's BFC allocator records every decision as a ``MemoryAllocation`` or
+``MemoryDeallocation`` event (on the host plane, on the thread that asked) with stats
+``allocator_name``, ``addr``, ``requested_bytes``, ``allocation_bytes`` (the chunk),
+``bytes_allocated`` (bytes in use after it), ``peak_bytes_in_use``, ``tf_op``, ``shape``
+(or ``tensor_shape``), ``data_type`` (the DataType enum), ``region_type``, ``id`` (step id)
+and ``group_id`` (the profiler's step number). Each allocator becomes one device
+(``tf_memory.allocator_device``); every ``/device:GPU:N`` plane adds ``GPU:N`` even without
+memory events, so a multi-GPU profile shows all its GPUs.
+
+Segments are not in the trace (TF does not trace its region growth): they are inferred as
+the connected address ranges ever allocated (``builder.infer_segments``). An allocation freed
+in the trace but made before it started is seeded at the trace's start. TF's
+``bytes_allocated`` minus gpuviz's bytes in use is the memory in use before the trace began
+that the trace never frees; it is constant when the trace is complete and is recorded per
+device as ``untracked_bytes_in_use``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from gpuviz.base.errors import LogFormatError
+from gpuviz.importers.builder import finish, set_source_meta
+from gpuviz.importers.protowire import FIXED64, LEN, VARINT, WireError, as_double, as_int64, fields, read_varint
+from gpuviz.importers.source import Progress, Source
+from gpuviz.importers.tf_memory import MemoryRecord, add_devices, dtype_name, write_events
+from gpuviz.log.eventlog import EventLog
+
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MemoryRecord", "decode_memory_records"]
+
+NAME = "xplane"
+DESCRIPTION = "a TensorFlow/JAX profiler XSpace (.xplane.pb)"
+_MEMORY_EVENTS = {"MemoryAllocation": True, "MemoryDeallocation": False}
+_DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
+_PLANE_FIELDS = {1: VARINT, 2: LEN, 3: LEN, 4: LEN, 5: LEN, 6: LEN}
+
+
+def sniff(head: bytes) -> bool:
+    """An XSpace: field 1 (a plane) first, whose own fields are XPlane's, with a UTF-8 name."""
+    if not head.startswith(b"\x0a"):
+        return False
+    try:
+        length, pos = read_varint(head, 1, min(len(head), 11))
+        end = min(len(head), pos + length)
+        for number, wire, value, start in fields(head, pos, end):
+            if _PLANE_FIELDS.get(number) != wire:
+                return False
+            if number == 2:
+                name = head[start:value].decode("utf-8")
+                return name.isprintable() and name != ""
+            if number == 3:  # lines before any name: an unnamed plane is still a plane
+                return True
+    except (WireError, UnicodeDecodeError):
+        return False
+    return False
+
+
+def _text(data: bytes, start: int, end: int) -> str:
+    return data[start:end].decode("utf-8", errors="replace")
+
+
+def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
+    """``(id, name)`` of a map entry holding an XEventMetadata or XStatMetadata."""
+    key, ident, name = 0, None, ""
+    for number, wire, value, pos in fields(data, start, end):
+        if number == 1 and wire == VARINT:
+            key = as_int64(value)
+        elif number == 2 and wire == LEN:
+            for inner, inner_wire, inner_value, inner_pos in fields(data, pos, value):
+                if inner == 1 and inner_wire == VARINT:
+                    ident = as_int64(inner_value)
+                elif inner == 2 and inner_wire == LEN:
+                    name = _text(data, inner_pos, inner_value)
+    return (key if ident is None else ident), name
+
+
+def _stat(data: bytes, start: int, end: int, stat_names: dict[int, str]) -> tuple[str, Any]:
+    name, value_out = "", None  # type: tuple[str, Any]
+    for number, wire, value, pos in fields(data, start, end):
+        if number == 1:
+            name = stat_names.get(as_int64(value), str(value))
+        elif number == 2 and wire == FIXED64:
+            value_out = as_double(value)
+        elif number == 3:
+            value_out = value
+        elif number == 4:
+            value_out = as_int64(value)
+        elif number in (5, 6) and wire == LEN:
+            value_out = _text(data, pos, value)
+        elif number == 7:
+            value_out = stat_names.get(as_int64(value), "")
+    return name, value_out
+
+
+@dataclass
+class _Plane:
+    name: str
+    stats: dict[str, Any]
+    records: list[MemoryRecord]
+
+
+def _plane(data: bytes, start: int, end: int) -> _Plane:
+    name = ""
+    lines: list[tuple[int, int]] = []
+    stat_spans: list[tuple[int, int]] = []
+    event_names: dict[int, str] = {}
+    stat_names: dict[int, str] = {}
+    for number, wire, value, pos in fields(data, start, end):
+        if wire != LEN:
+            continue
+        if number == 2:
+            name = _text(data, pos, value)
+        elif number == 3:
+            lines.append((pos, value))
+        elif number == 4:
+            key, text = _metadata(data, pos, value)
+            event_names[key] = text
+        elif number == 5:
+            key, text = _metadata(data, pos, value)
+            stat_names[key] = text
+        elif number == 6:
+            stat_spans.append((pos, value))
+    stats = dict(_stat(data, a, b, stat_names) for a, b in stat_spans)
+    memory_ids = {key: _MEMORY_EVENTS[text] for key, text in event_names.items() if text in _MEMORY_EVENTS}
+    records: list[MemoryRecord] = []
+    if memory_ids:
+        for a, b in lines:
+            records.extend(_line_records(data, a, b, memory_ids, stat_names))
+    return _Plane(name, stats, records)
+
+
+def _line_records(
+    data: bytes, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str]
+) -> list[MemoryRecord]:
+    line_id, timestamp_ns = 0, 0
+    events: list[tuple[int, int]] = []
+    for number, wire, value, pos in fields(data, start, end):
+        if number == 1 and wire == VARINT:
+            line_id = as_int64(value)
+        elif number == 3 and wire == VARINT:
+            timestamp_ns = as_int64(value)
+        elif number == 4 and wire == LEN:
+            events.append((pos, value))
+    records = []
+    for a, b in events:
+        metadata_id, offset_ps, stat_spans = None, 0, []
+        for number, wire, value, pos in fields(data, a, b):
+            if number == 1:
+                metadata_id = as_int64(value)
+                if metadata_id not in memory_ids:
+                    break
+            elif number == 2:
+                offset_ps = as_int64(value)
+            elif number == 4 and wire == LEN:
+                stat_spans.append((pos, value))
+        if metadata_id not in memory_ids:
+            continue
+        stats = dict(_stat(data, s, e, stat_names) for s, e in stat_spans)
+        records.append(_record(timestamp_ns + offset_ps // 1000, memory_ids[metadata_id], stats, line_id))
+    return records
+
+
+def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) -> MemoryRecord:
+    def number(key: str, default: int = 0) -> int:
+        value = stats.get(key)
+        return int(value) if isinstance(value, (int, float)) else default
+
+    step = stats.get("group_id")
+    data_type = stats.get("data_type")
+    return MemoryRecord(
+        time_ns=time_ns,
+        is_alloc=is_alloc,
+        allocator=str(stats.get("allocator_name", "")),
+        address=number("addr"),
+        requested=number("requested_bytes"),
+        size=number("allocation_bytes"),
+        bytes_in_use=number("bytes_allocated", -1),
+        peak_bytes_in_use=number("peak_bytes_in_use", -1),
+        op=str(stats.get("tf_op") or ""),
+        dtype=dtype_name(data_type if isinstance(data_type, (int, str)) else None),
+        shape=str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
+        region_type=str(stats.get("region_type") or ""),
+        step=int(step) if isinstance(step, int) else None,
+        thread=thread,
+    )
+
+
+def decode_memory_records(data: bytes) -> tuple[list[_Plane], list[MemoryRecord]]:
+    """Every plane of an XSpace and its memory records in time order (stable across threads)."""
+    planes = []
+    for number, wire, value, pos in fields(data):
+        if number == 1 and wire == LEN:
+            planes.append(_plane(data, pos, value))
+    records = [record for plane in planes for record in plane.records]
+    records.sort(key=lambda r: r.time_ns)
+    return planes, records
+
+
+def read(source: Source, *, progress: Progress) -> EventLog:
+    data = source.read_all()
+    try:
+        planes, records = decode_memory_records(data)
+    except WireError as exc:
+        raise LogFormatError(f"{source.path} is not a complete XSpace protobuf (truncated or corrupt: {exc})") from None
+    log = EventLog()
+    known = {}
+    for plane in planes:
+        match = _DEVICE_PLANE.match(plane.name)
+        if match:
+            stats = {k: v for k, v in plane.stats.items() if isinstance(v, (int, float, str))}
+            known[f"{match[1]}:{int(match[2])}"] = {"plane": plane.name, **stats}
+    devices = add_devices(log, list(dict.fromkeys(r.allocator for r in records)), known)
+    notes = write_events(log, records, devices)
+    allocators = Counter(r.allocator for r in records)
+    set_source_meta(
+        log,
+        format=NAME,
+        file=str(source.path),
+        tool="TensorFlow/JAX profiler (XSpace)",
+        columns={
+            "time_ns": "exact",
+            "device": "exact",
+            "thread": "exact",
+            "address": "exact",
+            "size": "exact",
+            "requested": "exact",
+            "tag": "exact",
+            "segment": "inferred",
+            "largest_free": "inferred",
+            "split/merge": "inferred",
+            "stack": "absent",
+            "oom": "absent",
+            "region_type": "absent",
+        },
+        notes=notes,
+        extra={
+            "planes": [p.name for p in planes],
+            "allocators": dict(allocators),
+            "region_types": dict(Counter(r.region_type for r in records if r.is_alloc and r.region_type)),
+        },
+    )
+    return finish(log)
