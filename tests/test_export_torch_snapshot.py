@@ -137,7 +137,7 @@ def test_export_command_writes_pickle_or_json(tmp_path: Path, capsys: pytest.Cap
     assert main(["export", str(out), "--to", "torch-snapshot", "-o", str(as_json)]) == 0
     assert _trace(json.loads(as_json.read_text())) == _trace(raw(source))
     assert main(["export", str(source), "--to", "torch-snapshot", "-o", str(tmp_path / "no" / "x.pickle")]) == 2
-    assert capsys.readouterr().err.startswith("gpuviz: error: ") 
+    assert capsys.readouterr().err.startswith("gpuviz: error: ")
 
 
 def test_pytorchs_own_memory_viz_reads_the_exports() -> None:
