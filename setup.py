@@ -1,7 +1,8 @@
-"""Build configuration beyond pyproject.toml: the optional C row writer.
+"""Build configuration beyond pyproject.toml: the optional C extensions.
 
-``optional=True``: where no C compiler is available the build goes on without it and
-gpuviz records with its pure-Python recorder (same rows, more overhead per event).
+``optional=True``: where no C compiler is available the build goes on without them and
+gpuviz runs as pure Python: the Python recorder (same rows, more overhead per event) and
+the Python BFC allocator (same decisions, several times slower) instead of the native core.
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,27 @@ setup(
             "gpuviz.capture._rowwriter",
             sources=["gpuviz/capture/_rowwriter.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "gpuviz.capture._bfcnative",
+            sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
+            depends=["gpuviz/capture/_bfc_core.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(  # the core with gpuviz_malloc/gpuviz_free, for PyTorch's pluggable allocator (POSIX)
+            "gpuviz.capture._pluggable",
+            sources=["gpuviz/capture/_pluggable.c", "gpuviz/capture/_bfc_core.c"],
+            depends=["gpuviz/capture/_bfc_core.h"],
+            extra_compile_args=["-O2"],
+            libraries=["dl", "pthread"],
+            optional=True,
+        ),
+        Extension(
+            "gpuviz.analysis._replaykernel",
+            sources=["gpuviz/analysis/_replaykernel.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -18,7 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODES = {"off": (False, "1"), "on": (True, "1"), "on, Python recorder": (True, "0")}
+# mode: (record, GPUVIZ_NATIVE, native core); the Python allocator's modes first
+MODES = {
+    "off": (False, "1", False),
+    "on": (True, "1", False),
+    "on, Python recorder": (True, "0", False),
+    "native core, off": (False, "1", True),
+    "native core, on": (True, "1", True),
+}
 
 
 def child(mode: str, pairs: int, run: bool) -> None:
@@ -26,9 +33,10 @@ def child(mode: str, pairs: int, run: bool) -> None:
     from bench_core import mixed_workload, run_pairs
 
     from gpuviz import BFCAllocator, SimUpstream
+    from gpuviz.capture.native import NativeBFCAllocator
 
-    record, _ = MODES[mode]
-    alloc = BFCAllocator(SimUpstream("64GiB"), growth=True, record=record)
+    record, _, native = MODES[mode]
+    alloc = (NativeBFCAllocator if native else BFCAllocator)(SimUpstream("64GiB"), growth=True, record=record)
     ops = mixed_workload(pairs)
     run_pairs(alloc, ops if run else [])
 
@@ -66,8 +74,9 @@ def main() -> None:
     per_pair = {mode: (count(mode, n, run=True) - count(mode, n, run=False)) / n for mode in MODES}
     for mode, instructions in per_pair.items():
         line = f"recording {mode:20s}: {instructions:8.0f} instructions per allocate+free pair"
-        if mode != "off":
-            line += f", overhead {(instructions / per_pair['off'] - 1) * 100:.1f} %"
+        off = "native core, off" if MODES[mode][2] else "off"
+        if mode != off:
+            line += f", overhead {(instructions / per_pair[off] - 1) * 100:.1f} %"
         print(line)
 
 

@@ -19,20 +19,46 @@ def snapshot(alloc: BFCAllocator) -> tuple[object, object, int]:
     return alloc.state(), alloc.stats(), len(alloc.log)
 
 
-ALLOCATOR_FACTORIES: dict[str, Callable[..., BFCAllocator]] = {"BFCAllocator": BFCAllocator}
-"""Every allocator class with BFCAllocator's API (same arguments); the argument-validation
-tests run over each one."""
+def _allocator_classes() -> list[object]:
+    from gpuviz.capture.native import NativeBFCAllocator, native_core_available
+
+    built = pytest.mark.skipif(not native_core_available(), reason="the native core is not built (no C compiler)")
+    return [pytest.param(BFCAllocator, id="python"), pytest.param(NativeBFCAllocator, id="native", marks=built)]
 
 
-@pytest.fixture(params=sorted(ALLOCATOR_FACTORIES))
-def make_allocator(request: pytest.FixtureRequest) -> Callable[..., BFCAllocator]:
-    """One allocator class of ``ALLOCATOR_FACTORIES`` per test run."""
-    return ALLOCATOR_FACTORIES[request.param]
+ALLOCATOR_CLASSES = _allocator_classes()
+"""The BFC allocator classes every allocator test runs against: the Python reference and the native core."""
+
+
+@pytest.fixture(params=ALLOCATOR_CLASSES)
+def bfc(request: pytest.FixtureRequest) -> type[BFCAllocator]:
+    """The allocator class under test (``bfc(SimUpstream(...), ...)`` makes one)."""
+    cls: type[BFCAllocator] = request.param
+    return cls
+
+
+def _built_classes() -> dict[str, Callable[..., BFCAllocator]]:
+    from gpuviz.capture.native import NativeBFCAllocator, native_core_available
+
+    built: dict[str, Callable[..., BFCAllocator]] = {"python": BFCAllocator}
+    if native_core_available():
+        built["native"] = NativeBFCAllocator
+    return built
+
+
+ALLOCATOR_FACTORIES = _built_classes()
+"""The allocator classes built here, by name (the native core where a C compiler built it)."""
 
 
 @pytest.fixture
-def alloc() -> BFCAllocator:
-    a = BFCAllocator(SimUpstream("1GiB"), growth=True)
+def make_allocator(bfc: type[BFCAllocator]) -> Callable[..., BFCAllocator]:
+    """The allocator class under test as a factory (one per class of ``ALLOCATOR_CLASSES``)."""
+    return bfc
+
+
+@pytest.fixture
+def alloc(bfc: type[BFCAllocator]) -> BFCAllocator:
+    a = bfc(SimUpstream("1GiB"), growth=True)
     a.allocate(1000, tag="x")
     a.allocate(3000)
     return a

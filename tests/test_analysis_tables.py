@@ -130,6 +130,8 @@ def test_profile_options() -> None:
         alloc.free(alloc.allocate(1000))
     p = profile(alloc.log, ViewOptions(scrub_points=5))
     assert p.device == "GPU:0"
-    assert len(p.devices["GPU:0"].scrub_index) == 6  # 5 evenly spread + the peak
+    # 5 evenly spread over the 200 events that end an operation (allocs and merges: 2, 4, 6, ...)
+    assert p.devices["GPU:0"].scrub_index.tolist() == [2, 102, 202, 300, 400]
+    assert p.devices["GPU:0"].opening == 2
     with pytest.raises(ValueError, match="has no allocator events"):
         profile(alloc.log, ViewOptions(device="GPU:9"))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import snapshot
 
-from gpuviz import BFCAllocator, EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream
+from gpuviz import BFCAllocator, EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import GiB, MiB
 from gpuviz.capture import recorder
 from gpuviz.capture.arguments import LOG_INT_MAX
@@ -108,8 +108,8 @@ def test_size_beyond_limit_changes_nothing_but_records_the_oom(any_alloc: BFCAll
     any_alloc.check()
 
 
-def test_oom_is_a_memory_error_with_all_numbers() -> None:
-    alloc = BFCAllocator(SimUpstream("1MiB"), growth=False)
+def test_oom_is_a_memory_error_with_all_numbers(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1MiB"), growth=False)
     alloc.allocate(400 * 1024)  # 1 MiB >= 2 * 400 KiB: split, 624 KiB stay free
     with pytest.raises(MemoryError) as info:
         alloc.allocate(700 * 1024)
@@ -215,3 +215,13 @@ def test_recorders_refuse_values_outside_int64_and_write_nothing(native: bool) -
             emit(int(Kind.OOM), 0, 1.5, 1, -1, 0, -1, -1)  # type: ignore[arg-type]
     assert len(staged) == 78
     assert len(log) == 1 and log[0].size == LOG_INT_MAX
+
+
+def test_preallocate_reserves_the_limit_in_the_allocators_own_pool(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), memory_limit="64MiB", growth=False)
+    assert alloc.preallocate() == 64 * MiB and alloc.preallocate() == 0
+    p = alloc.allocate(MiB)
+    assert p == BASE and alloc.stats().pool_bytes == 64 * MiB
+    assert replay(alloc.log).state_at(-1) == alloc.state()
+    alloc.check()
+    assert bfc(SimUpstream("1GiB"), growth=True).preallocate() == 0

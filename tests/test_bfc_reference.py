@@ -53,8 +53,8 @@ def test_rounding(n: int, rounded: int) -> None:
     assert rounded_bytes(n) == rounded
 
 
-def test_one_float_requests_4_and_gets_256() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"))
+def test_one_float_requests_4_and_gets_256(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"))
     p = alloc.allocate(np.dtype(np.float32).itemsize)
     assert p == BASE
     assert alloc.requested_size(p) == 4
@@ -62,8 +62,8 @@ def test_one_float_requests_4_and_gets_256() -> None:
     assert alloc.stats().bytes_in_use == 256
 
 
-def test_1023_allocations_in_a_1gib_non_growing_allocator() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+def test_1023_allocations_in_a_1gib_non_growing_allocator(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), growth=False)
     addresses = [alloc.allocate(n) for n in range(1, 1024)]
     assert alloc.stats().bytes_in_use == 654336
     expected, position = [], BASE
@@ -76,8 +76,8 @@ def test_1023_allocations_in_a_1gib_non_growing_allocator() -> None:
     alloc.check()
 
 
-def test_growth_regions_after_128_allocations_of_4mib() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="512MiB", growth=True)
+def test_growth_regions_after_128_allocations_of_4mib(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), memory_limit="512MiB", growth=True)
     addresses = [alloc.allocate(4 * MiB) for _ in range(128)]
     state = alloc.state()
     sizes = [s.size // MiB for s in state.segments]
@@ -106,8 +106,8 @@ def test_growth_regions_after_128_allocations_of_4mib() -> None:
     alloc.check()
 
 
-def test_oom_without_fragmentation_says_not_enough_memory() -> None:
-    alloc = BFCAllocator(SimUpstream("4MiB"), growth=False)
+def test_oom_without_fragmentation_says_not_enough_memory(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("4MiB"), growth=False)
     alloc.allocate(3 * MiB)
     with pytest.raises(OutOfMemoryError) as info:
         alloc.allocate(2 * MiB)
@@ -115,16 +115,16 @@ def test_oom_without_fragmentation_says_not_enough_memory() -> None:
     assert "not enough memory" in str(info.value)
 
 
-def test_request_beyond_the_limit_is_an_oom_that_names_the_limit() -> None:
-    alloc = BFCAllocator(SimUpstream("16GiB"), memory_limit="1GiB")
+def test_request_beyond_the_limit_is_an_oom_that_names_the_limit(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("16GiB"), memory_limit="1GiB")
     with pytest.raises(OutOfMemoryError, match="larger than the memory limit"):
         alloc.allocate(2 * GiB)
     assert alloc.stats().pool_bytes == 0
     assert isinstance(OutOfMemoryError, type) and issubclass(OutOfMemoryError, MemoryError)
 
 
-def test_best_fit_takes_smallest_chunk_then_lowest_address() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+def test_best_fit_takes_smallest_chunk_then_lowest_address(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), growth=False)
     # layout: [A 4096][s][B 2048][s][C 2048][s][D 8192][s] ... rest
     sizes = [4096, 256, 2048, 256, 2048, 256, 8192, 256]
     ptrs = [alloc.allocate(n) for n in sizes]
@@ -140,8 +140,8 @@ def test_best_fit_takes_smallest_chunk_then_lowest_address() -> None:
     alloc.check()
 
 
-def test_split_rule() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+def test_split_rule(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), growth=False)
     a = alloc.allocate(1024)
     alloc.allocate(256)  # separator keeps A from merging with the tail
     alloc.free(a)
@@ -155,8 +155,8 @@ def test_split_rule() -> None:
     assert alloc.state().segments[0].chunks[1].address == a + 512
 
 
-def test_split_when_remainder_is_at_least_128mib() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+def test_split_when_remainder_is_at_least_128mib(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), growth=False)
     big = alloc.allocate(384 * MiB)
     alloc.allocate(256)
     alloc.free(big)
@@ -167,8 +167,8 @@ def test_split_when_remainder_is_at_least_128mib() -> None:
     assert alloc.allocated_size(q) == 384 * MiB
 
 
-def test_free_coalesces_next_then_previous() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+def test_free_coalesces_next_then_previous(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), growth=False)
     a, b, c = (alloc.allocate(1024) for _ in range(3))
     alloc.allocate(256)
     alloc.free(a)
@@ -180,33 +180,33 @@ def test_free_coalesces_next_then_previous() -> None:
     assert (chunks[0].address, chunks[0].size, chunks[0].in_use) == (a, 3072, False)
 
 
-def test_preallocation_reserves_the_whole_limit_at_first_allocation() -> None:
-    alloc = BFCAllocator(SimUpstream("16GiB"), memory_limit="4GiB", growth=False)
+def test_preallocation_reserves_the_whole_limit_at_first_allocation(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("16GiB"), memory_limit="4GiB", growth=False)
     assert alloc.stats().pool_bytes == 0
     alloc.allocate(10)
     assert events(alloc)[:3] == [("segment_alloc", BASE, 4 * GiB), ("split", BASE, 256), ("alloc", BASE, 256)]
     assert alloc.stats().pool_bytes == 4 * GiB
 
 
-def test_memory_limit_and_fraction() -> None:
+def test_memory_limit_and_fraction(bfc: type[BFCAllocator]) -> None:
     up = SimUpstream("16GiB")
-    assert BFCAllocator(up, memory_fraction=0.5).stats().bytes_limit == 8 * GiB
-    assert BFCAllocator(up, memory_limit="4GiB").stats().bytes_limit == 4 * GiB
-    assert BFCAllocator(up, memory_limit=1 << 20).stats().bytes_limit == MiB
-    assert BFCAllocator(up).stats().bytes_limit == 16 * GiB
+    assert bfc(up, memory_fraction=0.5).stats().bytes_limit == 8 * GiB
+    assert bfc(up, memory_limit="4GiB").stats().bytes_limit == 4 * GiB
+    assert bfc(up, memory_limit=1 << 20).stats().bytes_limit == MiB
+    assert bfc(up).stats().bytes_limit == 16 * GiB
     with pytest.raises(ValueError, match="not both"):
-        BFCAllocator(up, memory_limit="1GiB", memory_fraction=0.5)
+        bfc(up, memory_limit="1GiB", memory_fraction=0.5)
     with pytest.raises(ValueError, match="memory_fraction"):
-        BFCAllocator(up, memory_fraction=1.5)
+        bfc(up, memory_fraction=1.5)
     with pytest.raises(ValueError, match="exceeds the device capacity"):
-        BFCAllocator(up, memory_limit="32GiB")
+        bfc(up, memory_limit="32GiB")
     with pytest.raises(ValueError, match="unknown unit"):
-        BFCAllocator(up, memory_limit="4 parsecs")
+        bfc(up, memory_limit="4 parsecs")
 
 
-def test_garbage_collection_returns_free_segments_and_retries() -> None:
+def test_garbage_collection_returns_free_segments_and_retries(bfc: type[BFCAllocator]) -> None:
     def run(gc: bool) -> BFCAllocator:
-        alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="4MiB", garbage_collection=gc)
+        alloc = bfc(SimUpstream("1GiB"), memory_limit="4MiB", garbage_collection=gc)
         alloc.free(alloc.allocate(2 * MiB))  # a wholly free 2 MiB segment
         alloc.allocate(3 * MiB)
         return alloc
@@ -221,8 +221,8 @@ def test_garbage_collection_returns_free_segments_and_retries() -> None:
     alloc.check()
 
 
-def test_gc_is_skipped_when_it_cannot_make_the_request_fit() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="6MiB", garbage_collection=True)
+def test_gc_is_skipped_when_it_cannot_make_the_request_fit(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), memory_limit="6MiB", garbage_collection=True)
     alloc.free(alloc.allocate(2 * MiB))  # free segment of 2 MiB; next step 4 MiB
     alloc.allocate(4 * MiB)  # second segment, in use; pool 6 MiB
     with pytest.raises(OutOfMemoryError):
@@ -230,11 +230,11 @@ def test_gc_is_skipped_when_it_cannot_make_the_request_fit() -> None:
     assert [s.size for s in alloc.state().segments] == [2 * MiB, 4 * MiB]
 
 
-def test_backpedal_when_the_device_has_less_than_the_step() -> None:
+def test_backpedal_when_the_device_has_less_than_the_step(bfc: type[BFCAllocator]) -> None:
     upstream = SimUpstream("8MiB")
-    other = BFCAllocator(upstream, memory_limit="8MiB", growth=False, device="GPU:1")
+    other = bfc(upstream, memory_limit="8MiB", growth=False, device="GPU:1")
     hog = upstream.allocate(6 * MiB)  # someone else holds 6 MiB of the device
-    alloc = BFCAllocator(upstream, memory_limit="8MiB", growth=False)
+    alloc = bfc(upstream, memory_limit="8MiB", growth=False)
     alloc.allocate(MiB)
     expected = 8 * MiB
     while expected > 2 * MiB:
@@ -246,8 +246,8 @@ def test_backpedal_when_the_device_has_less_than_the_step() -> None:
     assert other.stats().pool_bytes == 0
 
 
-def test_stats_and_clear_stats() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+def test_stats_and_clear_stats(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), growth=False)
     s = alloc.stats()
     assert (s.num_allocs, s.bytes_in_use, s.pool_bytes, s.fragmentation) == (0, 0, 0, 0.0)
     a = alloc.allocate(1000)
@@ -269,15 +269,15 @@ def test_stats_and_clear_stats() -> None:
     assert alloc.stats().peak_bytes_in_use == 1280
 
 
-def test_fragmentation_is_zero_when_nothing_is_free() -> None:
-    alloc = BFCAllocator(SimUpstream("1MiB"), growth=False)
+def test_fragmentation_is_zero_when_nothing_is_free(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1MiB"), growth=False)
     alloc.allocate(MiB)
     s = alloc.stats()
     assert (s.pool_bytes, s.bytes_in_use, s.fragmentation) == (MiB, MiB, 0.0)
 
 
-def test_release_free_segments() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"))
+def test_release_free_segments(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"))
     a = alloc.allocate(2 * MiB)
     b = alloc.allocate(4 * MiB)
     alloc.free(a)
@@ -289,15 +289,15 @@ def test_release_free_segments() -> None:
     assert alloc.upstream.regions() == []  # type: ignore[attr-defined]
 
 
-def test_zero_byte_allocation_returns_null_and_records_nothing() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"))
+def test_zero_byte_allocation_returns_null_and_records_nothing(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"))
     assert alloc.allocate(0) == 0
     alloc.free(0)
     assert len(alloc.log) == 0
 
 
-def test_tags_are_recorded_and_kept_in_state() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"))
+def test_tags_are_recorded_and_kept_in_state(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"))
     p = alloc.allocate(100, tag="float32[5,5]")
     assert alloc.state().segments[0].chunks[0].tag == "float32[5,5]"
     assert alloc.log[-1].tag == "float32[5,5]"
@@ -305,15 +305,15 @@ def test_tags_are_recorded_and_kept_in_state() -> None:
     assert alloc.log.filter(kind="free")[0].tag == "float32[5,5]"
 
 
-def test_recording_off_keeps_the_log_empty() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), record=False)
+def test_recording_off_keeps_the_log_empty(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), record=False)
     alloc.free(alloc.allocate(100))
     assert len(alloc.log) == 0
     assert alloc.stats().num_allocs == 1
 
 
-def test_stacks_point_at_the_callers_line() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), stacks=True)
+def test_stacks_point_at_the_callers_line(bfc: type[BFCAllocator]) -> None:
+    alloc = bfc(SimUpstream("1GiB"), stacks=True)
     alloc.allocate(100)
     event = alloc.log[-1]
     frames = alloc.log.stacks[event.stack]

@@ -3,6 +3,8 @@ reproduces the allocator's state at every point of the run."""
 
 from __future__ import annotations
 
+import pytest
+from conftest import ALLOCATOR_CLASSES
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -23,6 +25,7 @@ STEPS: list[int] = []  # allocator steps (allocate, free, release) of each examp
 
 class AllocatorMachine(RuleBasedStateMachine):
     alloc: BFCAllocator
+    allocator_class: type[BFCAllocator] = BFCAllocator
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,7 +39,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         gc=st.booleans(),
     )
     def setup(self, limit_mib: int, growth: bool, gc: bool) -> None:
-        self.alloc = BFCAllocator(
+        self.alloc = self.allocator_class(
             SimUpstream("64MiB"), memory_limit=limit_mib * MiB, growth=growth, garbage_collection=gc
         )
 
@@ -113,7 +116,12 @@ AllocatorMachine.TestCase.settings = settings(
 )
 
 
-def test_random_sequences_keep_invariants_and_replay_exactly() -> None:
+@pytest.mark.parametrize("bfc", ALLOCATOR_CLASSES)
+def test_random_sequences_keep_invariants_and_replay_exactly(bfc: type[BFCAllocator]) -> None:
     STEPS.clear()
-    AllocatorMachine.TestCase().runTest()
+    AllocatorMachine.allocator_class = bfc
+    try:
+        AllocatorMachine.TestCase().runTest()
+    finally:
+        AllocatorMachine.allocator_class = BFCAllocator
     assert sum(STEPS) >= 3000, f"only {sum(STEPS)} allocator steps ran"

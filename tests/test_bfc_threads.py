@@ -13,11 +13,13 @@ from gpuviz.capture.upstream import SimUpstream as _Sim
 
 
 @pytest.mark.parametrize("native", ["1", "0"], ids=["C row writer", "Python recorder"])
-def test_eight_threads_allocating_and_freeing(native: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eight_threads_allocating_and_freeing(
+    bfc: type[BFCAllocator], native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if native == "1" and not native_available():
         pytest.skip("the C row writer is not built (no C compiler)")
     monkeypatch.setenv("GPUVIZ_NATIVE", native)
-    alloc = BFCAllocator(SimUpstream("4GiB"), growth=True)
+    alloc = bfc(SimUpstream("4GiB"), growth=True)
     assert alloc._observer.native is (native == "1")  # type: ignore[attr-defined]
     errors: list[BaseException] = []
     totals: list[int] = []
@@ -71,9 +73,9 @@ class _FreeingUpstream(_Sim):
         return super().allocate(nbytes)
 
 
-def test_free_arriving_inside_an_allocation_is_deferred_and_applied() -> None:
+def test_free_arriving_inside_an_allocation_is_deferred_and_applied(bfc: type[BFCAllocator]) -> None:
     upstream = _FreeingUpstream("1GiB")
-    alloc = BFCAllocator(upstream, growth=True)
+    alloc = bfc(upstream, growth=True)
     p = alloc.allocate(1 << 20)  # fills the first 2 MiB segment partly
     alloc.allocate(1 << 20)
     upstream.victim, upstream.address = alloc, p

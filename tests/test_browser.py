@@ -3,6 +3,7 @@ offline, and runs a notebook with the magic in a real JupyterLab server."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -69,9 +70,9 @@ def test_report_offline(browser, tmp_path: Path) -> None:  # type: ignore[no-unt
     page.eval_on_selector("#map0-slider", "el => { el.value = 0; el.dispatchEvent(new Event('input')); }")
     after = page.evaluate("JSON.stringify(document.getElementById('map0').data)")
     assert after != before and page.inner_text("#map0-label") != label_before
-    # the first instant: right after the first allocator event (event 0 is the mark)
-    assert page.inner_text("#map0-label").startswith("event 1 · ")
-    assert "in use 0B · pool 4.00MiB" in page.inner_text("#map0-label")
+    # the first stop: the mark (event 0), before the allocator's first event
+    assert page.inner_text("#map0-label").startswith("event 0 · ")
+    assert "· mark " in page.inner_text("#map0-label") and "in use 0 B · pool 0 B" in page.inner_text("#map0-label")
     assert EVIL in page.inner_text("body")  # shown as text
     assert page.evaluate("window.__pwned === undefined")
     assert errors == []
@@ -154,6 +155,14 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     assert opened == rows
     assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "run.arrow"
 
+    # a TensorFlow profile opens the same way: the server tells its format by its content
+    fixture = Path(__file__).resolve().parent / "fixtures" / "tf_bfc" / "oom.xplane.pb.gz"
+    (root / "host.xplane.pb").write_bytes(gzip.decompress(fixture.read_bytes()))
+    page.goto(f"{base}/lab/tree/host.xplane.pb?reset&token={token}")
+    page.wait_for_selector(".jp-gpuviz-result .js-plotly-plot", timeout=90_000)
+    assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "host.xplane.pb"
+    assert "CPU:0: peak in use" in page.inner_text(".jp-gpuviz-result")
+
     newer = json.loads((root / "run.gpuviz.json").read_text()) | {"version": 2}
     (root / "newer.gpuviz.json").write_text(json.dumps(newer))
     page.goto(f"{base}/lab/tree/newer.gpuviz.json?reset&token={token}")
@@ -166,4 +175,142 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     assert page.evaluate("window.__pwned === undefined")
     assert errors == []
     page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root)) / "labextension.png"))
+    page.close()
+
+
+def make_oom_report(path: Path) -> dict[str, int]:
+    """One 16 MiB segment: free 3 MiB | A 1 MiB | free 3 MiB | B 2 MiB | free 1 MiB | C 512 KiB | D 5.5 MiB,
+    then a 6 MiB request fails; releasing A alone would have made a 7 MiB hole."""
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="16MiB", growth=False, log=log)
+    sizes = {"x0": 3 << 20, "A": 1 << 20, "x1": 3 << 20, "B": 2 << 20, "x2": 1 << 20, "C": 512 << 10, "D": 11 << 19}
+    addresses = {name: alloc.allocate(size, tag=name) for name, size in sizes.items()}
+    for name in ("x0", "x1", "x2"):
+        alloc.free(addresses[name])
+    gpuviz.mark("before the failure", log=log)
+    with pytest.raises(gpuviz.OutOfMemoryError):
+        alloc.allocate(6 << 20, tag="big")
+    for i in range(12):  # later history: the scrubber has frames after the OOM too
+        alloc.free(alloc.allocate((i + 1) * 1000, tag=f"later {i}"))
+    write_report(log, path)
+    return addresses
+
+
+def trace_bars(page, div: str, trace: str):  # type: ignore[no-untyped-def]
+    """The drawn bars of the trace named ``trace`` (plotly leaves empty traces out of the bar layer)."""
+    groups = f"#{div} .barlayer .trace"
+    names = page.eval_on_selector_all(groups, "gs => gs.map(g => g.__data__[0].trace.name)")
+    assert trace in names, (trace, names)
+    return page.locator(groups).nth(names.index(trace)).locator("path")
+
+
+def hover_text(page, div: str, trace: str, point: int = 0) -> str:  # type: ignore[no-untyped-def]
+    """Move the real mouse onto bar ``point`` of the trace named ``trace`` and read plotly's hover label."""
+    bar = trace_bars(page, div, trace).nth(point)
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    assert box is not None and box["width"] > 0
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_selector(f"#{div} .hoverlayer .hovertext")
+    script = (
+        "g => { const t = g.querySelector('text.nums'); const lines = t.querySelectorAll('tspan.line');"
+        " return lines.length ? Array.from(lines).map(l => l.textContent).join('\\n') : t.textContent; }"
+    )
+    return str(page.eval_on_selector(f"#{div} .hoverlayer .hovertext", script))
+
+
+def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "oom.html"
+    addresses = make_oom_report(path)
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.route("http*://**", lambda route: route.abort())
+    page.goto(path.as_uri())
+    page.wait_for_selector("#map0 .main-svg")
+    # the first frame shown is the OOM
+    label = page.inner_text("#map0-label")
+    assert "OUT OF MEMORY" in label and label.startswith("event 18 · ")
+    names = page.evaluate("document.getElementById('map0').data.map(t => t.name)")
+    assert names == ["free hole", "waste", "used", "pinning", "failed request"]
+    assert trace_bars(page, "map0", "pinning").count() == 1  # A, drawn
+    assert trace_bars(page, "map0", "failed request").count() == 1  # the ghost bar
+    assert trace_bars(page, "map0", "free hole").count() == 3
+    assert "freeing this allocation would have made a hole of 7.0 MiB" in page.inner_text("#map0")
+    page.evaluate("document.querySelector('.scrubber').scrollIntoView()")
+    page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", tmp_path)) / "report-oom.png"))
+    # hover names the allocation, in the same words as the Python views
+    text = hover_text(page, "map0", "pinning")
+    assert "requested 1.0 MiB · chunk 1.0 MiB" in text and f"address {addresses['A']:#x}" in text
+    assert "allocated at event 4, t = " in text
+    used = hover_text(page, "map0", "used", 3)  # D (after A, B, C), worded by the report's script from numbers
+    assert used.startswith("D\nrequested 5.5 MiB · chunk 5.5 MiB") and f"address {addresses['D']:#x}" in used
+    assert "allocated at event 13, t = " in used
+    hole = hover_text(page, "map0", "free hole", 2)
+    assert hole == f"free hole 1.0 MiB\naddress {addresses['x2']:#x}"
+    # zoom survives scrubbing: zoom in, step with the arrow keys, the x range stays
+    area = page.locator("#map0 .nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.1, y)  # drag a zoom box across a tenth to a half
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.3, y + 2, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.5, y + 2, steps=5)
+    page.mouse.up()
+    zoomed = page.evaluate("document.getElementById('map0').layout.xaxis.range")
+    assert zoomed[0] > 0 and zoomed[1] < 16 << 20
+    page.locator("#map0").focus()
+    page.keyboard.press("ArrowLeft")
+    assert page.inner_text("#map0-label") != label and "OUT OF MEMORY" not in page.inner_text("#map0-label")
+    assert page.evaluate("document.getElementById('map0').layout.xaxis.range") == zoomed
+    page.keyboard.press("ArrowRight")
+    assert page.inner_text("#map0-label") == label
+    # the live-at-the-OOM table sorts by size as numbers (text order would put 5.5 MiB before 512 KiB)
+    table = page.locator("table.gpuviz-live")
+    table.locator("th", has_text="chunk").click()
+    values = [
+        int(v) for v in table.locator("tbody tr td:nth-child(5)").evaluate_all("c => c.map(x => x.dataset.value)")
+    ]
+    assert values == sorted(values) and values[0] == 512 << 10 and values[-1] == 11 << 19
+    shown = table.locator("tbody tr td:nth-child(5)").all_inner_texts()
+    assert shown == ["512 KiB", "1.0 MiB", "2.0 MiB", "5.5 MiB"]
+    assert errors == []
+    page.close()
+
+
+def test_jupyterlab_result_opens_at_the_oom(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A saved result of a run that ran out of memory: the map is the heap at the OOM with the
+    ghost bar and the pinning chunk; the tables have human headers, formatted values, totals,
+    the pinning row highlighted, and sort by value."""
+    base, token, root = lab_server
+    make_oom_report(root / "oom.gpuviz.json")
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/oom.gpuviz.json?reset&token={token}")
+    plots = "document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === 2"
+    page.wait_for_function(plots, timeout=90_000)
+    headings = page.locator(".jp-gpuviz-result h3").all_inner_texts()
+    assert headings[1] == "GPU:0: heap at the out-of-memory error"  # the first figure: the map at the OOM
+    names = page.evaluate("document.querySelector('.jp-gpuviz-figure').data.map(t => t.name)")
+    assert names[-2:] == ["pinning", "failed request"]
+    assert "freeing this allocation would have made a hole of 7.0 MiB" in page.inner_text(".jp-gpuviz-result pre")
+    pinning = page.locator(".jp-gpuviz-result table[data-name='pinning:GPU:0']")
+    assert pinning.locator("thead th").all_inner_texts()[:4] == ["tag", "chunk", "requested", "address"]
+    row = pinning.locator("tbody tr").first
+    assert row.get_attribute("class") == "jp-gpuviz-highlight"
+    assert row.locator("td").all_inner_texts()[:4] == ["A", "1.0 MiB", "1.0 MiB", "0x10000300000"]
+    live = page.locator(".jp-gpuviz-result table[data-name='live:GPU:0']")
+    assert live.locator("tfoot td").all_inner_texts()[:5] == ["total", "", "", "9.0 MiB", "9.0 MiB"]
+    live.locator("thead th", has_text="chunk").click()
+    assert live.locator("tbody tr td:nth-child(5)").all_inner_texts() == ["512 KiB", "1.0 MiB", "2.0 MiB", "5.5 MiB"]
+    assert errors == []
+    shots = Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root))
+    page.evaluate("document.querySelector('.jp-gpuviz-result').scrollTop = 0")
+    if page.locator(".jp-toast-button", has_text="No").count():
+        page.locator(".jp-toast-button", has_text="No").first.click()  # JupyterLab's news question
+    page.screenshot(path=str(shots / "labextension-oom.png"))
     page.close()

@@ -11,7 +11,8 @@ import pytest
 
 import gpuviz
 from gpuviz import load, replay
-from gpuviz.capture import recorder
+from gpuviz.capture import native, recorder
+from gpuviz.capture.native import allocator_description
 from gpuviz.capture.recorder import recorder_description
 from gpuviz.frontends.cli import main
 
@@ -68,9 +69,12 @@ def test_python_dash_m_and_info() -> None:
     assert "/physical_device:GPU:0" in proc.stdout
     assert f"event recorder: {recorder_description()}\n" in proc.stdout
     assert recorder_description() == "C row writer" or recorder._RowWriter is None
+    assert f"allocator: {allocator_description()}\n" in proc.stdout
+    assert allocator_description() == "native core (C)" or native._CoreClass is None
     env = {**os.environ, "GPUVIZ_NATIVE": "0"}
     proc = subprocess.run([sys.executable, "-m", "gpuviz", "info"], capture_output=True, text=True, check=True, env=env)
     assert "event recorder: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout
+    assert "allocator: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout or native._CoreClass is None
 
 
 # ------------------------------------------------------------- damaged input files

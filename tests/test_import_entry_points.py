@@ -56,7 +56,7 @@ def test_report_and_summary_open_a_snapshot_directly(tmp_path: Path, capsys: pyt
     assert main(["summary", str(SNAPSHOT)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("19664 events, devices: GPU:0\n")
-    assert "peak in use      51.30GiB at event 19656" in text and "in use at end    51.10GiB in 1201 chunks" in text
+    assert "peak in use      51 GiB at event 19656" in text and "in use at end    51 GiB in 1201 chunks" in text
     report = tmp_path / "snap.html"
     assert main(["report", str(SNAPSHOT), "-o", str(report)]) == 0
     html = report.read_text()

@@ -28,6 +28,7 @@ OWN = {
     "tb_xplane_gpu_multiworker.xplane.pb": "xplane",
     "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz": "xprof-memory-profile",
     "tb_memory_profile_tpu_xprof_golden.json.gz": "xprof-memory-profile",
+    "pt_memory_timeline_raw_hta.json.gz": "pytorch-memory-timeline",
 }
 
 
@@ -49,9 +50,6 @@ def _accepted(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(p for p in TRACES.iterdir() if p.name != "SOURCES.md"), ids=lambda p: p.name)
 def test_each_real_file_is_accepted_by_its_own_sniffer_only(path: Path) -> None:
-    if path.name not in OWN:  # torch's memory_timeline raw export: not read by gpuviz (no addresses)
-        assert _accepted(path) == set()
-        return
     assert _accepted(path) == {OWN[path.name]}
     assert detect(path) == OWN[path.name]
 

@@ -83,6 +83,21 @@ def test_every_line_form_with_and_without_prefixes(tmp_path: Path) -> None:
     assert log.device_names == ["GPU:0", "GPU:1", "/job:worker/replica:0/task:1/device:GPU:0", "XLA_GPU:0", "CPU:0"]
     assert any("counted once" in note for note in log.meta["notes"])
     assert log.meta["columns"]["time_ns"] == "inferred" and log.meta["columns"]["peer"] == "absent"
+    assert log["time_ns"].tolist() == [0, 1000, 2000, 3000, 4000, 5000, 6000]  # not every line has a time
+
+
+def test_times_from_glog_and_absl_prefixes_when_every_line_has_one(tmp_path: Path) -> None:
+    path = tmp_path / "timed.log"
+    path.write_text(
+        f"{GLOG}eager/execute.cc:1161] Executing op MatMul in device {L}GPU:0\n"
+        "2021-10-01 12:00:00.5: I tensorflow/core/common_runtime/eager/execute.cc:1161] Executing op Add in device"
+        f" {L}GPU:0\n"
+        f"I0000 00:00:1633089600.000001   42 execute.cc:1234] Executing op Mul in device {L}CPU:0\n"
+    )
+    log = gpuviz.load(path)
+    noon = 1_633_089_600 * 10**9  # 2021-10-01 12:00:00 UTC
+    assert log["time_ns"].tolist() == [noon + 123_456_000, noon + 500_000_000, noon + 500_000_000]  # never backwards
+    assert log.meta["columns"]["time_ns"] == "exact"
 
 
 def test_device_names() -> None:

@@ -111,6 +111,11 @@ def test_current_schema_meta_devices_and_reserved(hta: tuple[EventLog, list[dict
     }  # fmt: skip
     first = next(e for e in raw if _device(e["args"]) == "GPU:1")
     assert source["total_reserved"]["GPU:1"] == [[first["ts"] * 1000, 12_782_141_440]]
+    r = replay(log).state_at(-1, device="GPU:1")
+    reserved_note = (
+        f"GPU:1: the trace's Total Reserved ends at 12782141440 bytes; the inferred segments hold {r.pool_bytes}"
+    )
+    assert any(note.startswith(reserved_note) for note in log.meta["notes"])
     assert log.meta["columns"]["address"] == "exact" and log.meta["columns"]["segment"] == "inferred"
     assert log.meta["columns"]["size"] == "inferred" and log.meta["columns"]["tag"] == "absent"
 

@@ -101,6 +101,7 @@ def test_peak_and_final_state(log: gpuviz.EventLog) -> None:
     final = {s.device: s for s in (r.state_at(-1, device=d) for d in ("GPU:4", "GPU:6", "CPU:0"))}
     assert {d: s.bytes_in_use for d, s in final.items()} == {"GPU:4": 2195516416, "GPU:6": 2196774144, "CPU:0": 64768}
     for device, state in final.items():
+        state.check()
         assert state.bytes_in_use == _in_use_after_each(log, device)[-1][-1]
     assert [options.get("untracked_bytes_in_use") for options in (d.options for d in log.devices)] == [
         None, 4013337088, None, None, 4013337088, None, 4013337088, None, 540928,
@@ -238,3 +239,30 @@ def test_wire_decoder_reads_negative_int64() -> None:
     encoded = _field(1, -5)
     ((number, wire, value, _),) = list(fields(encoded))
     assert (number, wire, as_int64(value)) == (1, 0, -5)
+
+
+def test_contradicting_events_are_skipped_and_counted(tmp_path: Path) -> None:
+    events = [
+        _free(1_000, BASE, 512, 256),  # made before the trace: seeded
+        _free(2_000, BASE + 256, 256, 0),  # inside the first: contradicts it
+        _alloc(3_000, BASE, 256, 256),
+        _alloc(4_000, BASE, 256, 512),  # over memory in use
+        _free(5_000, BASE, 256, 256),
+        _free(6_000, BASE, 256, 256),  # a second free
+    ]
+    path = tmp_path / "x.pb"
+    path.write_bytes(_space(events))
+    log = load(path)
+    assert [(e.kind, e.address - BASE) for e in log if e.kind in ("alloc", "free")] == [
+        ("alloc", 0), ("free", 0), ("alloc", 0), ("free", 0),
+    ]  # fmt: skip
+    assert any(note.startswith("4 events that contradict the heap") for note in log.meta["notes"])
+    replay(log).state_at(-1).check()
+
+
+def test_a_profile_without_memory_events_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "jax.xplane.pb"
+    path.write_bytes(_space([], planes=("/device:GPU:0",)))
+    log = load(path)
+    assert len(log) == 0 and [d.name for d in log.devices] == ["GPU:0"]
+    assert log.meta["notes"] == ["the trace holds no MemoryAllocation/MemoryDeallocation events"]

@@ -4,6 +4,7 @@ format agree, the extension is installed, and results are written as documented.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -43,7 +44,7 @@ def test_both_sides_declare_the_same_wire_format() -> None:
     interface = (EXTENSION / "src" / "format.ts").read_text()
     for key in ("format", "version", "title", "summary", "figures", "tables"):
         assert re.search(rf"^\s+{key}: ", interface, re.MULTILINE), key
-    for key in ("name", "title", "figure", "columns", "rows"):
+    for key in ("name", "title", "figure", "columns", "rows", "headers?", "kinds?", "total?", "highlight?"):
         assert f"{key}: " in interface, key
 
 
@@ -85,18 +86,29 @@ def test_result_of_a_run() -> None:
     # 4 MiB segment and is freed; 6 MiB cannot fit under the 8 MiB limit
     assert data["summary"] == [
         "8 events · devices: GPU:0",
-        "hint: GPU:0: out of memory at event 7 requesting 6291456 bytes - not enough free memory under the limit.",
-        "GPU:0: peak in use 5.00MiB at event 4, peak pool 8.00MiB, in use at end 4.00MiB, "
-        "fragmentation at peak 0.0%, internal waste at peak 1.00MiB",
-        "out of memory on GPU:0: 6.00MiB requested, 4.00MiB free, largest free chunk 4.00MiB",
+        "hint: GPU:0: out of memory at event 7 requesting 6.0 MiB - not enough free memory under the limit.",
+        "GPU:0: peak in use 5.0 MiB at event 4, peak pool 8.0 MiB, in use at end 4.0 MiB, "
+        "fragmentation at peak 0.0%, internal waste at peak 1.0 MiB",
+        "GPU:0: out of memory requesting 6.0 MiB:",
+        "free 4.0 MiB in 1 hole, largest 4.0 MiB; no segment can hold 6.0 MiB, whatever is released",
+        "out of memory on GPU:0: 6.0 MiB requested, 4.0 MiB free, largest free chunk 4.0 MiB",
     ]
     assert [(f["name"], f["title"]) for f in data["figures"]] == [
-        ("map:GPU:0", "GPU:0: heap at the peak"),
+        ("map:GPU:0", "GPU:0: heap at the out-of-memory error"),
         ("timeline:GPU:0", "GPU:0: timeline"),
     ]
     for figure in data["figures"]:
         assert set(figure["figure"]) == {"data", "layout"} and figure["figure"]["data"]
-    assert data["tables"] == []  # no ops, no stacks
+    # the map opens at the OOM: the failed 6 MiB request as a ghost bar at the largest (4 MiB) hole
+    ghost = next(t for t in data["figures"][0]["figure"]["data"] if t["name"] == "failed request")
+    assert (ghost["base"], ghost["x"], ghost["y"]) == ([0], [6 << 20], ["0x10000400000"])
+    # no ops, no stacks: only what was live at the OOM, raw values with kinds, headers and totals
+    (live,) = data["tables"]
+    assert live["name"] == "live:GPU:0" and live["title"].startswith("GPU:0: live at the out-of-memory error (1 ")
+    assert live["headers"] == ["tag", "shape", "dtype", "requested", "chunk", "call site", "age", "address"]
+    assert live["kinds"] == ["text", "text", "text", "bytes", "bytes", "text", "ns", "address"]
+    assert live["rows"][0][:5] == ["weights", None, None, 3 << 20, 4 << 20] and live["rows"][0][7] == 1 << 40
+    assert live["total"] == ["total", None, None, 3 << 20, 4 << 20, None, None, None]
 
 
 def test_report_to_a_gpuviz_json_name_writes_the_result(tmp_path: Path) -> None:
@@ -142,3 +154,16 @@ def test_server_extension_answers_with_the_result_of_a_saved_log(lab_server) -> 
     assert status in (403, 404)  # nothing outside the server's root
     status, _ = get(f"{base}/gpuviz/result?path=runs/run.arrow")  # no token
     assert status == 403
+
+
+def test_traces_of_other_tools_open_as_results_too(lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A TensorFlow XPlane in the file browser: the route tells the format by its content."""
+    base, token, root = lab_server
+    source = (EXTENSION / "src" / "format.ts").read_text()
+    declared = re.search(r"export const TRACE_EXTENSIONS = \[([^\]]*)\];", source)
+    assert declared is not None and ".xplane.pb" in re.findall(r"'([^']*)'", declared.group(1))
+    fixture = Path(__file__).resolve().parent / "fixtures" / "tf_bfc" / "oom.xplane.pb.gz"
+    (root / "host.xplane.pb").write_bytes(gzip.decompress(fixture.read_bytes()))
+    status, body = get(f"{base}/gpuviz/result?token={token}&path=host.xplane.pb")
+    assert status == 200
+    assert body == result(profile(gpuviz.load(root / "host.xplane.pb")), title="host.xplane.pb")

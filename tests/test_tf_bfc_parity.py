@@ -5,7 +5,9 @@ allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, growth on) served small workloads
 (tests/fixtures/tf_bfc/generate.py, manifest.json: TF version, limits). Each trace's request
 stream drives a gpuviz allocator whose upstream hands out TF's region addresses: when the
 allocator grows, the new region starts at the address TF gave the request that made it grow.
-Every address, chunk size and bytes-in-use value must equal TensorFlow's.
+Every address, chunk size and bytes-in-use value must equal TensorFlow's, and so must the
+peak bytes in use and the fragmentation TF reports after each decision (which ties the pool
+size and the largest free chunk to TF's as well).
 
 ``ALLOCATORS`` lists the allocator classes under test (factories taking an upstream, the memory
 limit and the device's event log); add another implementation to prove it the same way.
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ALLOCATOR_FACTORIES
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, replay
@@ -30,9 +33,14 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 WORKLOADS = sorted(MANIFEST["workloads"])
 
 Factory = Callable[[Any, int, EventLog], Any]
-ALLOCATORS: dict[str, Factory] = {
-    "BFCAllocator": lambda upstream, limit, log: BFCAllocator(upstream, memory_limit=limit, growth=True, log=log),
-}
+
+
+def _factory(cls: Callable[..., BFCAllocator]) -> Factory:
+    return lambda upstream, limit, log: cls(upstream, memory_limit=limit, growth=True, log=log)
+
+
+ALLOCATORS: dict[str, Factory] = {name: _factory(cls) for name, cls in ALLOCATOR_FACTORIES.items()}
+"""The Python reference and, where a C compiler built it, the native core."""
 
 
 class TFRegions:
@@ -93,7 +101,11 @@ def _drive(factory: Factory, name: str) -> tuple[Any, TFRegions, EventLog, int]:
         else:
             assert allocator.allocated_size(record.address) == record.size, f"{where}: chunk size"
             allocator.free(record.address)
-        assert allocator.stats().bytes_in_use == record.bytes_in_use, f"{where}: bytes in use"
+        stats = allocator.stats()
+        assert stats.bytes_in_use == record.bytes_in_use, f"{where}: bytes in use"
+        assert stats.peak_bytes_in_use == record.peak_bytes_in_use, f"{where}: peak bytes in use"
+        # (free - largest free chunk) / free, free = pool - in use: TF's trace prints it with 6 digits
+        assert float(f"{stats.fragmentation:.6g}") == record.fragmentation, f"{where}: fragmentation"
         compared += 1
     return allocator, upstream, log, compared
 
@@ -147,9 +159,16 @@ def test_the_request_tensorflow_refused_is_refused_too(factory: Factory) -> None
     assert info.value.rounded == refused
 
 
-def test_the_fixtures_import_as_logs() -> None:
+def test_the_fixtures_import_as_logs_that_end_like_the_allocator() -> None:
+    """The imported trace (segments inferred) ends with the same chunks in use, at the same
+    addresses and sizes, as the allocator that was driven with it."""
     for name in WORKLOADS:
         log = gpuviz.load(FIXTURES / f"{name}.xplane.pb.gz")
         assert [d.name for d in log.devices] == ["CPU:0"]
         assert log.devices[0].options["allocator"] == "bfc_cpu_allocator_for_gpu"
         assert log.devices[0].options["untracked_bytes_in_use"] == 0
+        imported = replay(log).state_at(-1)
+        imported.check()
+        allocator = _drive(ALLOCATORS["BFCAllocator"], name)[0]
+        in_use = {(c.address, c.size, c.requested) for c in imported.chunks() if c.in_use}
+        assert in_use == {(c.address, c.size, c.requested) for c in allocator.state().chunks() if c.in_use}

@@ -17,7 +17,7 @@ from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.report import report_html, to_script_json
 from gpuviz.views.static import static_html
 from gpuviz.views.tables import placement_html
-from gpuviz.views.timeline import timeline
+from gpuviz.views.timeline import MIN_SPAN, timeline
 
 BASE = 1 << 40
 
@@ -51,9 +51,10 @@ def test_fragmentation_map_draws_each_chunk_to_scale() -> None:
         "free": [(y, 512, 512), (y, 1536, 2560)],
     }
     title = figure.layout.title.text
-    assert "in use 1.0KiB" in title and "pool 4.0KiB" in title and "largest free 2.5KiB" in title
+    assert "in use 1.0 KiB" in title and "pool 4.0 KiB" in title and "largest free 2.5 KiB" in title
     assert "fragmentation 16.7%" in title  # (3072 - 2560) / 3072
-    hover = " ".join(figure.data[0].hovertext)
+    hover = " ".join(figure.data[2].hovertext)
+    assert "<b>&lt;b&gt;bias&lt;/b&gt;</b><br>requested 512 B · chunk 512 B<br>address 0x10000000400" in hover
     assert "&lt;b&gt;bias&lt;/b&gt;" in hover and "<b>bias" not in hover
 
 
@@ -61,8 +62,8 @@ def test_fragmentation_map_colored_by_tag_and_dtype() -> None:
     state = small_state()
     by_tag = fragmentation_map(state, color_by="tag")
     names = [t.name for t in by_tag.data]
-    assert names[:3] == ["used", "waste", "free"] and set(names[3:]) == {"x", "&lt;b&gt;bias&lt;/b&gt;"}
-    assert list(by_tag.data[0].x) == []  # "used" is empty when coloring by tag
+    assert names[:3] == ["free", "waste", "used"] and set(names[3:]) == {"x", "&lt;b&gt;bias&lt;/b&gt;"}
+    assert list(by_tag.data[2].x) == []  # "used" is empty when coloring by tag
 
 
 def test_fragmentation_map_aggregates_large_heaps() -> None:
@@ -74,10 +75,10 @@ def test_fragmentation_map_aggregates_large_heaps() -> None:
     figure = fragmentation_map(state, max_rectangles=300)
     total = sum(len(t.x) for t in figure.data)
     assert total <= 300
-    used = sum(figure.data[0].x)
-    free = sum(figure.data[2].x)
+    used = sum(figure.data[2].x)
+    free = sum(figure.data[0].x)
     assert used == pytest.approx(256 * 10_000) and free == pytest.approx(256 * 10_000)
-    assert figure.data[0].name == "used (aggregated)"
+    assert figure.data[2].name == "used (aggregated)"
 
 
 def test_timeline_downsampling_keeps_spikes() -> None:
@@ -88,10 +89,13 @@ def test_timeline_downsampling_keeps_spikes() -> None:
     figure = timeline(series, points=100)
     in_use = next(t for t in figure.data if t.name == "bytes in use")
     assert len(in_use.y) <= 100
-    assert max(in_use.y) == 300 * MiB
+    assert max(in_use.y) == 300  # in MiB, the unit of the largest value
+    assert figure.layout.yaxis.title.text == "memory (MiB)" and "300 MiB" in in_use.text
     assert any(t.name == "bytes in use (bucket min)" for t in figure.data)
     x = np.asarray(in_use.x)
-    assert x[0] == pytest.approx(0.0) and (np.diff(x) > 0).all()  # seconds since start, increasing
+    # seconds since the log's start, increasing, sampled after whole operations: the first is the
+    # first alloc (event 2, after the segment's reservation and split), never a split
+    assert x[0] == pytest.approx((series.time_ns[2] - series.time_ns[0]) / 1e9) and (np.diff(x) > 0).all()
 
 
 def test_timeline_with_transfers_marks_and_peak(runtime_log: EventLog) -> None:
@@ -104,7 +108,11 @@ def test_timeline_with_transfers_marks_and_peak(runtime_log: EventLog) -> None:
     names = {t.name for t in figure.data}
     assert {"H2D transfers", "D2H transfers", "peak", "fragmentation"} <= names
     h2d = next(t for t in figure.data if t.name == "H2D transfers")
-    assert list(h2d.x) == pytest.approx([(10_000 + 8000 * 1e9 / 25e9) / 1e9])
+    # the modelled copy: 10 µs latency + 8000 B at 25 GB/s, drawn at least MIN_SPAN of the time axis wide
+    duration_s = (10_000 + 8000 * 1e9 / 25e9) / 1e9
+    axis_s = (int(device.series.time_ns[-1]) - p.t0_ns) / 1e9
+    assert list(h2d.x) == pytest.approx([max(duration_s, MIN_SPAN * axis_s)], rel=1e-3)
+    assert "in 10.3 µs" in h2d.hovertext[0]
     labels = [a.text for a in figure.layout.annotations]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in labels
 
@@ -133,7 +141,7 @@ def test_report_is_self_contained_and_escapes_user_strings(runtime_log: EventLog
     assert len(cdn) < 500_000 and "cdn.plot.ly" in cdn
     with pytest.raises(ValueError, match="plotlyjs"):
         report_html(p, plotlyjs="nope")
-    assert to_script_json({"a": "</script>"}) == '{"a":"<\\/script>"}'
+    assert to_script_json({"a": "</script>"}) == '{"a":"\\u003c/script>"}'
 
 
 def test_static_fallback_has_no_scripts(runtime_log: EventLog) -> None:
@@ -146,10 +154,12 @@ def test_static_fallback_has_no_scripts(runtime_log: EventLog) -> None:
 def test_lean_map_for_reports_uses_numeric_rows_and_customdata() -> None:
     state = small_state()
     figure = fragmentation_map(state, lean=True)
-    used = figure.data[0]
+    used = figure.data[2]
     assert list(used.y) == [0, 0] and list(used.base) == [0, 1024] and list(used.x) == [300, 512]
-    assert [list(c) for c in used.customdata] == [[BASE, 512, 300], [BASE + 1024, 512, 512]]
-    assert used.hovertext is None and "customdata[2]" in used.hovertemplate
+    # [size, requested, tag, allocating event, its time in ms, call site]: the report's script words it
+    custom = [list(c) for c in used.customdata]
+    assert custom == [[512, 300, 0, -1, -1, -1], [512, 512, 1, -1, -1, -1]]
+    assert used.meta == {"strings": ["x", "<b>bias</b>"]} and used.hovertext is None
     assert list(figure.layout.yaxis.ticktext) == [f"{BASE:#x}"]
 
 
@@ -169,7 +179,7 @@ def test_call_sites_in_the_map_and_the_call_site_table() -> None:
     assert state == alloc.state()  # stack ids do not take part in equality
     assert [c.stack >= 0 for c in state.chunks() if c.in_use] == [True, True, True]
     figure = fragmentation_map(state, stacks=alloc.log.stacks)
-    hover = " ".join(figure.data[0].hovertext)
+    hover = " ".join(figure.data[2].hovertext)
     assert f"call site {__file__}:" in hover and "(allocate_here)" in hover
     table = call_site_table(alloc.log)
     assert table[["allocations", "bytes_allocated", "transfers"]].values.tolist() == [[2, 1024 + 3072, 0], [1, 256, 0]]
@@ -198,5 +208,33 @@ def test_many_transfers_are_drawn_as_time_buckets_without_losing_any() -> None:
     assert len(spans.x) <= MAX_TRANSFER_SPANS
     counts = [int(text.split()[0]) for text in spans.hovertext]
     assert sum(counts) == n  # every transfer is in exactly one bucket
-    assert f"{counts[0]} H2D transfers, {counts[0] * 4}.0KiB in" in spans.hovertext[0]
-    assert spans.base[0] == 0.0 and spans.base[-1] + spans.x[-1] == pytest.approx(((n - 1) * 1000 + 100) / 1e9)
+    assert spans.hovertext[0] == f"{counts[0]} H2D transfers, {counts[0] * 4} KiB in {counts[0] * 100} ns of copying"
+    assert spans.base[0] == 0.0 and spans.base[-1] + spans.x[-1] >= ((n - 1) * 1000 + 100) / 1e9
+
+
+def test_timeline_units_percent_pool_and_transfer_width(runtime_log: EventLog) -> None:
+    gpuviz.config.set_simulated_gpus(1, "1GiB")
+    x = gpuviz.asarray(np.ones(1000))  # 8000 B on a preallocated 1 GiB GPU
+    for _ in range(5):
+        gpuviz.mark("step")
+    (x * 2).numpy()
+    p = profile(runtime_log)
+    device = p.devices["GPU:0"]
+    figure = timeline(device.series, t0_ns=p.t0_ns, transfers=p.transfers, marks=p.marks, peak=device.peak)
+    traces = {t.name: t for t in figure.data}
+    # the y axis follows the data (KiB), the much larger pool starts hidden
+    assert figure.layout.yaxis.title.text == "memory (KiB)"
+    assert traces["pool (reserved)"].visible == "legendonly" and traces["bytes in use"].visible is True
+    assert max(traces["bytes in use"].y) == 16  # x and x * 2: two 8192-byte chunks, in KiB
+    assert "16 KiB" in traces["bytes in use"].text and "7.8 KiB" in traces["bytes requested"].text
+    assert figure.layout.yaxis2.ticksuffix == "%" and max(traces["fragmentation"].y) <= 100
+    # both drawn: requested dashed over bytes in use
+    assert traces["bytes requested"].line.dash == "dash"
+    # five marks in one instant: one label, five hover markers
+    assert len(traces["marks"].x) == 5 and [a.text for a in figure.layout.annotations].count("step") == 1
+    # a 10 µs copy in a longer run is drawn at least MIN_SPAN of the time axis wide
+    from gpuviz.views.timeline import MIN_SPAN
+
+    h2d = traces["H2D transfers"]
+    span = (device.series.time_ns[-1] - p.t0_ns) / 1e9
+    assert h2d.x[0] == pytest.approx(max(MIN_SPAN * span, (10_000 + 8000 * 1e9 / 25e9) / 1e9))

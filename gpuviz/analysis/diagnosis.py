@@ -10,12 +10,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gpuviz.analysis.replay import HEAP_KINDS
-from gpuviz.analysis.tables import alive_at, allocation_table, mark_table, oom_table, transfer_table
+from gpuviz.analysis.moments import Pinning, call_site, oom_indices, pinning
+from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
+from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
 from gpuviz.analysis.timeline import Peak, internal_waste, peak, timeline_series
+from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 
-__all__ = ["Diagnosis", "DeviceSummary", "diagnose", "FLOAT64_HINT", "TRANSFER_HINT", "FRAGMENTATION_HINT"]
+__all__ = [
+    "Diagnosis",
+    "DeviceSummary",
+    "diagnose",
+    "live_table",
+    "LIVE_COLUMNS",
+    "FLOAT64_HINT",
+    "TRANSFER_HINT",
+    "FRAGMENTATION_HINT",
+]
 
 FLOAT64_HINT = 0.3
 """Hint when float64 arrays hold more than this share of a device's peak."""
@@ -39,6 +50,10 @@ class DeviceSummary:
     top_at_peak: pd.DataFrame  # group, bytes, count, share: by tag / dtype / call site
     dtype_at_peak: pd.DataFrame  # dtype, bytes, share
     leaks: pd.DataFrame  # allocations alive at the end of a span (or of the log)
+    moment: str = "peak"  # "OOM" (the device's first) or "peak": what views open at
+    moment_index: int = -1  # its log position
+    live: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per allocation live then (LIVE_COLUMNS)
+    pinning: Pinning | None = None  # at the first OOM: the holes and what pinned them apart
 
 
 @dataclass(frozen=True)
@@ -51,16 +66,37 @@ class Diagnosis:
     hints: list[str] = field(default_factory=list)
 
 
-def _call_site(log: EventLog, stack: int) -> str | None:
-    if stack < 0 or stack >= len(log.stacks) or not log.stacks[stack]:
-        return None
-    frame = log.stacks[stack][0]
-    return f"{frame.filename}:{frame.lineno} ({frame.function})"
+LIVE_COLUMNS = ["tag", "shape", "dtype", "requested", "size", "call_site", "age_ns", "address", "alloc_index"]
+
+
+_NO_LIVE = pd.DataFrame(columns=LIVE_COLUMNS)
+
+
+def live_table(log: EventLog, allocations: pd.DataFrame, index: int) -> pd.DataFrame:
+    """The allocations live right after log position ``index``, largest chunk first: tag, shape,
+    dtype, requested and chunk bytes, call site, age (ns, at ``index``), address, allocating event."""
+    live = alive_at(allocations, index)
+    now = int(log["time_ns"][index]) if len(log) else 0
+    frame = pd.DataFrame(
+        {
+            "tag": live["tag"].to_numpy(),
+            "shape": [None if s is None else "x".join(str(n) for n in s) for s in live["shape"]],
+            "dtype": live["dtype"].to_numpy(),
+            "requested": live["requested"].to_numpy(),
+            "size": live["size"].to_numpy(),
+            "call_site": [call_site(log, int(s)) for s in live["stack"]],
+            "age_ns": now - live["alloc_ns"].to_numpy(),
+            "address": live["address"].to_numpy(),
+            "alloc_index": live["alloc_index"].to_numpy(),
+        },
+        columns=LIVE_COLUMNS,
+    )
+    return frame.sort_values(["size", "alloc_index"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
 def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int) -> pd.DataFrame:
     if by == "call site":
-        keys = [_call_site(log, int(s)) or "(no stack recorded)" for s in live["stack"]]
+        keys = [call_site(log, int(s)) or "(no stack recorded)" for s in live["stack"]]
     elif by == "dtype":
         keys = live["dtype"].fillna("(untagged)").tolist()
     else:
@@ -103,15 +139,20 @@ def _leaks(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(result, ignore_index=True)
 
 
-def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag") -> Diagnosis:
+def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag", heap: Replay | None = None) -> Diagnosis:
     """The summary of a run: per device peak and composition, leaks, OOMs, and hints.
 
     ``group_by``: ``"tag"``, ``"dtype"`` or ``"call site"`` for the top allocations at the peak.
+    ``heap``: a replay of ``log`` to reuse (one is made when needed). Each device's summary
+    holds the allocations live at its first OOM (else at its peak) and, at an OOM, the pinning
+    analysis (``moments.pinning``).
     """
     if group_by not in ("tag", "dtype", "call site"):
         raise ValueError(f"group_by must be 'tag', 'dtype' or 'call site', not {group_by!r}")
     cols = log.columns
-    heap_devices = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
+    present = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
+    order = gpus_first([log.devices[i].name for i in present])
+    heap_devices = [log.device_index(name) for name in order]
     devices: list[DeviceSummary] = []
     hints: list[str] = []
     for device_id in heap_devices:
@@ -122,6 +163,15 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag") -> Diagnosi
         live = alive_at(allocations, top_peak.index) if top_peak.index >= 0 else allocations.iloc[:0]
         at = int(np.searchsorted(series.index, top_peak.index)) if top_peak.index >= 0 else 0
         dtype = _top(live, log, "dtype", top_peak.bytes, 50)
+        ooms_here = oom_indices(log, name)
+        moment_index = int(ooms_here[0]) if len(ooms_here) else top_peak.index
+        pinned = None
+        if len(ooms_here):
+            heap = heap or replay(log)
+            pinned = pinning(
+                heap.state_at(moment_index, device=name), int(cols["requested"][moment_index]),
+                log=log, at_index=moment_index,
+            )  # fmt: skip
         summary = DeviceSummary(
             device=name,
             peak=top_peak,
@@ -133,6 +183,12 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag") -> Diagnosi
             top_at_peak=_top(live, log, group_by, top_peak.bytes, top),
             dtype_at_peak=dtype,
             leaks=_leaks(log, allocations),
+            moment="OOM" if len(ooms_here) else "peak",
+            moment_index=moment_index,
+            live=live_table(log, allocations, moment_index)
+            if moment_index >= 0
+            else pd.DataFrame(columns=LIVE_COLUMNS),
+            pinning=pinned,
         )
         devices.append(summary)
         f64 = dtype.loc[dtype["group"] == "float64", "share"]
@@ -166,6 +222,7 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag") -> Diagnosi
             else "not enough free memory under the limit"
         )
         hints.append(
-            f"{row['device']}: out of memory at event {row['seq']} requesting {row['requested']} bytes - {cause}."
+            f"{row['device']}: out of memory at event {row['seq']} requesting {format_size(int(row['requested']))}"
+            f" - {cause}."
         )
     return Diagnosis(devices, ooms, int(transfers["bytes"].sum()), transfer_ns, wall, hints)

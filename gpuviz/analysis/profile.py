@@ -13,9 +13,13 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
+from gpuviz.analysis.moments import Pinning, opening_index, pinning, scrub_stops
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.tables import (
+    alive_at,
+    allocation_table,
     call_site_table,
+    gpus_first,
     mark_table,
     oom_table,
     placement_table,
@@ -25,6 +29,7 @@ from gpuviz.analysis.tables import (
 from gpuviz.analysis.timeline import Peak, TimelineSeries, peak, timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import Kind
 
 __all__ = ["ViewOptions", "Profile", "DeviceProfile", "profile", "COLOR_BY", "GROUP_BY"]
 
@@ -73,11 +78,41 @@ class DeviceProfile:
     device: str
     series: TimelineSeries
     peak: Peak
-    scrub_index: np.ndarray  # log positions the scrubber offers, ascending
+    scrub_index: np.ndarray  # log positions the scrubber offers, ascending (moments.scrub_stops)
     _replay: Replay = field(repr=False)
+    opening: int = -1  # log position views open at: the first OOM, else the peak (moments.opening_index)
+
+    _allocations: pd.DataFrame | None = field(default=None, repr=False)
 
     def state_at(self, index: int) -> HeapState:
         return self._replay.state_at(index, device=self.device)
+
+    @property
+    def allocations(self) -> pd.DataFrame:
+        """``tables.allocation_table`` of this device (computed on first use)."""
+        if self._allocations is None:
+            self._allocations = allocation_table(self._replay.log, self.device)
+        return self._allocations
+
+    def allocated(self, index: int, t0_ns: int = 0) -> dict[int, tuple[int, int]]:
+        """address -> (log position of its alloc event, its time in ns from ``t0_ns``) for every
+        allocation live right after log position ``index`` (-1: the end)."""
+        if index < 0:
+            index += len(self._replay.log)
+        live = alive_at(self.allocations, index)
+        return {
+            int(a): (int(i), int(t) - t0_ns)
+            for a, i, t in zip(live["address"], live["alloc_index"], live["alloc_ns"], strict=True)
+        }
+
+    def pinning_at(self, index: int) -> Pinning | None:
+        """The pinning analysis when log position ``index`` is an OOM of this device, else None."""
+        log = self._replay.log
+        if index < 0 or index >= len(log) or int(log["kind"][index]) != Kind.OOM:
+            return None
+        if log.devices[int(log["device"][index])].name != self.device:
+            return None
+        return pinning(self.state_at(index), int(log["requested"][index]), log=log, at_index=index)
 
 
 @dataclass
@@ -111,16 +146,6 @@ class Profile:
         return candidates[0] if candidates else None
 
 
-def _scrub_positions(series: TimelineSeries, count: int, peak_index: int) -> np.ndarray:
-    if not len(series):
-        return np.zeros(0, dtype=np.int64)
-    picks = np.linspace(0, len(series) - 1, min(count, len(series))).round().astype(np.int64)
-    chosen = set(series.index[picks].tolist())
-    if peak_index >= 0:
-        chosen.add(peak_index)
-    return np.array(sorted(chosen), dtype=np.int64)
-
-
 def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool = True) -> Profile:
     """Compute every derived result of ``log`` that the views need.
 
@@ -130,11 +155,16 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
     options = options or ViewOptions()
     heap = replay(log)
     devices = {}
-    for name in heap.devices:
+    for name in gpus_first(heap.devices):
         series = timeline_series(log, name)
         top = peak(log, name)
         devices[name] = DeviceProfile(
-            name, series, top, _scrub_positions(series, options.scrub_points, top.index), heap
+            name,
+            series,
+            top,
+            scrub_stops(log, name, count=options.scrub_points, series=series),
+            heap,
+            opening_index(log, name, series=series),
         )
     time_ns = log["time_ns"]
     result = Profile(
@@ -147,7 +177,7 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
         segments=segment_table(log),
         placements=placement_table(log),
         call_sites=call_site_table(log),
-        diagnosis=diagnose(log, top=options.top, group_by=options.group_by),
+        diagnosis=diagnose(log, top=options.top, group_by=options.group_by, heap=heap),
         t0_ns=int(time_ns.min()) if len(time_ns) else 0,
         strict=strict,
     )

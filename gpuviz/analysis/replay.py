@@ -7,13 +7,20 @@ property ties the two: replaying an allocator's log reproduces its state exactly
 Random access is served from checkpoints: the first query on a device makes one pass
 over its events and keeps a snapshot every ``checkpoint_every`` events; later queries
 start from the nearest snapshot at or before the index.
+
+The pass runs in C (``gpuviz.analysis._replaykernel``, built at install time where a C
+compiler exists; snapshots kept as packed records) or, without it, in Python (snapshots
+kept as dicts). Both apply the same rules (``_apply``) and give the same states.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,16 +39,61 @@ _FREE_CHUNK = (0, -1, -1)  # requested, tag, stack of a free chunk
 _Segments = dict[int, int]
 
 
+def _heap_mask(kinds: np.ndarray) -> np.ndarray:
+    """Which events are heap events: the kinds 0..5 (``HEAP_KINDS``), one comparison."""
+    mask: np.ndarray = kinds <= _MERGE
+    return mask
+
+
+assert sorted(int(k) for k in HEAP_KINDS) == list(range(_MERGE + 1))
+
+
+def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
+    # importlib: a compiled module has no imports of its own for the layering check to follow
+    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
+        return None
+    try:
+        kernel: Callable[..., tuple[bytes, bytes, bytes, bytes]] = importlib.import_module(
+            "gpuviz.analysis._replaykernel"
+        ).checkpoints
+    except ImportError:  # built without a C compiler: the pass runs in Python
+        return None
+    return kernel
+
+
+_CHUNK_RECORD = np.dtype([("address", "<i8"), ("size", "<i8"), ("requested", "<i8"), ("tag", "<i4"), ("stack", "<i4")])
+_SEGMENT_RECORD = np.dtype([("base", "<i8"), ("size", "<i8")])
+
+
+class _PackedCheckpoints:
+    """The C pass's snapshots: snapshot k is records [offsets[k], offsets[k + 1])."""
+
+    def __init__(self, packed: tuple[bytes, bytes, bytes, bytes]) -> None:
+        chunks, chunk_offsets, segments, segment_offsets = packed
+        self.chunks = np.frombuffer(chunks, dtype=_CHUNK_RECORD)
+        self.chunk_offsets = np.frombuffer(chunk_offsets, dtype=np.int64)
+        self.segments = np.frombuffer(segments, dtype=_SEGMENT_RECORD)
+        self.segment_offsets = np.frombuffer(segment_offsets, dtype=np.int64)
+
+    def __getitem__(self, k: int) -> tuple[_Chunks, _Segments]:
+        c = self.chunks[self.chunk_offsets[k] : self.chunk_offsets[k + 1]]
+        s = self.segments[self.segment_offsets[k] : self.segment_offsets[k + 1]]
+        values = zip(c["size"].tolist(), c["requested"].tolist(), c["tag"].tolist(), c["stack"].tolist(), strict=True)
+        return dict(zip(c["address"].tolist(), values, strict=True)), dict(
+            zip(s["base"].tolist(), s["size"].tolist(), strict=True)
+        )
+
+
 @dataclass
 class _DeviceReplay:
     positions: np.ndarray  # log positions of this device's heap events
-    kinds: list[int]
-    addresses: list[int]
-    sizes: list[int]
-    requested: list[int]
-    tags: list[int]
-    stacks: list[int]
-    checkpoints: list[tuple[_Chunks, _Segments]]
+    kinds: np.ndarray
+    addresses: np.ndarray
+    sizes: np.ndarray
+    requested: np.ndarray
+    tags: np.ndarray
+    stacks: np.ndarray
+    checkpoints: Any  # k -> (chunks, segments) after k * checkpoint_every events (copies)
 
 
 def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int, int, int, int, int]]) -> None:
@@ -66,6 +118,17 @@ def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int
             del chunks[address]
 
 
+class _DictCheckpoints:
+    """The Python pass's snapshots; indexing gives copies to apply further events to."""
+
+    def __init__(self, snapshots: list[tuple[_Chunks, _Segments]]) -> None:
+        self.snapshots = snapshots
+
+    def __getitem__(self, k: int) -> tuple[_Chunks, _Segments]:
+        chunks, segments = self.snapshots[k]
+        return chunks.copy(), segments.copy()
+
+
 class Replay:
     """HeapState of every device of ``log`` at any event index."""
 
@@ -77,8 +140,13 @@ class Replay:
         self._devices: dict[int, _DeviceReplay] = {}
         cols = log.columns
         self._n = len(cols["seq"])
-        heap = np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])
-        self._heap_devices: list[int] = sorted(set(np.unique(cols["device"][heap]).tolist()))
+        heap = _heap_mask(cols["kind"])
+        devices = cols["device"]
+        first = devices[:1]
+        if len(first) and bool(heap.all()) and bool((devices == first[0]).all()):  # one allocator's log: no copies
+            self._heap_devices: list[int] = [int(first[0])]
+        else:
+            self._heap_devices = sorted(set(np.unique(devices[heap]).tolist()))
 
     @property
     def devices(self) -> list[str]:
@@ -101,36 +169,49 @@ class Replay:
         if prepared is not None:
             return prepared
         cols = self.log.columns
-        mask = (cols["device"] == device_id) & np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])
-        positions = np.flatnonzero(mask)
+        mask = (cols["device"] == device_id) & _heap_mask(cols["kind"])
+        if bool(mask.all()):  # every event is this device's heap event: the columns themselves
+            positions = np.arange(self._n)
+            pick: Callable[[np.ndarray], np.ndarray] = lambda column: column  # noqa: E731
+        else:
+            positions = np.flatnonzero(mask)
+            pick = lambda column: column[positions]  # noqa: E731
         prepared = _DeviceReplay(
             positions=positions,
-            kinds=cols["kind"][positions].tolist(),
-            addresses=cols["address"][positions].tolist(),
-            sizes=cols["size"][positions].tolist(),
-            requested=cols["requested"][positions].tolist(),
-            tags=cols["tag"][positions].tolist(),
-            stacks=cols["stack"][positions].tolist(),
-            checkpoints=[({}, {})],
+            kinds=pick(cols["kind"]),
+            addresses=pick(cols["address"]),
+            sizes=pick(cols["size"]),
+            requested=pick(cols["requested"]),
+            tags=pick(cols["tag"]),
+            stacks=pick(cols["stack"]),
+            checkpoints=None,
         )
-        chunks: _Chunks = {}
-        segments: _Segments = {}
         step = self.checkpoint_every
-        for start in range(0, len(positions) - step + 1, step):
-            _apply(chunks, segments, self._events(prepared, start, start + step))
-            prepared.checkpoints.append((chunks.copy(), segments.copy()))
+        kernel = _load_kernel()
+        if kernel is not None:
+            columns = (prepared.kinds, prepared.addresses, prepared.sizes, prepared.requested)
+            packed = kernel(*(np.ascontiguousarray(c) for c in (*columns, prepared.tags, prepared.stacks)), step)
+            prepared.checkpoints = _PackedCheckpoints(packed)
+        else:
+            chunks: _Chunks = {}
+            segments: _Segments = {}
+            snapshots: list[tuple[_Chunks, _Segments]] = [({}, {})]
+            for start in range(0, len(positions) - step + 1, step):
+                _apply(chunks, segments, self._events(prepared, start, start + step))
+                snapshots.append((chunks.copy(), segments.copy()))
+            prepared.checkpoints = _DictCheckpoints(snapshots)
         self._devices[device_id] = prepared
         return prepared
 
     @staticmethod
     def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int, int]]:
         return zip(
-            p.kinds[start:stop],
-            p.addresses[start:stop],
-            p.sizes[start:stop],
-            p.requested[start:stop],
-            p.tags[start:stop],
-            p.stacks[start:stop],
+            p.kinds[start:stop].tolist(),
+            p.addresses[start:stop].tolist(),
+            p.sizes[start:stop].tolist(),
+            p.requested[start:stop].tolist(),
+            p.tags[start:stop].tolist(),
+            p.stacks[start:stop].tolist(),
             strict=True,
         )
 
@@ -148,9 +229,7 @@ class Replay:
         p = self._prepare(device_id)
         applied = int(np.searchsorted(p.positions, index, side="right"))
         checkpoint = applied // self.checkpoint_every
-        base_chunks, base_segments = p.checkpoints[checkpoint]
-        chunks = base_chunks.copy()
-        segments = base_segments.copy()
+        chunks, segments = p.checkpoints[checkpoint]
         _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
         return self._to_state(self.log.devices[device_id].name, chunks, segments)
 

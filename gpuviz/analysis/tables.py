@@ -23,6 +23,8 @@ __all__ = [
     "placement_table",
     "call_site_table",
     "alive_at",
+    "devices_present",
+    "gpus_first",
 ]
 
 _DIRECTIONS = {int(d): d.name for d in Direction}
@@ -48,6 +50,19 @@ def _parsed_tags(log: EventLog, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray
     shapes = np.empty(len(parsed), dtype=object)
     shapes[:] = [p.shape if p else None for p in parsed]
     return ops[inverse], dtypes[inverse], shapes[inverse]
+
+
+def gpus_first(names: list[str]) -> list[str]:
+    """``names`` with GPUs first, otherwise in their order (the order every view lists devices in)."""
+    return sorted(names, key=lambda name: not name.upper().startswith("GPU"))
+
+
+def devices_present(log: EventLog) -> list[str]:
+    """The devices something happened on or was copied to, GPUs first. A device that was only
+    asked for (a placement on a device that does not exist, moved by soft placement) is not one."""
+    cols = log.columns
+    used = set(cols["device"].tolist()) | set(cols["peer"][cols["kind"] == Kind.TRANSFER].tolist())
+    return gpus_first([name for i, name in enumerate(log.device_names) if i in used])
 
 
 def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:

@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KiB", "MiB", "GiB", "TiB", "parse_bytes", "format_bytes", "round_up"]
+__all__ = [
+    "KiB",
+    "MiB",
+    "GiB",
+    "TiB",
+    "parse_bytes",
+    "format_bytes",
+    "format_size",
+    "format_duration",
+    "binary_unit",
+    "round_up",
+]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -74,6 +85,52 @@ def format_bytes(n: int) -> str:
     if unit == "K":
         return f"{n / 1024.0:.1f}KiB"
     return f"{n / 1024.0:.2f}{unit}iB"
+
+
+_BINARY = ((TiB, "TiB"), (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB"))
+
+
+def binary_unit(n: int | float) -> tuple[int, str]:
+    """The binary unit ``(factor, name)`` that ``n`` bytes read best in: ``(1, "B")`` below 1 KiB."""
+    magnitude = abs(n)
+    for factor, name in _BINARY:
+        if magnitude >= factor:
+            return factor, name
+    return 1, "B"
+
+
+def format_size(n: int | float) -> str:
+    """Bytes in binary units for people: ``'256 B'``, ``'1.5 KiB'``, ``'702 MiB'``, ``'3.2 GiB'``.
+
+    One decimal below 10 units, whole units from 10 up (``10.4 MiB -> '10 MiB'``); a value
+    that would round to 1024 units moves to the next unit. The same rule as the report's and the
+    JupyterLab extension's ``formatSize`` (tests hold them together).
+    """
+    if n < 0:
+        return "-" + format_size(-n)
+    factor, name = binary_unit(n)
+    if factor == 1:
+        return f"{round(n)} B"
+    value = n / factor
+    text = f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
+    if text == "1024" and name != "TiB":
+        return format_size(factor * 1024)
+    return f"{text} {name}"
+
+
+def format_duration(ns: int | float) -> str:
+    """Nanoseconds for people: ``'850 ns'``, ``'12.5 µs'``, ``'3.20 ms'``, ``'1.25 s'``, ``'2 min 5 s'``."""
+    if ns < 0:
+        return "-" + format_duration(-ns)
+    if ns < 1_000:
+        return f"{round(ns)} ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.1f} µs"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.2f} ms"
+    if ns < 120e9:
+        return f"{ns / 1e9:.2f} s"
+    return f"{int(ns // 60e9)} min {round(ns % 60e9 / 1e9)} s"
 
 
 def round_up(n: int, multiple: int) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
 from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.native import allocator_class
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import EventLog
 
@@ -125,7 +126,7 @@ class CupyAllocator:
     def allocator_for(self, device_id: int) -> BFCAllocator:
         allocator = self.allocators.get(device_id)
         if allocator is None:
-            allocator = self.allocators[device_id] = BFCAllocator(
+            allocator = self.allocators[device_id] = allocator_class()(
                 self._upstream(device_id), device=f"GPU:{device_id}", log=self.log, stack_skip=(self.cupy_dir,),
                 **self._options,
             )  # fmt: skip

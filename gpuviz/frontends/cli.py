@@ -67,6 +67,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"gpuviz {__version__} on Python {platform.python_version()} ({platform.platform()})")
     print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, plotly {plotly.__version__}")
     print(f"event recorder: {recorder_description()}")
+    from gpuviz.capture.native import allocator_description
+
+    print(f"allocator: {allocator_description()}")
     from gpuviz.capture.nvml import device_facts, nvml_status
 
     try:

@@ -39,6 +39,7 @@ IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.xplane",
     "gpuviz.importers.xprof_memory",
     "gpuviz.importers.torch_profiler",
+    "gpuviz.importers.torch_memory_timeline",
     "gpuviz.importers.rmm_csv",
     "gpuviz.importers.tf_placement",
 )

@@ -7,16 +7,20 @@ first event: inferred segments (the connected address ranges ever used), the all
 freed in the trace but made before it (seeded at their addresses, tagged ``PREEXISTING``)
 and, when the source reports the bytes in use before its first event, the rest of those
 bytes as one ``PREEXISTING`` allocation in a segment of its own after the traced ones.
+
+Traces without addresses (PyTorch's 2021 profiler schema, its memory timeline) go through
+``Unaddressed``: synthetic addresses, one segment per allocation, frees paired LIFO.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import NamedTuple
 
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, infer_segments
+from gpuviz.log.eventlog import NO_INDEX
 
-__all__ = ["Change", "PREEXISTING", "prepare", "apply"]
+__all__ = ["Change", "PREEXISTING", "prepare", "apply", "Unaddressed", "unmatched_frees"]
 
 PREEXISTING = "PREEXISTING"
 _SEGMENT_ALIGN = 2 << 20  # the synthetic preexisting segment starts on a 2 MiB boundary
@@ -42,15 +46,16 @@ def prepare(
     """
     live: dict[int, int] = {}
     seeds: list[tuple[int, int]] = []
-    intervals: list[tuple[int, int]] = []
+    extent: dict[int, int] = {}  # address -> the largest size ever used there
     for change in changes:
+        size = abs(change.delta)
         if change.delta > 0:
-            live[change.address] = change.delta
-            intervals.append((change.address, change.delta))
+            live[change.address] = size
         elif change.delta < 0 and live.pop(change.address, None) is None:
-            seeds.append((change.address, -change.delta))
-            intervals.append((change.address, -change.delta))
-    segments = infer_segments(intervals)
+            seeds.append((change.address, size))
+        if size > extent.get(change.address, 0):
+            extent[change.address] = size
+    segments = infer_segments(extent.items())
     tag = heap.log.intern_string(PREEXISTING)
     for base, size in segments:
         heap.segment_alloc(start_ns, base, size)
@@ -87,3 +92,60 @@ def apply(heap: HeapBuilder, change: Change) -> bool:
     except HeapConflict:
         return False
     return True
+
+
+class Unaddressed:
+    """A device's allocations known by size only (no addresses): each gets a synthetic address
+    (from ``base`` up, 512-byte aligned, never reused) in a segment of its own, so reserved
+    equals in use and no fragmentation is invented; a free is paired with the latest live
+    allocation of the same ``key`` (LIFO; the key is the size, or the size and a category)."""
+
+    ALIGN = 512
+
+    def __init__(self, heap: HeapBuilder, *, base: int = 1 << 40) -> None:
+        self.heap = heap
+        self._next = base
+        self._live: dict[Hashable, list[int]] = {}
+
+    def alloc(self, time_ns: int, size: int, key: Hashable, *, tag: int = NO_INDEX, thread: int = 0) -> int:
+        """Allocate ``size`` bytes (> 0); returns the synthetic address."""
+        address = self._next
+        self._next += -(-size // self.ALIGN) * self.ALIGN
+        self.heap.segment_alloc(time_ns, address, size, thread=thread)
+        self.heap.alloc(time_ns, address, size, size, thread=thread, tag=tag)
+        self._live.setdefault(key, []).append(address)
+        return address
+
+    def free(self, time_ns: int, key: Hashable, *, thread: int = 0) -> bool:
+        """Free the latest live allocation of ``key``; False when none is live."""
+        stack = self._live.get(key)
+        if not stack:
+            return False
+        address = stack.pop()
+        self.heap.free(time_ns, address, thread=thread)
+        self.heap.segment_free(time_ns, address, thread=thread)
+        return True
+
+    def rekey(self, old: Hashable, new: Hashable) -> bool:
+        """The latest live allocation of ``old`` is now one of ``new`` (no event); False when none is live."""
+        stack = self._live.get(old)
+        if not stack:
+            return False
+        self._live.setdefault(new, []).append(stack.pop())
+        return True
+
+
+def unmatched_frees(deltas: Iterable[tuple[Hashable, int]]) -> list[tuple[Hashable, int]]:
+    """``(key, bytes)`` of the frees (negative deltas) that no earlier allocation of the same key matches:
+    allocations made before the trace began."""
+    live: dict[Hashable, int] = {}
+    unmatched = []
+    for key, delta in deltas:
+        if delta > 0:
+            live[key] = live.get(key, 0) + 1
+        elif delta < 0:
+            if live.get(key):
+                live[key] -= 1
+            else:
+                unmatched.append((key, -delta))
+    return unmatched

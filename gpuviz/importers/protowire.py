@@ -47,18 +47,26 @@ def fields(data: bytes, start: int = 0, end: int | None = None) -> Iterator[tupl
     stop = len(data) if end is None else end
     pos = start
     while pos < stop:
-        key, pos = read_varint(data, pos, stop)
+        key = data[pos]  # one-byte keys and values (the common case) skip read_varint
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(data, pos, stop)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise WireError(f"field number 0 at byte {pos}")
-        if wire == VARINT:
-            value, pos = read_varint(data, pos, stop)
-            yield number, wire, value, pos
-        elif wire == LEN:
-            length, pos = read_varint(data, pos, stop)
-            payload_end = pos + length
+        if wire in (VARINT, LEN):
+            if pos < stop and data[pos] < 0x80:
+                value = data[pos]
+                pos += 1
+            else:
+                value, pos = read_varint(data, pos, stop)
+            if wire == VARINT:
+                yield number, wire, value, pos
+                continue
+            payload_end = pos + value
             if payload_end > stop:
-                raise WireError(f"field {number} of {length} bytes at byte {pos} runs past the end of its message")
+                raise WireError(f"field {number} of {value} bytes at byte {pos} runs past the end of its message")
             yield number, wire, payload_end, pos
             pos = payload_end
         elif wire == FIXED64:

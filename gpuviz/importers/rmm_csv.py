@@ -24,8 +24,11 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import re
 import zlib
+from array import array
+from collections.abc import Iterator
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.addressed import Change, apply, prepare
@@ -43,6 +46,7 @@ _TIME = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{1,9})$")
 _DEVICE = re.compile(r"\.dev(\d+)(?:\.|$)")
 _DAY_NS = 86_400 * 10**9
 _HALF_DAY_NS = _DAY_NS // 2
+_ACTIONS = ("allocate", "free", "allocate failure")
 
 
 def _first_line(head: bytes) -> list[str]:
@@ -57,6 +61,11 @@ def sniff(head: bytes) -> bool:
 
 
 def _time_ns(text: str, row: int) -> int:
+    if len(text) == 15 and text[2] == ":" and text[5] == ":" and text[8] == "." and text.isascii():
+        try:  # RMM's own form, HH:MM:SS.ffffff
+            return (int(text[:2]) * 3600 + int(text[3:5]) * 60 + int(text[6:8])) * 10**9 + int(text[9:]) * 1000
+        except ValueError:
+            pass
     match = _TIME.match(text.strip())
     if match is None:
         raise LogFormatError(f"row {row}: time {text!r} is not HH:MM:SS.ffffff")
@@ -66,12 +75,14 @@ def _time_ns(text: str, row: int) -> int:
 
 def _pointer(text: str, row: int) -> int:
     text = text.strip()
-    if text in ("(nil)", "0x0", "0"):
+    if text == "(nil)":
         return 0
-    try:
-        return int(text, 16)
-    except ValueError:
-        raise LogFormatError(f"row {row}: pointer {text!r} is not 0x... or (nil)") from None
+    if text.startswith("0x") or text == "0":
+        try:
+            return int(text, 16)
+        except ValueError:
+            pass
+    raise LogFormatError(f"row {row}: pointer {text!r} is not 0x... or (nil)")
 
 
 def _ends_with_newline(source: Source) -> bool:
@@ -87,7 +98,8 @@ class _Rows:
     """The parsed rows: changes in order, failures ``(position among changes, time, size, thread)``."""
 
     def __init__(self) -> None:
-        self.changes: list[Change] = []
+        # the changes as columns (a row costs 32 bytes, not a tuple of four ints)
+        self.times, self.addresses, self.deltas, self.threads = array("q"), array("q"), array("q"), array("q")
         self.failures: list[tuple[int, int, int, int]] = []
         self.rows = self.day = self.previous = self.reordered = self.first_ns = 0
 
@@ -97,10 +109,15 @@ class _Rows:
             return
         if len(fields) != len(HEADER):
             raise LogFormatError(f"row {number} has {len(fields)} fields, not {len(HEADER)}: {fields!r}")
-        thread_text, time_text, action, pointer_text, size_text = (field.strip() for field in fields[:5])
-        if not size_text.isdigit() or not thread_text.isdigit():
+        thread_text, time_text, action, pointer_text, size_text, _ = fields
+        try:
+            size, thread = int(size_text), int(thread_text)
+        except ValueError:
+            size = thread = -1
+        if size < 0 or thread < 0:
             raise LogFormatError(f"row {number}: thread {thread_text!r} and size {size_text!r} must be integers")
-        if action not in ("allocate", "free", "allocate failure"):
+        action = action.strip()
+        if action not in _ACTIONS:
             raise LogFormatError(f"row {number}: action {action!r} is not allocate, free or allocate failure")
         pointer = _pointer(pointer_text, number)
         day = self.day
@@ -111,15 +128,22 @@ class _Rows:
         if time_ns < self.previous:
             self.reordered += 1
             time_ns = self.previous
-        size, thread = int(size_text), int(thread_text)
         if action == "allocate failure":
-            self.failures.append((len(self.changes), time_ns, size, thread))
+            self.failures.append((len(self.times), time_ns, size, thread))
         else:
-            self.changes.append(Change(time_ns, pointer, size if action == "allocate" else -size, thread))
+            self.times.append(time_ns)
+            self.addresses.append(pointer)
+            self.deltas.append(size if action == "allocate" else -size)
+            self.threads.append(thread)
         if not self.rows:
             self.first_ns = time_ns
         self.rows += 1
         self.day, self.previous = day, time_ns
+
+    def changes(self) -> Iterator[Change]:
+        """The allocations and frees in order."""
+        for row in zip(self.times, self.addresses, self.deltas, self.threads, strict=True):
+            yield Change(*row)
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
@@ -152,7 +176,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         log.truncated = True
         notes.append(f"the compressed file is cut short ({exc}): imported the rows before the cut")
-    changes, failures = parsed.changes, parsed.failures
+    failures = parsed.failures
     if parsed.day:
         notes.append(f"the log passes midnight {parsed.day // _DAY_NS} time(s): times continue into the next day")
     if parsed.reordered:
@@ -160,11 +184,11 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             f"{parsed.reordered} rows are earlier than the row before (threads logging out of order): kept in order"
         )
     if parsed.rows:
-        notes.extend(prepare(heap, changes, start_ns=parsed.first_ns))
+        notes.extend(prepare(heap, parsed.changes(), start_ns=parsed.first_ns))
     skipped = 0
     pending = iter(failures)
     failure = next(pending, None)
-    for position, change in enumerate([*changes, None]):
+    for position, change in enumerate(itertools.chain(parsed.changes(), [None])):
         while failure is not None and failure[0] == position:
             heap.oom(failure[1], failure[2], failure[2], thread=failure[3])
             failure = next(pending, None)

@@ -114,7 +114,7 @@ def memory_tag(op: str | None, dtype: str | None, shape: str | None) -> str | No
     return array_tag(op, dtype, dims)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemoryRecord:
     """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns."""
 
@@ -126,6 +126,7 @@ class MemoryRecord:
     size: int
     bytes_in_use: int  # TF's bytes_allocated after the event; -1 when absent
     peak_bytes_in_use: int
+    fragmentation: float  # TF's (free - largest free chunk) / free after the event; -1.0 when absent
     op: str
     dtype: str | None
     shape: str | None
@@ -169,13 +170,17 @@ def write_events(log: EventLog, records: list[MemoryRecord], devices: dict[str, 
         intervals += [(r.address, r.size) for r in seeds if r.allocator == allocator]
         for base, size in infer_segments(intervals):
             heap.segment_alloc(start, base, size)
+    in_use: Counter[str] = Counter()
+    conflicts = 0
     for record in seeds:
-        heaps[record.allocator].alloc(start, record.address, record.size, record.requested, thread=record.thread,
-                                      tag=_tag(log, record))  # fmt: skip
-    in_use = Counter({a: sum(r.size for r in seeds if r.allocator == a) for a in heaps})
+        try:
+            heaps[record.allocator].alloc(start, record.address, record.size, record.requested,
+                                          thread=record.thread, tag=_tag(log, record))  # fmt: skip
+            in_use[record.allocator] += record.size
+        except HeapConflict:  # overlaps another seed: its free is skipped as a conflict too
+            conflicts += 1
     untracked: dict[str, set[int]] = {a: set() for a in heaps}
     first, last = _step_bounds(records, skipped)
-    conflicts = 0
     for i, record in enumerate(records):
         if i in skipped:
             continue

@@ -9,9 +9,10 @@ absl ``I0000 00:00:1700000000.123456   1234 file.cc:123] `` prefix):
 
 Each becomes a ``placement`` event: tag = op type, device = where it ran. The log says
 nothing of the device the op asked for (``peer`` is -1) nor whether soft placement moved it
-(``flags`` 0), nor of time: events keep the source's line order at 1 µs apart (``time_ns``
-inferred). The placer prints each node's assignment to stdout and to the log, so a placer
-line is counted once per (node, op, device). A notebook (``.ipynb``) is read from its stored
+(``flags`` 0). Time: from the glog/absl prefix when every line has one (``time_ns`` exact;
+glog's local wall clock is read as UTC), else the line order at 1 µs apart (inferred). The
+placer prints each node's assignment to stdout and to the log, so a placer line is counted
+once per (node, op, device). A notebook (``.ipynb``) is read from its stored
 outputs (stream text and ``text/plain``), cell by cell.
 
 Device names: ``/job:localhost/replica:0/task:0/device:GPU:0``, ``/device:GPU:0`` and TF < 1.4's
@@ -21,9 +22,13 @@ its full name.
 
 from __future__ import annotations
 
+import io
 import json
 import re
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from typing import IO, NamedTuple
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import event_row, finish, set_source_meta
@@ -31,14 +36,14 @@ from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "placements", "device_name"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "placements", "Placement", "device_name"]
 
 NAME = "tf-placement"
 DESCRIPTION = "a TensorFlow device-placement log (text or notebook outputs with 'Executing op X in device ...')"
 
 _PREFIX = (
-    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?: [IWEF] [^\]\n]*\] "  # glog
-    r"|[IWEF]\d{4} [\d:.]+\s+\d+ [^\]\n]*\] )?"  # absl
+    r"(?:(?P<glog>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): [IWEF] [^\]\n]*\] "  # glog
+    r"|[IWEF](?:0000 00:00:(?P<epoch>\d+\.\d+)|\d{4} [\d:.]+)\s+\d+ [^\]\n]*\] )?"  # absl
 )
 _DEVICE = r"(/(?:job:[^/\s]+/replica:\d+/task:\d+/)?(?:device:)?[A-Za-z_]+:\d+)"
 _EAGER = re.compile(rf"^{_PREFIX}Executing op (\S+) in device {_DEVICE}\s*$", re.MULTILINE)
@@ -60,12 +65,41 @@ def device_name(device: str) -> str:
     return f"/job:{job}/replica:{replica}/task:{task}/device:{short}"
 
 
-def placements(text: str) -> Iterator[tuple[int, str, str, str | None]]:
-    """``(offset, op type, device name, node name or None)`` of every placement line in ``text``, in order."""
-    found: list[tuple[int, str, str, str | None]] = [(m.start(), m[1], m[2], None) for m in _EAGER.finditer(text)]
-    found += [(m.start(), m[2], m[3], m[1]) for m in _PLACER.finditer(text)]
-    for offset, op, device, node in sorted(found):
-        yield offset, op, device_name(device), node
+class Placement(NamedTuple):
+    """One placement line: where it starts in the text, the op type, gpuviz's device name, the graph
+    node (placer lines; None for eager ones) and the time of its log prefix (ns since the epoch, None without)."""
+
+    offset: int
+    op: str
+    device: str
+    node: str | None
+    time_ns: int | None
+
+
+def _prefix_time(match: re.Match[str]) -> int | None:
+    """The time written in a glog prefix (as UTC: glog writes local time without a zone) or absl's epoch form."""
+    if match["glog"]:
+        day, clock = match["glog"].split(" ")
+        seconds, _, fraction = clock.partition(".")
+        moment = datetime.strptime(f"{day} {seconds}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        return int(moment.timestamp()) * 10**9 + int(fraction.ljust(9, "0")[:9] or 0)
+    if match["epoch"]:
+        whole, _, fraction = match["epoch"].partition(".")
+        return int(whole) * 10**9 + int(fraction.ljust(9, "0")[:9])
+    return None
+
+
+def placements(lines: Iterable[str]) -> Iterator[Placement]:
+    """Every placement line among ``lines``, in order (``offset``: the line's index)."""
+    for number, line in enumerate(lines):
+        if "Executing op " in line:
+            match = _EAGER.match(line)
+            if match is not None:
+                yield Placement(number, match[3], device_name(match[4]), None, _prefix_time(match))
+        elif ": (" in line:
+            match = _PLACER.match(line)
+            if match is not None:
+                yield Placement(number, match[4], device_name(match[5]), match[3], _prefix_time(match))
 
 
 def sniff(head: bytes) -> bool:
@@ -98,28 +132,43 @@ def _notebook_text(data: bytes, name: str) -> str:
     return "".join(parts)
 
 
+def _open_text(source: Source, is_notebook: bool) -> IO[str]:
+    """The log's text, streamed, or a notebook's stored outputs."""
+    if is_notebook:
+        return io.StringIO(_notebook_text(source.read_all(), source.name))
+    return io.TextIOWrapper(source.open(), encoding="utf-8", errors="replace")
+
+
 def read(source: Source, *, progress: Progress) -> EventLog:
-    data = source.read_all()
-    is_notebook = _NOTEBOOK.match(data) is not None
-    text = _notebook_text(data, source.name) if is_notebook else data.decode("utf-8", errors="replace")
-    rows = []
+    is_notebook = _NOTEBOOK.match(source.head) is not None
+    log = EventLog()
+    devices: dict[str, int] = {}  # name -> local index, in order of appearance
+    kept_devices, tags, times = array("l"), array("l"), array("q")
     seen: set[tuple[str, str, str]] = set()
     duplicates = 0
-    for _, op, device, node in placements(text):
-        if node is not None:
-            if (node, op, device) in seen:
-                duplicates += 1
-                continue
-            seen.add((node, op, device))
-        rows.append((op, device))
-    log = EventLog()
-    names = sorted({device for _, device in rows}, key=_device_order)
-    index = {name: log.add_device(name) for name in names}
-    for i, (op, device) in enumerate(rows):
-        log.append(event_row(time_ns=i * _STEP_NS, kind=int(Kind.PLACEMENT), device=index[device],
-                             tag=log.intern_string(op)))  # fmt: skip
+    timed = True
+    with _open_text(source, is_notebook) as text:
+        for line in placements(text):
+            if line.node is not None:
+                if (line.node, line.op, line.device) in seen:
+                    duplicates += 1
+                    continue
+                seen.add((line.node, line.op, line.device))
+            kept_devices.append(devices.setdefault(line.device, len(devices)))
+            tags.append(log.intern_string(line.op))
+            timed = timed and line.time_ns is not None
+            times.append(line.time_ns or 0)
+    index = {local: log.add_device(name) for name, local in sorted(devices.items(), key=lambda d: _device_order(d[0]))}
+    timed = timed and bool(tags)
+    previous = 0
+    for i, (local, tag, stamp) in enumerate(zip(kept_devices, tags, times, strict=True)):
+        time_ns = max(stamp, previous) if timed else i * _STEP_NS
+        previous = time_ns
+        log.append(event_row(time_ns=time_ns, kind=int(Kind.PLACEMENT), device=index[local], tag=tag))
     notes = [
-        "time: the log has none; events keep the line order, 1 µs apart",
+        "time: from the glog/absl prefix of every line (glog's local time read as UTC)"
+        if timed
+        else "time: not on every line; events keep the line order, 1 µs apart",
         "requested device: not in the log (peer -1); soft placement: unknown (flags 0)",
     ]
     if duplicates:
@@ -129,7 +178,13 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         format=NAME,
         file=source.name,
         tool="TensorFlow (log_device_placement)",
-        columns={"time_ns": "inferred", "device": "exact", "tag": "exact", "peer": "absent", "flags": "absent"},
+        columns={
+            "time_ns": "exact" if timed else "inferred",
+            "device": "exact",
+            "tag": "exact",
+            "peer": "absent",
+            "flags": "absent",
+        },
         notes=notes,
         extra={"container": "notebook outputs" if is_notebook else "text"},
     )

@@ -39,10 +39,10 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.importers.addressed import PREEXISTING, Change, apply, prepare
+from gpuviz.importers.addressed import PREEXISTING, Change, Unaddressed, apply, prepare, unmatched_frees
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
 from gpuviz.importers.source import Progress, Source
-from gpuviz.log.eventlog import NO_INDEX, EventLog
+from gpuviz.log.eventlog import EventLog
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "read_events", "MemoryEvent", "PREEXISTING"]
 
@@ -50,10 +50,8 @@ NAME = "pytorch-profiler"
 DESCRIPTION = "a PyTorch profiler Chrome trace (.pt.trace.json[.gz], [memory] events from profile_memory=True)"
 
 _MARKER = b'"[memory]"'
-_BLOCK = 8 << 20  # decompressed bytes read at a time
+_BLOCK = 1 << 20  # decompressed bytes read at a time
 _MAX_EVENT = 1 << 16  # a [memory] event is far smaller than this
-_SYNTHETIC_BASE = 1 << 40  # 2021 schema: synthetic addresses start here
-_SYNTHETIC_ALIGN = 512
 # c10::DeviceType codes (c10/core/DeviceType.h)
 _DEVICE_TYPES = {0: "CPU", 1: "GPU", 6: "GPU", 9: "XLA", 12: "XPU", 13: "MPS", 15: "HPU", 19: "MTIA"}
 
@@ -146,7 +144,7 @@ def _decode(event: Any, position: int) -> MemoryEvent | None:
         position,
         _int(args.get("Device Type", 0), "Device Type", position),
         _int(args.get("Device Id", -1), "Device Id", position),
-        tid if type(tid) is int else 0,
+        tid if type(tid) is int else int(tid) if isinstance(tid, str) and tid.isdigit() else 0,
         _optional(args, "Addr", position),
         _int(args["Bytes"], "Bytes", position),
         _optional(args, "Total Allocated", position),
@@ -277,6 +275,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         for key, evs in by_device.items()
         if evs and evs[0].total_reserved is not None
     }
+    for heap in heaps.values():
+        name = log.devices[heap.device].name
+        if reserved.get(name):
+            segment_bytes = sum(heap.segments.values())
+            notes.append(
+                f"{name}: the trace's Total Reserved ends at {reserved[name][-1][1]} bytes; the inferred segments"
+                f" hold {segment_bytes} (the allocator reserved memory the trace never touched, or released some)"
+            )
     schema = "2021 (no Addr/totals)" if events and not addressed else "current"
     extra: dict[str, Any] = {"schema": schema, "total_reserved": reserved}
     for name in ("distributedInfo", "schemaVersion", "profile_memory"):
@@ -348,49 +354,25 @@ def _build_unaddressed(
     events: list[MemoryEvent],
     notes: list[str],
 ) -> None:
-    """2021 schema: LIFO pairing by size, one synthetic segment per allocation."""
+    """2021 schema: frees paired LIFO by size, synthetic addresses, one segment per allocation."""
     start = events[0].time_ns
-    preexisting_tag = log.intern_string(PREEXISTING)
-    next_address: dict[tuple[int, int], int] = {}
-    live: dict[tuple[int, int], dict[int, list[int]]] = {}
+    preexisting = log.intern_string(PREEXISTING)
+    synthetic = {key: Unaddressed(heap) for key, heap in heaps.items()}
     for key, heap in heaps.items():
-        stacks: dict[int, list[int]] = defaultdict(list)
-        counts: dict[int, int] = defaultdict(int)
-        seeds: list[int] = []
-        for event in by_device[key]:
-            if event.bytes_ > 0:
-                counts[event.bytes_] += 1
-            elif event.bytes_ < 0:
-                if counts[-event.bytes_]:
-                    counts[-event.bytes_] -= 1
-                else:
-                    seeds.append(-event.bytes_)
-        address = _SYNTHETIC_BASE
-        for size in seeds:
-            heap.segment_alloc(start, address, size)
-            heap.alloc(start, address, size, size, tag=preexisting_tag)
-            stacks[size].append(address)
-            address += -(-size // _SYNTHETIC_ALIGN) * _SYNTHETIC_ALIGN
+        seeds = unmatched_frees((abs(e.bytes_), e.bytes_) for e in by_device[key])
+        for size_key, size in seeds:
+            synthetic[key].alloc(start, size, size_key, tag=preexisting)
         if seeds:
             notes.append(
                 f"{log.devices[heap.device].name}: {len(seeds)} frees have no earlier allocation of their size:"
                 f" seeded as {PREEXISTING} allocations at the start"
             )
-        next_address[key] = address
-        live[key] = stacks
     for event in events:
-        key = _key(event)
-        heap, stacks = heaps[key], live[key]
+        heap_of = synthetic[_key(event)]
         if event.bytes_ > 0:
-            address = next_address[key]
-            next_address[key] = address + -(-event.bytes_ // _SYNTHETIC_ALIGN) * _SYNTHETIC_ALIGN
-            heap.segment_alloc(event.time_ns, address, event.bytes_, thread=event.thread)
-            heap.alloc(event.time_ns, address, event.bytes_, event.bytes_, thread=event.thread, tag=NO_INDEX)
-            stacks[event.bytes_].append(address)
+            heap_of.alloc(event.time_ns, event.bytes_, event.bytes_, thread=event.thread)
         elif event.bytes_ < 0:
-            address = stacks[-event.bytes_].pop()
-            heap.free(event.time_ns, address, thread=event.thread)
-            heap.segment_free(event.time_ns, address, thread=event.thread)
+            heap_of.free(event.time_ns, -event.bytes_, thread=event.thread)
     notes.append(
         "2021 schema: no addresses; each free is paired with the latest live allocation of its size (LIFO),"
         " addresses are synthetic and each allocation is a segment of its own (reserved = in use)"

@@ -72,8 +72,15 @@ def sniff(head: bytes) -> bool:
     return False
 
 
-def _text(data: bytes, start: int, end: int) -> str:
-    return data[start:end].decode("utf-8", errors="replace")
+def _text(data: bytes, start: int, end: int, cache: dict[bytes, str] | None = None) -> str:
+    """The UTF-8 text at ``data[start:end]``; with ``cache``, equal texts share one str."""
+    raw = data[start:end]
+    if cache is None:
+        return raw.decode("utf-8", errors="replace")
+    text = cache.get(raw)
+    if text is None:
+        text = cache[raw] = raw.decode("utf-8", errors="replace")
+    return text
 
 
 def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
@@ -91,7 +98,9 @@ def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
     return (key if ident is None else ident), name
 
 
-def _stat(data: bytes, start: int, end: int, stat_names: dict[int, str]) -> tuple[str, Any]:
+def _stat(
+    data: bytes, start: int, end: int, stat_names: dict[int, str], texts: dict[bytes, str] | None = None
+) -> tuple[str, Any]:
     name, value_out = "", None  # type: tuple[str, Any]
     for number, wire, value, pos in fields(data, start, end):
         if number == 1:
@@ -103,7 +112,7 @@ def _stat(data: bytes, start: int, end: int, stat_names: dict[int, str]) -> tupl
         elif number == 4:
             value_out = as_int64(value)
         elif number in (5, 6) and wire == LEN:
-            value_out = _text(data, pos, value)
+            value_out = _text(data, pos, value, texts)
         elif number == 7:
             value_out = stat_names.get(as_int64(value), "")
     return name, value_out
@@ -159,6 +168,7 @@ def _line_records(
         elif number == 4 and wire == LEN:
             events.append((pos, value))
     records = []
+    texts: dict[bytes, str] = {}  # op names, shapes, allocator names repeat: one str each
     for a, b in events:
         metadata_id, offset_ps, stat_spans = None, 0, []
         for number, wire, value, pos in fields(data, a, b):
@@ -172,7 +182,7 @@ def _line_records(
                 stat_spans.append((pos, value))
         if metadata_id not in memory_ids:
             continue
-        stats = dict(_stat(data, s, e, stat_names) for s, e in stat_spans)
+        stats = dict(_stat(data, s, e, stat_names, texts) for s, e in stat_spans)
         records.append(_record(timestamp_ns + offset_ps // 1000, memory_ids[metadata_id], stats, line_id))
     return records
 
@@ -184,6 +194,7 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
 
     step = stats.get("group_id")
     data_type = stats.get("data_type")
+    fragmentation = stats.get("fragmentation")
     return MemoryRecord(
         time_ns=time_ns,
         is_alloc=is_alloc,
@@ -193,6 +204,7 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
         size=number("allocation_bytes"),
         bytes_in_use=number("bytes_allocated", -1),
         peak_bytes_in_use=number("peak_bytes_in_use", -1),
+        fragmentation=float(fragmentation) if isinstance(fragmentation, (int, float)) else -1.0,
         op=str(stats.get("tf_op") or ""),
         dtype=dtype_name(data_type if isinstance(data_type, (int, str)) else None),
         shape=str(stats.get("shape", stats.get("tensor_shape")) or "") or None,

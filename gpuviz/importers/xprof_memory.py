@@ -77,6 +77,7 @@ def _records(allocator: str, snapshots: list[dict[str, Any]], skipped: Counter[s
                 size=_int(activity.get("allocationBytes")),
                 bytes_in_use=_int(stats.get("heapAllocatedBytes"), -1),
                 peak_bytes_in_use=_int(stats.get("peakBytesInUse"), -1),
+                fragmentation=float(stats.get("fragmentation", -1.0)),
                 op=str(activity.get("tfOpName") or ""),
                 dtype=dtype_name(str(activity.get("dataType") or "")),
                 shape=str(activity.get("tensorShape") or "") or None,

@@ -26,6 +26,7 @@ from gpuviz.base.units import GiB, MiB
 from gpuviz.capture.bfc import BFCAllocator
 from gpuviz.capture.events import record_placement, record_transfer
 from gpuviz.capture.marks import default_log, set_default_log
+from gpuviz.capture.native import allocator_class
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Direction
@@ -167,7 +168,7 @@ class Runtime:
         log.meta["transfer_model"] = asdict(self.config.transfer)
         self.devices = {}
         for upstream, physical, spec, options in self._upstreams:
-            allocator = BFCAllocator(
+            allocator = allocator_class()(
                 upstream,
                 memory_limit=options.get("memory_limit"),
                 growth=options["growth"],

@@ -1,5 +1,11 @@
 """The fragmentation map: every segment of a device at one instant, chunks drawn to scale.
 
+At an out-of-memory event (``pinning`` given) the map also shows the failed request as a
+ghost bar of its size just below the largest free chunk, highlights the free holes and
+draws the pinning allocations (``moments.pinning``) in red. When bytes in use are less than
+``ZOOM_BELOW`` of the pool, the x axis opens zoomed to the used range (buttons switch to the
+whole pool); every chunk in use is drawn at least ``MIN_WIDTH`` of the visible range wide.
+
 Each segment is one row (y: its base address); x is the byte offset inside the segment.
 A chunk in use is drawn as its used part ``[address, address + requested)`` and its
 internal waste ``[address + requested, address + size)``; a free chunk as free. When a
@@ -11,28 +17,56 @@ zoom is aggregated, never dropped).
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
+from gpuviz.analysis.moments import Pinning
+from gpuviz.analysis.profile import Profile
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
-from gpuviz.base.units import format_bytes
+from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import Frame
 
-__all__ = ["fragmentation_map", "map_traces", "trace_specs", "map_layout", "segment_rows", "COLORS", "metric_text"]
+__all__ = [
+    "fragmentation_map",
+    "map_traces",
+    "trace_specs",
+    "map_layout",
+    "segment_rows",
+    "zoom_range",
+    "map_spec",
+    "map_spec_and_state",
+    "device_map",
+    "chunk_hover",
+    "hole_hover",
+    "COLORS",
+    "OOM_COLORS",
+    "ZOOM_BELOW",
+    "MIN_WIDTH",
+    "metric_text",
+    "Allocated",
+]
 
 COLORS = {"used": "#3b6fb6", "waste": "#e8a33d", "free": "#d9dde3"}
+OOM_COLORS = {"free hole": "#8fd19e", "pinning": "#c0392b", "failed request": "rgba(192,57,43,0.25)"}
+ZOOM_BELOW = 0.1
+"""The map opens zoomed to the used range when bytes in use are below this share of the pool."""
+MIN_WIDTH = 0.002
+"""Chunks in use are drawn at least this share of the visible x range wide."""
+
+Allocated = Mapping[int, tuple[int, int]]
+"""address -> (allocating event's log position, its time in ns from the log's start)."""
 _PALETTE = ["#3b6fb6", "#6a9e3f", "#9b59b6", "#16a085", "#c0392b", "#2c3e50", "#d35400", "#7f8c8d"]
 
 
 def metric_text(state: HeapState) -> str:
     """The metric strip: bytes in use, pool, largest free chunk, fragmentation."""
     return (
-        f"in use {format_bytes(state.bytes_in_use)} · pool {format_bytes(state.pool_bytes)} · "
-        f"largest free {format_bytes(state.largest_free_chunk)} · fragmentation {state.fragmentation:.1%}"
+        f"in use {format_size(state.bytes_in_use)} · pool {format_size(state.pool_bytes)} · "
+        f"largest free {format_size(state.largest_free_chunk)} · fragmentation {state.fragmentation:.1%}"
     )
 
 
@@ -55,12 +89,35 @@ def call_site(stacks: Sequence[tuple[Frame, ...]] | None, stack: int) -> str | N
     return f"{frame.filename}:{frame.lineno} ({frame.function})"
 
 
+def chunk_hover(
+    tag: str | None, size: int, requested: int, address: int, allocated: tuple[int, int] | None, site: str | None
+) -> str:
+    """What hovering a chunk in use says (the same words in every view): tag, requested and chunk
+    size, address, when it was allocated, call site."""
+    text = f"<b>{html.escape(tag) if tag else '(untagged)'}</b><br>requested {format_size(requested)}"
+    text += f" · chunk {format_size(size)}<br>address {address:#x}"
+    if allocated is not None:
+        text += f"<br>allocated at event {allocated[0]}, t = {allocated[1] / 1e9:.3f} s"
+    if site is not None:
+        text += f"<br>call site {html.escape(site)}"
+    return text
+
+
+def hole_hover(size: int, address: int) -> str:
+    return f"<b>free hole</b> {format_size(size)}<br>address {address:#x}"
+
+
 def _exact(
-    state: HeapState, color_by: str, stacks: Sequence[tuple[Frame, ...]] | None = None
+    state: HeapState,
+    color_by: str,
+    stacks: Sequence[tuple[Frame, ...]] | None = None,
+    allocated: Allocated | None = None,
+    min_width: float = 0.0,
+    free_name: str = "free",
 ) -> dict[str, dict[str, list[Any]]]:
     traces: dict[str, dict[str, list[Any]]] = {}
 
-    def add(name: str, y: str, start: int, length: int, text: str, custom: tuple[int, int, int]) -> None:
+    def add(name: str, y: str, start: int, length: float, text: str, custom: tuple[int, ...]) -> None:
         t = traces.setdefault(name, {"y": [], "base": [], "x": [], "text": [], "custom": []})
         t["y"].append(y)
         t["base"].append(start)
@@ -72,19 +129,16 @@ def _exact(
         y = _label(seg.base)
         for c in seg.chunks:
             offset = c.address - seg.base
-            tag = html.escape(c.tag) if c.tag else "-"
-            info = f"address {c.address:#x}<br>size {c.size} B<br>requested {c.requested} B<br>tag {tag}"
-            site = call_site(stacks, c.stack)
-            if site is not None:
-                info += f"<br>call site {html.escape(site)}"
             if c.in_use:
+                when = allocated.get(c.address) if allocated is not None else None
+                info = chunk_hover(c.tag, c.size, c.requested, c.address, when, call_site(stacks, c.stack))
                 used = "used" if color_by == "state" else html.escape(_group(c.tag, color_by))
                 custom = (c.address, c.size, c.requested)
-                add(used, y, offset, c.requested, info, custom)
+                add(used, y, offset, max(c.requested, min_width), info, custom)
                 if c.size > c.requested:
                     add("waste", y, offset + c.requested, c.size - c.requested, info, custom)
             else:
-                add("free", y, offset, c.size, f"free chunk {c.address:#x}<br>size {c.size} B", (c.address, c.size, 0))
+                add(free_name, y, offset, c.size, hole_hover(c.size, c.address), (c.address, c.size, 0))
     return traces
 
 
@@ -98,7 +152,7 @@ def _coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndar
     return np.where(k >= 0, cumulative[np.maximum(k, 0)] + np.maximum(inside, 0), 0).astype(np.float64)
 
 
-def _aggregated(state: HeapState, max_rectangles: int) -> dict[str, dict[str, list[Any]]]:
+def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
     traces: dict[str, dict[str, list[Any]]] = {
         name: {"y": [], "base": [], "x": [], "text": [], "custom": []} for name in COLORS
     }
@@ -123,9 +177,11 @@ def _aggregated(state: HeapState, max_rectangles: int) -> dict[str, dict[str, li
         counts = np.diff(np.searchsorted([c.address - seg.base for c in seg.chunks], edges))
         for i in range(buckets):
             start = edges[i]
-            text = (
-                f"{int(counts[i])} chunks from {seg.base + int(start):#x}<br>used {int(amounts['used'][i])} B"
-                f"<br>waste {int(amounts['waste'][i])} B<br>free {int(amounts['free'][i])} B"
+            text = (  # lean traces hover from customdata instead
+                f"{int(counts[i])} chunks from {seg.base + int(start):#x}<br>used {format_size(amounts['used'][i])}"
+                f"<br>waste {format_size(amounts['waste'][i])}<br>free {format_size(amounts['free'][i])}"
+                if texts
+                else ""
             )
             for name in ("used", "waste", "free"):
                 length = amounts[name][i]
@@ -140,10 +196,85 @@ def _aggregated(state: HeapState, max_rectangles: int) -> dict[str, dict[str, li
     return traces
 
 
-_LEAN_HOVER = {
-    False: "0x%{customdata[0]:x}<br>size %{customdata[1]} B<br>requested %{customdata[2]} B",
-    True: "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B",
-}
+_LEAN_AGGREGATED = "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B"
+_EMPTY: dict[str, list[Any]] = {"y": [], "base": [], "x": [], "text": [], "custom": []}
+
+
+def zoom_range(state: HeapState, pinning: Pinning | None = None) -> tuple[int, int] | None:
+    """The x range (bytes from each segment's base) the map opens at, or None for the whole pool.
+
+    When bytes in use are below ``ZOOM_BELOW`` of the pool, the range reaches from 0 to a quarter
+    past the end of the highest chunk in use in any segment (and past the ghost bar and the
+    pinning window at an OOM), capped at the largest segment; None when that is the whole pool.
+    """
+    if not state.segments or state.bytes_in_use >= ZOOM_BELOW * state.pool_bytes:
+        return None
+    widest = max(s.size for s in state.segments)
+    end = 0
+    for seg in state.segments:
+        for c in seg.chunks:
+            if c.in_use:
+                end = max(end, c.address + c.size - seg.base)
+    if pinning is not None and pinning.largest_hole_address >= 0:
+        seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
+        end = max(end, pinning.largest_hole_address - seg.base + pinning.rounded)
+        if pinning.best is not None:
+            end = max(end, pinning.best.end - pinning.best.segment)
+    end = min(widest, int(end * 1.25) + 1)
+    return None if end >= widest or end <= 0 else (0, end)
+
+
+def _visible_span(state: HeapState, zoom: tuple[int, int] | None) -> int:
+    if zoom is not None:
+        return zoom[1] - zoom[0]
+    return max((s.size for s in state.segments), default=0)
+
+
+def _oom_traces(
+    state: HeapState, pinning: Pinning, rows: dict[str, int] | None, min_width: float,
+    allocated: Allocated | None, stacks: Sequence[tuple[Frame, ...]] | None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The pinning chunks (over their rectangles) and the ghost bar of the failed request."""
+
+    def y_of(base: int) -> Any:
+        return rows[_label(base)] if rows is not None else _label(base)
+
+    specs = []
+    best = pinning.best
+    pin: dict[str, list[Any]] = {"y": [], "base": [], "x": [], "text": []}
+    segment = best.segment if best is not None else 0
+    for c in best.chunks if best is not None else ():
+        pin["y"].append(y_of(segment))
+        pin["base"].append(c.address - segment)
+        pin["x"].append(max(c.size, min_width))
+        when = (c.alloc_index, c.alloc_ns) if c.alloc_index >= 0 else None
+        if allocated is not None and c.address in allocated:
+            when = allocated[c.address]
+        site = c.call_site if c.call_site is not None else call_site(stacks, c.stack)
+        pin["text"].append("<b>pinning</b>: releasing it makes room<br>" + chunk_hover(
+            c.tag, c.size, c.requested, c.address, when, site))  # fmt: skip
+    specs.append({
+        "type": "bar", "orientation": "h", "name": "pinning", "y": pin["y"], "base": pin["base"], "x": pin["x"],
+        "hovertext": pin["text"], "hoverinfo": "text",
+        "marker": {"color": OOM_COLORS["pinning"], "line": {"width": 1, "color": "#7b241c"}},
+    })  # fmt: skip
+    ghost: dict[str, Any] = {
+        "type": "bar", "orientation": "h", "name": "failed request", "y": [], "base": [], "x": [],
+        "offset": 0.36, "width": 0.3, "hoverinfo": "text", "hovertext": [],
+        "marker": {"color": OOM_COLORS["failed request"], "line": {"width": 1.5, "color": OOM_COLORS["pinning"]},
+                   "pattern": {"shape": "/", "fgcolor": OOM_COLORS["pinning"], "size": 6}},
+    }  # fmt: skip
+    if pinning.largest_hole_address >= 0:
+        seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
+        ghost["y"] = [y_of(seg.base)]
+        ghost["base"] = [pinning.largest_hole_address - seg.base]
+        ghost["x"] = [pinning.rounded]
+        ghost["hovertext"] = [
+            f"<b>failed request</b> {format_size(pinning.rounded)}<br>largest free hole "
+            f"{format_size(pinning.largest_hole)} at {pinning.largest_hole_address:#x}<br>{pinning.sentence()}"
+        ]
+    specs.append(ghost)
+    return specs
 
 
 def trace_specs(
@@ -153,42 +284,69 @@ def trace_specs(
     max_rectangles: int = 20_000,
     lean: bool = False,
     stacks: Sequence[tuple[Frame, ...]] | None = None,
+    pinning: Pinning | None = None,
+    allocated: Allocated | None = None,
 ) -> list[dict[str, Any]]:
-    """The map's bars as plain plotly trace dicts: always ``used``, ``waste``, ``free`` first
-    (possibly empty) in ``"state"`` mode or when aggregated, so scrubber frames line up.
+    """The map's bars as plain plotly trace dicts: always ``free``, ``waste``, ``used`` first
+    (possibly empty; chunks in use drawn last, on top) in ``"state"`` mode or when aggregated, so
+    scrubber frames line up; then one trace per tag/dtype; then, with ``pinning``, the
+    ``pinning`` chunks and the ``failed request`` ghost bar.
 
-    ``lean``: rows as numbers (``segment_rows`` labels them), whole-byte geometry and hover
-    from numeric ``customdata`` instead of per-rectangle text (tags left out): about a
-    third of the bytes, for reports that embed many frames.
+    ``allocated``: when each live chunk was allocated (hover says so). ``lean``: rows as numbers
+    (``segment_rows`` labels them) and whole-byte geometry, for reports that embed many frames;
+    chunk hovers then come as numeric ``customdata`` ``[size, requested, tag, event, ms, site]``
+    (tag and site index ``meta.strings``, -1 none; ms: the allocation's time from the log's
+    start) that the report's script turns into the same words as ``chunk_hover``, taking the
+    address from the row's segment base and the bar's base -- a fraction of the bytes of text.
     """
     n_chunks = sum(len(s.chunks) for s in state.segments)
     aggregated = n_chunks * 2 > max_rectangles
-    traces = _aggregated(state, max_rectangles) if aggregated else _exact(state, color_by, stacks)
-    names = ["used", "waste", "free", *sorted(n for n in traces if n not in COLORS)]
+    zoom = zoom_range(state, pinning)
+    min_width = MIN_WIDTH * _visible_span(state, zoom)
+    free_name = "free hole" if pinning is not None else "free"
+    if aggregated:
+        traces = _aggregated(state, max_rectangles, texts=not lean)
+    else:
+        traces = _exact(state, color_by, stacks, allocated, min_width, free_name)
+    first = [free_name, "waste", "used"]
+    names = [*first, *sorted(n for n in traces if n not in first and n not in COLORS)]
     rows = {_label(seg.base): i for i, seg in enumerate(state.segments)}
+    chunk_of = {c.address: c for c in state.chunks()} if lean and not aggregated else {}
     specs = []
     for i, name in enumerate(names):
-        data = traces.get(name, {"y": [], "base": [], "x": [], "text": [], "custom": []})
+        data = traces.get(name, _EMPTY)
+        color = OOM_COLORS.get(name) or COLORS.get(name, _PALETTE[i % len(_PALETTE)])
         spec: dict[str, Any] = {
             "type": "bar",
             "orientation": "h",
             "name": name + (" (aggregated)" if aggregated and name in COLORS else ""),
-            "marker": {
-                "color": COLORS.get(name, _PALETTE[i % len(_PALETTE)]),
-                "line": {"width": 0.5, "color": "white"},
-            },
+            "marker": {"color": color, "line": {"width": 0.5, "color": "white"}},
         }
         if lean:
-            spec.update(
-                y=[rows[y] for y in data["y"]],
-                base=[int(b) for b in data["base"]],
-                x=[round(x) for x in data["x"]],
-                customdata=[list(c) for c in data["custom"]],
-                hovertemplate=_LEAN_HOVER[aggregated] + f"<extra>{name}</extra>",
-            )
+            spec.update(y=[rows[y] for y in data["y"]], base=[int(b) for b in data["base"]],
+                        x=[round(x) for x in data["x"]])  # fmt: skip
+            if aggregated:
+                spec.update(customdata=[list(c) for c in data["custom"]], hovertemplate=_LEAN_AGGREGATED)
+            else:
+                strings: dict[str, int] = {}
+                custom = []
+                for address, size, _ in data["custom"]:  # the address is the row's base + the bar's base
+                    c = chunk_of[address]
+                    when = allocated.get(address) if allocated is not None and c.in_use else None
+                    site = call_site(stacks, c.stack) if c.in_use else None
+                    tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
+                    site_id = strings.setdefault(site, len(strings)) if site is not None else -1
+                    event, ns = when or (-1, -1)
+                    custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
+                meta: dict[str, Any] = {"strings": list(strings)}
+                if name == "waste":  # its bars start after the requested bytes, not at the chunk
+                    meta["afterRequested"] = True
+                spec.update(customdata=custom, meta=meta, hoverinfo="text")
         else:
             spec.update(y=data["y"], base=data["base"], x=data["x"], hovertext=data["text"], hoverinfo="text")
         specs.append(spec)
+    if pinning is not None:
+        specs += _oom_traces(state, pinning, rows if lean else None, min_width, allocated, stacks)
     return specs
 
 
@@ -199,9 +357,14 @@ def map_traces(
     max_rectangles: int = 20_000,
     lean: bool = False,
     stacks: Sequence[tuple[Frame, ...]] | None = None,
+    pinning: Pinning | None = None,
+    allocated: Allocated | None = None,
 ) -> list[go.Bar]:
     """``trace_specs`` as validated plotly ``Bar`` traces."""
-    specs = trace_specs(state, color_by=color_by, max_rectangles=max_rectangles, lean=lean, stacks=stacks)
+    specs = trace_specs(
+        state, color_by=color_by, max_rectangles=max_rectangles, lean=lean, stacks=stacks, pinning=pinning,
+        allocated=allocated,
+    )  # fmt: skip
     return [go.Bar(**spec) for spec in specs]
 
 
@@ -215,27 +378,58 @@ def segment_rows(state: HeapState) -> dict[str, Any]:
     }
 
 
-def map_layout(state: HeapState, *, title: str | None = None, lean: bool = False) -> dict[str, Any]:
-    """The map's layout as a plain dict: the metric strip in the title, one row per segment."""
+def _size_ticks(span: int) -> dict[str, Any]:
+    """x-axis ticks in binary units over ``[0, span]`` bytes (plotly's own are decimal)."""
+    if span <= 0:
+        return {}
+    raw = span / 6
+    step = 1
+    while step * 2 <= raw:
+        step *= 2
+    values = list(range(0, span + 1, step))
+    return {"tickvals": values, "ticktext": [format_size(v) for v in values]}
+
+
+def map_layout(
+    state: HeapState, *, title: str | None = None, lean: bool = False, pinning: Pinning | None = None
+) -> dict[str, Any]:
+    """The map's layout as a plain dict: the metric strip in the title, one row per segment, the
+    x range zoomed by ``zoom_range`` with buttons for the used range and the whole pool."""
     rows = max(1, len(state.segments))
     yaxis: dict[str, Any] = {"title": {"text": "segment"}, "type": "category", "autorange": "reversed"}
     if lean:
         yaxis = {"title": {"text": "segment"}, **segment_rows(state)}
-    return {
-        "title": {"text": html.escape(title or state.device) + "<br><sub>" + metric_text(state) + "</sub>"},
+        if pinning is not None:  # room for the ghost bar below the last row
+            yaxis["range"] = [yaxis["range"][0] + 0.2, yaxis["range"][1]]
+    widest = max((s.size for s in state.segments), default=0)
+    zoom = zoom_range(state, pinning)
+    xaxis: dict[str, Any] = {"title": {"text": "offset in segment"}, **_size_ticks(widest)}
+    xaxis["range"] = [0, zoom[1]] if zoom is not None else [0, widest]
+    heading = html.escape(title or state.device) + "<br><sub>" + metric_text(state)
+    if pinning is not None:
+        heading += "<br>" + html.escape(pinning.sentence())
+    layout: dict[str, Any] = {
+        "title": {"text": heading + "</sub>"},
         "barmode": "overlay",
-        "bargap": 0.15,
-        "height": min(900, 180 + 28 * rows),
-        "xaxis": {
-            "title": {"text": "offset in segment"},
-            "rangemode": "tozero",
-            "exponentformat": "SI",
-            "ticksuffix": "B",
-        },
+        "bargap": 0.35 if pinning is not None else 0.15,
+        "height": min(900, (220 if pinning is not None else 180) + 28 * rows),
+        "hovermode": "closest",
+        "xaxis": xaxis,
         "yaxis": yaxis,
-        "legend": {"orientation": "h", "y": -0.25},
-        "margin": {"l": 120, "r": 20, "t": 80, "b": 60},
+        "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+        "margin": {"l": 120, "r": 20, "t": 100 if pinning is not None else 80, "b": 80},
+        "uirevision": "map",  # zoom and pan survive redraws (scrubbing)
     }
+    if zoom is not None:
+        layout["updatemenus"] = [{
+            "type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom",
+            "showactive": True, "active": 0,
+            "buttons": [
+                {"label": "used range", "method": "relayout", "args": [{"xaxis.range": [0, zoom[1]]}]},
+                {"label": "whole pool", "method": "relayout", "args": [{"xaxis.range": [0, widest]}]},
+            ],
+        }]  # fmt: skip
+    return layout
 
 
 def fragmentation_map(
@@ -246,13 +440,67 @@ def fragmentation_map(
     title: str | None = None,
     lean: bool = False,
     stacks: Sequence[tuple[Frame, ...]] | None = None,
+    pinning: Pinning | None = None,
+    allocated: Allocated | None = None,
 ) -> go.Figure:
     """The fragmentation map of ``state`` with its metric strip as the title.
 
     ``stacks``: the log's stack table, to show each chunk's call site on hover (chunks from
-    a replay carry their allocation's stack id). ``lean``: see ``trace_specs``.
+    a replay carry their allocation's stack id). ``pinning``: the analysis at an OOM (ghost
+    bar, holes, pinning chunks, its sentence in the title). ``allocated``: when each live chunk
+    was allocated. ``lean``: see ``trace_specs``.
     """
     return go.Figure(
-        data=map_traces(state, color_by=color_by, max_rectangles=max_rectangles, lean=lean, stacks=stacks),
-        layout=map_layout(state, title=title, lean=lean),
-    )
+        data=map_traces(
+            state, color_by=color_by, max_rectangles=max_rectangles, lean=lean, stacks=stacks, pinning=pinning,
+            allocated=allocated,
+        ),
+        layout=map_layout(state, title=title, lean=lean, pinning=pinning),
+    )  # fmt: skip
+
+
+def map_spec(
+    p: Profile,
+    device: str,
+    index: int | None = None,
+    *,
+    lean: bool = False,
+    max_rectangles: int | None = None,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """``{"data": [...], "layout": {...}}`` (plain dicts) of ``device``'s map right after log
+    position ``index`` (default: the moment views open at, ``DeviceProfile.opening``), with the
+    OOM's pinning when ``index`` is an OOM, each chunk's allocation time and call site."""
+    return map_spec_and_state(p, device, index, lean=lean, max_rectangles=max_rectangles, title=title)[0]
+
+
+def map_spec_and_state(
+    p: Profile,
+    device: str,
+    index: int | None = None,
+    *,
+    lean: bool = False,
+    max_rectangles: int | None = None,
+    title: str | None = None,
+) -> tuple[dict[str, Any], HeapState]:
+    """``map_spec`` and the HeapState it draws."""
+    dp = p.devices[device]
+    at = dp.opening if index is None else index
+    state = dp.state_at(at)
+    pinned = dp.pinning_at(at)
+    specs = trace_specs(
+        state, color_by=p.options.color_by, max_rectangles=max_rectangles or p.options.max_rectangles, lean=lean,
+        stacks=p.log.stacks, pinning=pinned, allocated=dp.allocated(at, p.t0_ns),
+    )  # fmt: skip
+    if title is None:
+        what = "out of memory" if pinned is not None else ("peak" if at == dp.peak.index else "")
+        title = f"{device} after event {at if at >= 0 else len(p.log) - 1}" + (f" ({what})" if what else "")
+    return {"data": specs, "layout": map_layout(state, title=title, lean=lean, pinning=pinned)}, state
+
+
+def device_map(
+    p: Profile, device: str, index: int | None = None, *, max_rectangles: int | None = None, lean: bool = False
+) -> go.Figure:
+    """``map_spec`` as a validated figure: what the report, result and dashboard draw."""
+    spec = map_spec(p, device, index, max_rectangles=max_rectangles, lean=lean)
+    return go.Figure(data=[go.Bar(**t) for t in spec["data"]], layout=spec["layout"])

@@ -12,17 +12,20 @@ import html
 import json
 from typing import Any
 
+import numpy as np
 import plotly
 import plotly.graph_objects as go
 from plotly.utils import PlotlyJSONEncoder
 
 from gpuviz.analysis.profile import DeviceProfile, Profile
-from gpuviz.base.units import format_bytes
-from gpuviz.views.fragmentation import map_layout, metric_text, trace_specs
+from gpuviz.analysis.tables import devices_present
+from gpuviz.base.units import format_size
+from gpuviz.log.schema import Kind
+from gpuviz.views.fragmentation import map_spec_and_state, metric_text
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
-__all__ = ["report_html", "FRAME_RECTANGLES", "figure_json", "to_script_json"]
+__all__ = ["report_html", "FRAME_RECTANGLES", "NEAR_OPENING", "figure_json", "to_script_json", "scrub_positions"]
 
 FRAME_RECTANGLES = 1500
 """The most rectangles one scrubber frame draws (the rest is aggregated)."""
@@ -35,16 +38,51 @@ h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1
 """
 
 _FUNCTIONS = """
+function gpuvizSize(n) {
+  // the same words as gpuviz.base.units.format_size
+  if (n < 0) { return '-' + gpuvizSize(-n); }
+  var units = [[1099511627776, 'TiB'], [1073741824, 'GiB'], [1048576, 'MiB'], [1024, 'KiB']];
+  for (var i = 0; i < units.length; i++) {
+    if (n >= units[i][0]) {
+      var v = n / units[i][0], t = v < 9.95 ? v.toFixed(1) : v.toFixed(0);
+      if (t === '1024' && i > 0) { return gpuvizSize(units[i][0] * 1024); }
+      return t + ' ' + units[i][1];
+    }
+  }
+  return Math.round(n) + ' B';
+}
+function gpuvizEscape(s) { return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;'); }
+function gpuvizHover(data, layout) {
+  // lean map traces carry [size, requested, tag, event, ms, site] per chunk; the address is the
+  // row's segment base plus the bar's base. The same words as gpuviz.views.fragmentation's
+  // chunk_hover / hole_hover.
+  var bases = ((layout.yaxis || {}).ticktext || []).map(function (t) { return parseInt(t, 16); });
+  data.forEach(function (trace) {
+    if (!trace.meta || !trace.meta.strings || !trace.customdata) { return; }
+    var strings = trace.meta.strings;
+    trace.hovertext = trace.customdata.map(function (c, i) {
+      var address = '0x' + (bases[trace.y[i]] + trace.base[i] - (trace.meta.afterRequested ? c[1] : 0)).toString(16);
+      if (c[2] < 0) { return '<b>free hole</b> ' + gpuvizSize(c[0]) + '<br>address ' + address; }
+      var text = '<b>' + gpuvizEscape(strings[c[2]]) + '</b><br>requested ' + gpuvizSize(c[1]) +
+        ' \u00b7 chunk ' + gpuvizSize(c[0]) + '<br>address ' + address;
+      if (c[3] >= 0) { text += '<br>allocated at event ' + c[3] + ', t = ' + (c[4] / 1e3).toFixed(3) + ' s'; }
+      if (c[5] >= 0) { text += '<br>call site ' + gpuvizEscape(strings[c[5]]); }
+      return text;
+    });
+  });
+  return data;
+}
 function gpuvizSortTable(table) {
   table.querySelectorAll('th').forEach(function (th, column) {
     th.addEventListener('click', function () {
       var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
       var ascending = th.dataset.order !== 'asc'; th.dataset.order = ascending ? 'asc' : 'desc';
       rows.sort(function (a, b) {
-        var x = a.cells[column].dataset.value || a.cells[column].textContent;
-        var y = b.cells[column].dataset.value || b.cells[column].textContent;
-        var nx = parseFloat(x), ny = parseFloat(y);
-        var order = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+        // numeric cells sort by their data-value (bytes, ns), text cells by their text
+        var numeric = a.cells[column].dataset.value !== undefined && b.cells[column].dataset.value !== undefined;
+        var x = numeric ? a.cells[column].dataset.value : a.cells[column].textContent;
+        var y = numeric ? b.cells[column].dataset.value : b.cells[column].textContent;
+        var order = numeric ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
         return ascending ? order : -order;
       });
       rows.forEach(function (row) { body.appendChild(row); });
@@ -53,23 +91,35 @@ function gpuvizSortTable(table) {
 }
 function gpuvizScrubber(id, first) {
   // Only the first frame is parsed at load; the rest is inert JSON, parsed on first use.
+  // Frames share layout.uirevision, so a zoom or pan survives scrubbing. Arrow keys step
+  // frame by frame on the slider and on the map (click it first).
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
+  var plot = document.getElementById(id);
   var frames = null;
-  function show(f) { Plotly.react(id, f.data, f.layout); label.textContent = f.label; }
-  input.addEventListener('input', function () {
+  function show(f) { Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout); label.textContent = f.label; }
+  function go(value) {
     if (frames === null) { frames = JSON.parse(document.getElementById(id + '-frames').textContent); }
+    input.value = String(value);
     show(frames[parseInt(input.value, 10)]);
+  }
+  input.addEventListener('input', function () { go(input.value); });
+  plot.addEventListener('keydown', function (e) {
+    var step = e.key === 'ArrowRight' ? 1 : e.key === 'ArrowLeft' ? -1 : 0;
+    if (!step) { return; }
+    e.preventDefault();
+    go(Math.min(Math.max(parseInt(input.value, 10) + step, 0), parseInt(input.max, 10)));
   });
   show(first);
 }
 """
-_ON_LOAD = "document.querySelectorAll('table.gpuviz-placement').forEach(gpuvizSortTable);"
+_ON_LOAD = "document.querySelectorAll('table.gpuviz-placement, table.gpuviz-sortable').forEach(gpuvizSortTable);"
 
 
 def to_script_json(value: Any) -> str:
-    """JSON safe to place inside a ``<script>`` element."""
+    """JSON safe to place inside a ``<script>`` element: every ``<`` is written ``\\u003c``, so
+    no user string can close the element or open another."""
     text = json.dumps(value, cls=PlotlyJSONEncoder, separators=(",", ":"))
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c")
 
 
 def figure_json(figure: go.Figure) -> dict[str, Any]:
@@ -87,25 +137,44 @@ def _plot(div_id: str, figure: go.Figure) -> str:
     )
 
 
-def _scrubber(div_id: str, p: Profile, device: DeviceProfile) -> str:
+NEAR_OPENING = 5
+"""The scrubber also stops at this many settled events before and after the moment it opens at."""
+
+
+def scrub_positions(device: DeviceProfile) -> list[int]:
+    """The report scrubber's stops: ``scrub_stops`` plus the ``NEAR_OPENING`` settled events on
+    either side of the opening moment (so arrow keys step event by event around an OOM)."""
+    stops = set(device.scrub_index.tolist())
+    settled = device.series.index[device.series.settled]
+    if device.opening >= 0 and len(settled):
+        at = int(np.searchsorted(settled, device.opening))
+        stops.update(settled[max(at - NEAR_OPENING, 0) : at + NEAR_OPENING + 1].tolist())
+        stops.add(device.opening)
+    return sorted(stops)
+
+
+def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> str:
+    seconds = (int(p.log["time_ns"][index]) - p.t0_ns) / 1e9
+    kind = int(p.log["kind"][index])
+    what = {Kind.OOM: " · OUT OF MEMORY", Kind.MARK: f" · mark {p.log.strings[int(p.log['tag'][index])]}"}.get(
+        Kind(kind), " · peak" if index == device.peak.index else ""
+    )
+    return f"event {index} · t = {seconds:.6f} s{what} · {text}"
+
+
+def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile) -> str:
     frames = []
-    positions = device.scrub_index.tolist()
+    positions = scrub_positions(device)
     for index in positions:
-        state = device.state_at(index)
-        seconds = (int(p.log["time_ns"][index]) - p.t0_ns) / 1e9
-        frames.append(
-            {  # plain dicts: validating 40 figures with plotly would dominate the report's build time
-                "data": trace_specs(state, max_rectangles=FRAME_RECTANGLES, lean=True),
-                "layout": map_layout(state, lean=True),
-                "label": f"event {index} · t = {seconds:.6f} s · {metric_text(state)}",
-            }
-        )
-    start = positions.index(device.peak.index) if device.peak.index in positions else max(len(positions) - 1, 0)
+        # plain dicts: validating dozens of figures with plotly would dominate the report's build time
+        spec, state = map_spec_and_state(p, name, index, lean=True, max_rectangles=FRAME_RECTANGLES)
+        frames.append({**spec, "label": _frame_label(p, device, index, metric_text(state))})
+    start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
     first = to_script_json(frames[start]) if frames else '{"data":[],"layout":{},"label":""}'
     return (
         f'<div class="scrubber"><span>time</span><input type="range" id="{div_id}-slider" min="0" '
         f'max="{max(len(positions) - 1, 0)}" value="{start}" step="1" aria-label="time scrubber">'
-        f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot"></div>'
+        f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
         f'<script type="application/json" id="{div_id}-frames">{to_script_json(frames)}</script>'
         f"<script>gpuvizScrubber('{div_id}', {first});</script>"
     )
@@ -122,17 +191,19 @@ def report_html(
     else:
         raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
     body = [f"<h1>{html.escape(title)}</h1>"]
-    facts = f"{len(p.log)} events · devices: {html.escape(', '.join(p.log.device_names) or 'none')}"
+    facts = f"{len(p.log)} events · devices: {html.escape(', '.join(devices_present(p.log)) or 'none')}"
     if source:
         facts = f"{html.escape(source)} · " + facts
     body.append(f"<p>{facts}</p>")
     body.append(
-        '<h2>Summary</h2><div class="gpuviz">' + summary_html(p.diagnosis, group_by=p.options.group_by) + "</div>"
+        '<h2>Summary</h2><div class="gpuviz">'
+        + summary_html(p.diagnosis, group_by=p.options.group_by, t0_ns=p.t0_ns)
+        + "</div>"
     )
     for number, (name, device) in enumerate(p.devices.items()):
-        body.append(f"<h2>{html.escape(name)}: peak {format_bytes(device.peak.bytes)}</h2>")
+        body.append(f"<h2>{html.escape(name)}: peak {format_size(device.peak.bytes)}</h2>")
         body.append("<h3>Fragmentation map</h3>")
-        body.append(_scrubber(f"map{number}", p, device))
+        body.append(_scrubber(f"map{number}", p, name, device))
         body.append("<h3>Timeline</h3>")
         figure = timeline(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,

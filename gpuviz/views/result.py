@@ -11,7 +11,16 @@ Layout::
     {"format": "gpuviz-result", "version": 1, "title": str,
      "summary": [str, ...],                                  # plain-text lines
      "figures": [{"name": str, "title": str, "figure": {"data": [...], "layout": {...}}}],
-     "tables":  [{"name": str, "title": str, "columns": [str], "rows": [[str|int|float|None]]}]}
+     "tables":  [{"name": str, "title": str, "columns": [str], "rows": [[str|int|float|None]],
+                  # optional (readers of older results do without them):
+                  "headers": [str],             # human column headers
+                  "kinds": [str],               # per column: text, bytes, ns, count, share, address
+                  "total": [str|int|float|None] | None,  # a totals row, same kinds
+                  "highlight": [int]}]}         # rows to highlight (soft placement, pinning)
+
+Values stay raw (bytes, ns) so that tables sort by value; the extension formats them by kind.
+Each device's map is drawn at the moment views open at: its first OOM (with the pinning
+analysis), else its peak.
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ import pandas as pd
 from plotly.utils import PlotlyJSONEncoder
 
 from gpuviz.analysis.profile import Profile
-from gpuviz.base.units import format_bytes
-from gpuviz.views.fragmentation import fragmentation_map
+from gpuviz.analysis.tables import devices_present
+from gpuviz.base.units import format_size
+from gpuviz.views.fragmentation import device_map
+from gpuviz.views.oom import pinning_lines
 from gpuviz.views.report import FRAME_RECTANGLES, figure_json
 from gpuviz.views.timeline import timeline
 
@@ -34,29 +45,68 @@ MIME_TYPE = "application/vnd.gpuviz.v1+json"
 FORMAT = "gpuviz-result"
 FORMAT_VERSION = 1
 FILE_EXTENSION = ".gpuviz.json"
+LIVE_ROWS = 200
+"""The most rows of a "live at the OOM / at the peak" table in a result."""
 
 
 def _summary(p: Profile) -> list[str]:
-    lines = [f"{len(p.log)} events · devices: {', '.join(p.log.device_names) or 'none'}"]
+    lines = [f"{len(p.log)} events · devices: {', '.join(devices_present(p.log)) or 'none'}"]
     lines += [f"hint: {hint}" for hint in p.diagnosis.hints]
     for d in p.diagnosis.devices:
         lines.append(
-            f"{d.device}: peak in use {format_bytes(d.peak.bytes)} at event {d.peak.seq}, "
-            f"peak pool {format_bytes(d.peak_pool_bytes)}, in use at end {format_bytes(d.bytes_in_use_at_end)}, "
+            f"{d.device}: peak in use {format_size(d.peak.bytes)} at event {d.peak.seq}, "
+            f"peak pool {format_size(d.peak_pool_bytes)}, in use at end {format_size(d.bytes_in_use_at_end)}, "
             f"fragmentation at peak {d.fragmentation_at_peak:.1%}, internal waste at peak "
-            f"{format_bytes(d.waste_at_peak)}"
+            f"{format_size(d.waste_at_peak)}"
         )
+        if d.pinning is not None:
+            lines.append(f"{d.device}: out of memory requesting {format_size(d.pinning.request_bytes)}:")
+            lines += pinning_lines(d.pinning, p.t0_ns)
     for row in p.ooms.to_dict("records"):
         lines.append(
-            f"out of memory on {row['device']}: {format_bytes(int(row['requested']))} requested, "
-            f"{format_bytes(int(row['free']))} free, largest free chunk {format_bytes(int(row['largest_free']))}"
+            f"out of memory on {row['device']}: {format_size(int(row['requested']))} requested, "
+            f"{format_size(int(row['free']))} free, largest free chunk {format_size(int(row['largest_free']))}"
         )
     return lines
 
 
-def _table(name: str, title: str, frame: pd.DataFrame) -> dict[str, Any]:
+_COLUMNS: dict[str, tuple[str, str]] = {  # column -> (header, kind)
+    "op": ("op", "text"), "requested": ("requested", "bytes"), "device": ("device", "text"),
+    "count": ("count", "count"), "soft": ("soft placed", "count"), "op_ns": ("op time", "ns"),
+    "bytes_allocated": ("allocated", "bytes"), "bytes_transferred": ("transferred", "bytes"),
+    "transfer_ns": ("transfer time", "ns"), "call_site": ("call site", "text"), "allocations": ("allocations", "count"),
+    "transfers": ("transfers", "count"), "tag": ("tag", "text"), "shape": ("shape", "text"),
+    "dtype": ("dtype", "text"), "size": ("chunk", "bytes"), "age_ns": ("age", "ns"), "address": ("address", "address"),
+    "alloc_index": ("allocated at event", "count"),
+}  # fmt: skip
+
+
+_NO_TOTAL = ("age_ns", "alloc_index")
+
+
+def _table(
+    name: str, title: str, frame: pd.DataFrame, *, kinds: dict[str, str] | None = None, total: bool = True,
+    highlight: list[int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """A table of raw values with human headers, a kind per column, totals of the numeric
+    columns (bytes, ns, count) and the rows to highlight."""
     rows = [[None if pd.isna(v) else v for v in row] for row in frame.itertuples(index=False, name=None)]
-    return {"name": name, "title": title, "columns": [str(c) for c in frame.columns], "rows": rows}
+    columns = [str(c) for c in frame.columns]
+    kind = [(kinds or {}).get(c) or _COLUMNS.get(c, (c, "text"))[1] for c in columns]
+    summed = [
+        int(frame[c].sum()) if k in ("bytes", "ns", "count") and c not in _NO_TOTAL else ("total" if i == 0 else None)
+        for i, (c, k) in enumerate(zip(columns, kind, strict=True))
+    ]
+    return {
+        "name": name,
+        "title": title,
+        "columns": columns,
+        "rows": rows,
+        "headers": [_COLUMNS.get(c, (c.replace("_", " "), ""))[0] for c in columns],
+        "kinds": kind,
+        "total": summed if total and len(frame) else None,
+        "highlight": highlight or [],
+    }
 
 
 def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:
@@ -64,9 +114,10 @@ def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:
     figures = []
     gpus_first = sorted(p.devices.items(), key=lambda item: not item[0].startswith("GPU"))
     for name, device in gpus_first:
-        state = device.state_at(device.peak.index) if device.peak.index >= 0 else device.state_at(-1)
-        at_peak = fragmentation_map(state, max_rectangles=FRAME_RECTANGLES, lean=True)
-        figures.append({"name": f"map:{name}", "title": f"{name}: heap at the peak", "figure": figure_json(at_peak)})
+        at = device.opening
+        where = "out-of-memory error" if device.pinning_at(at) is not None else "peak"
+        heap = device_map(p, name, at, max_rectangles=FRAME_RECTANGLES)
+        figures.append({"name": f"map:{name}", "title": f"{name}: heap at the {where}", "figure": figure_json(heap)})
         series = timeline(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == name] if len(p.ooms) else None,
@@ -74,8 +125,23 @@ def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:
         )  # fmt: skip
         figures.append({"name": f"timeline:{name}", "title": f"{name}: timeline", "figure": figure_json(series)})
     tables = []
+    for d in p.diagnosis.devices:
+        if d.pinning is not None and d.pinning.best is not None:
+            pinned = pd.DataFrame(
+                [(c.tag, c.size, c.requested, c.address, c.alloc_index, c.age_ns, c.call_site)
+                 for c in d.pinning.best.chunks],
+                columns=["tag", "size", "requested", "address", "alloc_index", "age_ns", "call_site"],
+            )  # fmt: skip
+            caption = f"{d.device}: pinning allocations at the out-of-memory error ({d.pinning.sentence()})"
+            tables.append(_table(f"pinning:{d.device}", caption, pinned, highlight=list(range(len(pinned)))))
+        if len(d.live):
+            live = d.live.head(LIVE_ROWS).drop(columns=["alloc_index"])
+            moment = "out-of-memory error" if d.moment == "OOM" else "peak"
+            caption = f"{d.device}: live at the {moment} ({len(d.live)} allocation{'s' if len(d.live) != 1 else ''}"
+            tables.append(_table(f"live:{d.device}", caption + ", largest first)", live))
     if len(p.placements):
-        tables.append(_table("placement", "Placement", p.placements))
+        soft = [i for i, n in enumerate(p.placements["soft"].tolist()) if n]
+        tables.append(_table("placement", "Placement", p.placements, kinds={"requested": "text"}, highlight=soft))
     if len(p.call_sites):
         tables.append(_table("call sites", "Call sites", p.call_sites))
     data = {

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from gpuviz.analysis.profile import Profile, profile
+from gpuviz.analysis.tables import devices_present
 from gpuviz.analysis.timeline import resample
 from gpuviz.base.units import format_bytes
 from gpuviz.log.eventlog import EventLog, set_renderer
@@ -34,14 +35,16 @@ def sparkline_svg(values: np.ndarray, *, width: int = 360, height: int = 48, col
 
 def static_html(p: Profile, *, title: str = "gpuviz") -> str:
     parts = [f"<style>{TABLE_CSS}</style>", '<div class="gpuviz">', f"<h3>{html.escape(title)}</h3>"]
-    parts.append(f"<div>{len(p.log)} events · devices: {html.escape(', '.join(p.log.device_names) or 'none')}</div>")
+    parts.append(
+        f"<div>{len(p.log)} events · devices: {html.escape(', '.join(devices_present(p.log)) or 'none')}</div>"
+    )
     for name, device in p.devices.items():
         reduced = resample(device.series, 360)
         parts.append(
             f"<div><b>{html.escape(name)}</b> bytes in use (peak {format_bytes(device.peak.bytes)})<br>"
             f"{sparkline_svg(reduced.maximum['bytes_in_use'])}</div>"
         )
-    parts.append(summary_html(p.diagnosis, group_by=p.options.group_by))
+    parts.append(summary_html(p.diagnosis, group_by=p.options.group_by, t0_ns=p.t0_ns))
     if len(p.placements):
         parts.append("<h4>Placement</h4>" + placement_html(p.placements))
     parts.append("</div>")

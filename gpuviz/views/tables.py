@@ -8,7 +8,8 @@ import html
 import pandas as pd
 
 from gpuviz.analysis.diagnosis import Diagnosis
-from gpuviz.base.units import format_bytes
+from gpuviz.base.units import format_duration, format_size
+from gpuviz.views.oom import live_html, pinning_html
 
 __all__ = ["placement_html", "call_site_html", "summary_html", "TABLE_CSS"]
 
@@ -18,6 +19,10 @@ TABLE_CSS = """
 .gpuviz th { background: #f3f5f8; cursor: pointer; }
 .gpuviz td.text, .gpuviz th.text { text-align: left; }
 .gpuviz tr.soft td { background: #fff3cd; }
+.gpuviz tr.pinning td { background: #fdecea; }
+.gpuviz tr.total td { font-weight: 600; border-top: 1px solid #999; }
+.gpuviz .oom-sentence { background: #fdecea; border-left: 3px solid #c0392b; padding: 4px 8px; margin: 4px 0;
+  font-weight: 600; }
 .gpuviz .hint { background: #eef6ff; border-left: 3px solid #2e86de; padding: 4px 8px; margin: 4px 0; }
 .gpuviz .metric { display: inline-block; margin-right: 18px; }
 """
@@ -28,7 +33,12 @@ def _e(value: object) -> str:
 
 
 def _ms(ns: object) -> str:
-    return f"{int(ns) / 1e6:.3f} ms"  # type: ignore[call-overload]
+    return format_duration(int(ns))  # type: ignore[call-overload]
+
+
+def _num(text: str, value: object) -> str:
+    """A numeric cell: shown as ``text``, sorted by ``value`` (the report's tables sort by data-value)."""
+    return f'<td data-value="{_e(value)}">{text}</td>'
 
 
 def placement_html(table: pd.DataFrame) -> str:
@@ -39,22 +49,22 @@ def placement_html(table: pd.DataFrame) -> str:
     for r in table.to_dict("records"):
         css = ' class="soft"' if int(r["soft"]) else ""
         cells = [
-            (_e(r["op"]), "text"),
-            (_e(r["requested"]) or "-", "text"),
-            (_e(r["device"]), "text"),
-            (str(int(r["count"])), ""),
-            (str(int(r["soft"])), ""),
-            (_ms(r["op_ns"]), ""),
-            (format_bytes(int(r["bytes_allocated"])), ""),
-            (format_bytes(int(r["bytes_transferred"])), ""),
-            (_ms(r["transfer_ns"]), ""),
+            f'<td class="text">{_e(r["op"])}</td>',
+            f'<td class="text">{_e(r["requested"]) or "-"}</td>',
+            f'<td class="text">{_e(r["device"])}</td>',
+            _num(str(int(r["count"])), int(r["count"])),
+            _num(str(int(r["soft"])), int(r["soft"])),
+            _num(_ms(r["op_ns"]), int(r["op_ns"])),
+            _num(format_size(int(r["bytes_allocated"])), int(r["bytes_allocated"])),
+            _num(format_size(int(r["bytes_transferred"])), int(r["bytes_transferred"])),
+            _num(_ms(r["transfer_ns"]), int(r["transfer_ns"])),
         ]
-        rows.append(f"<tr{css}>" + "".join(f'<td class="{c}">{v}</td>' for v, c in cells) + "</tr>")
+        rows.append(f"<tr{css}>" + "".join(cells) + "</tr>")
     total = (
         f'<tr class="total"><td class="text">total</td><td></td><td></td><td>{int(table["count"].sum())}</td>'
         f"<td>{int(table['soft'].sum())}</td><td>{_ms(table['op_ns'].sum())}</td>"
-        f"<td>{format_bytes(int(table['bytes_allocated'].sum()))}</td>"
-        f"<td>{format_bytes(int(table['bytes_transferred'].sum()))}</td><td>{_ms(table['transfer_ns'].sum())}</td></tr>"
+        f"<td>{format_size(int(table['bytes_allocated'].sum()))}</td>"
+        f"<td>{format_size(int(table['bytes_transferred'].sum()))}</td><td>{_ms(table['transfer_ns'].sum())}</td></tr>"
         if len(table)
         else ""
     )
@@ -70,9 +80,13 @@ def call_site_html(table: pd.DataFrame) -> str:
     rows = []
     for r in table.to_dict("records"):
         rows.append(
-            f'<tr><td class="text">{_e(r["call_site"])}</td><td>{int(r["allocations"])}</td>'
-            f"<td>{format_bytes(int(r['bytes_allocated']))}</td><td>{int(r['transfers'])}</td>"
-            f"<td>{format_bytes(int(r['bytes_transferred']))}</td><td>{_ms(r['transfer_ns'])}</td></tr>"
+            f'<tr><td class="text">{_e(r["call_site"])}</td>'
+            + _num(str(int(r["allocations"])), int(r["allocations"]))
+            + _num(format_size(int(r["bytes_allocated"])), int(r["bytes_allocated"]))
+            + _num(str(int(r["transfers"])), int(r["transfers"]))
+            + _num(format_size(int(r["bytes_transferred"])), int(r["bytes_transferred"]))
+            + _num(_ms(r["transfer_ns"]), int(r["transfer_ns"]))
+            + "</tr>"
         )
     header = (
         '<tr><th class="text">call site</th><th>allocations</th><th>allocated</th><th>transfers</th>'
@@ -90,29 +104,38 @@ def _frame_html(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> str
         for column, _, fmt in columns:
             value = row[column]
             if fmt == "bytes":
-                cells.append(f"<td>{format_bytes(int(value))}</td>")
+                cells.append(_num(format_size(int(value)), int(value)))
             elif fmt == "share":
-                cells.append(f"<td>{float(value):.1%}</td>")
+                cells.append(_num(f"{float(value):.1%}", float(value)))
+            elif fmt == "number":
+                cells.append(_num(str(int(value)), int(value)))
+            elif fmt == "address":
+                cells.append(f'<td class="text">{int(value):#x}</td>')
             else:
                 cells.append(f'<td class="text">{_e(value)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<table class="gpuviz-sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag") -> str:
-    """Peak and when, top allocations at the peak, possible leaks, OOMs and hints."""
+def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag", t0_ns: int = 0) -> str:
+    """Hints, then per device: at its first OOM the sentence, the pinning allocations and what was
+    live; the peak and when, top allocations at the peak, what was live at the peak (without an
+    OOM), possible leaks; then every OOM. ``t0_ns``: the log's first time (times are shown from it)."""
     parts = []
     for hint in diagnosis.hints:
         parts.append(f'<div class="hint">{_e(hint)}</div>')
     for d in diagnosis.devices:
         when = d.peak.seq
         parts.append(f"<h4>{_e(d.device)}</h4>")
+        if d.pinning is not None:
+            parts.append(f"<div><b>Out of memory</b> requesting {format_size(d.pinning.request_bytes)}:</div>")
+            parts.append(pinning_html(d.pinning, t0_ns))
         metrics = [
-            ("peak in use", f"{format_bytes(d.peak.bytes)} at event {when}"),
-            ("peak pool", format_bytes(d.peak_pool_bytes)),
-            ("in use at end", format_bytes(d.bytes_in_use_at_end)),
+            ("peak in use", f"{format_size(d.peak.bytes)} at event {when}"),
+            ("peak pool", format_size(d.peak_pool_bytes)),
+            ("in use at end", format_size(d.bytes_in_use_at_end)),
             ("fragmentation at peak", f"{d.fragmentation_at_peak:.1%}"),
-            ("internal waste at peak", format_bytes(d.waste_at_peak)),
+            ("internal waste at peak", format_size(d.waste_at_peak)),
         ]
         parts.append("".join(f'<span class="metric"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in metrics))
         if len(d.top_at_peak):
@@ -123,11 +146,14 @@ def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag") -> str:
                     [
                         ("group", group_by, "text"),
                         ("bytes", "bytes", "bytes"),
-                        ("count", "count", "text"),
+                        ("count", "count", "number"),
                         ("share", "share", "share"),
                     ],
                 )
             )
+        if len(d.live):
+            parts.append(f"<div>Live at the {_e(d.moment)} ({len(d.live)} allocations):</div>")
+            parts.append(live_html(d.live))
         if len(d.leaks):
             leaks = d.leaks.head(20)
             parts.append(f"<div>Still alive at the end of a span ({len(d.leaks)} allocations, possible leaks):</div>")
@@ -138,7 +164,7 @@ def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag") -> str:
                         ("span", "span", "text"),
                         ("tag", "tag", "text"),
                         ("size", "size", "bytes"),
-                        ("address", "address", "text"),
+                        ("address", "address", "address"),
                     ],
                 )
             )
@@ -159,7 +185,7 @@ def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag") -> str:
     if diagnosis.transfer_bytes:
         share = diagnosis.transfer_ns / diagnosis.wall_ns if diagnosis.wall_ns else 0.0
         parts.append(
-            f'<div><span class="metric"><b>transfers</b> {format_bytes(diagnosis.transfer_bytes)} in '
+            f'<div><span class="metric"><b>transfers</b> {format_size(diagnosis.transfer_bytes)} in '
             f"{diagnosis.transfer_ns / 1e6:.2f} ms ({share:.1%} of the recorded time)</span></div>"
         )
     return "\n".join(parts)

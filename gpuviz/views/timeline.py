@@ -1,7 +1,14 @@
 """The timeline: memory over wall-clock time, transfers as spans, events as annotations.
 
+The memory lines are sampled after each public operation (``timeline.settled``: no spike
+between a ``split`` and its ``alloc``), in the binary unit that suits their largest value
+(KiB, MiB, GiB), with formatted hovers. The y range follows bytes in use and requested: when
+the pool is more than ``POOL_HIDDEN`` times larger (a preallocated GPU), its line starts
+hidden (a click on its legend entry shows it). Fragmentation is a percentage on the right axis.
 Long series are downsampled to ``points`` time buckets keeping each bucket's minimum and
-maximum (drawn as a band), so peaks and short spikes are never lost.
+maximum (drawn as a band), so peaks and short spikes are never lost. Marks are vertical lines
+with a hover marker each; a label is written only where it does not crowd the previous one.
+Transfers are spans at least ``MIN_SPAN`` of the time axis wide, bucketed when dense.
 """
 
 from __future__ import annotations
@@ -13,18 +20,24 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpuviz.analysis.timeline import Peak, TimelineSeries, resample
-from gpuviz.base.units import format_bytes
+from gpuviz.analysis.timeline import Peak, TimelineSeries, resample, settled
+from gpuviz.base.units import binary_unit, format_duration, format_size
 
-__all__ = ["timeline", "DIRECTION_COLORS", "MAX_TRANSFER_SPANS", "MAX_MARKS"]
+__all__ = ["timeline", "DIRECTION_COLORS", "MAX_TRANSFER_SPANS", "MAX_MARKS", "POOL_HIDDEN", "MIN_SPAN", "LABEL_GAP"]
 
 DIRECTION_COLORS = {"H2D": "#2e86de", "D2H": "#e67e22", "D2D": "#8e44ad"}
 MAX_TRANSFER_SPANS = 500
 MAX_MARKS = 200
-_LINES = {
-    "bytes_in_use": ("bytes in use", "#3b6fb6"),
-    "bytes_requested": ("bytes requested", "#6a9e3f"),
-    "pool_bytes": ("pool (reserved)", "#7f8c8d"),
+POOL_HIDDEN = 2.0
+"""The pool line starts hidden when the pool's maximum is more than this times the data's."""
+MIN_SPAN = 0.002
+"""Transfer spans are drawn at least this share of the time axis wide."""
+LABEL_GAP = 0.06
+"""A mark's label is written only this share of the time axis after the previous label."""
+_LINES = {  # drawn in this order: requested (dashed) over in use, both over the pool
+    "pool_bytes": ("pool (reserved)", "#7f8c8d", None, 1.0),
+    "bytes_in_use": ("bytes in use", "#3b6fb6", None, 2.5),
+    "bytes_requested": ("bytes requested", "#27ae60", "dash", 1.5),
 }
 
 
@@ -42,8 +55,8 @@ def _transfer_spans(group: pd.DataFrame, direction: str, t0: int) -> tuple[np.nd
     if len(group) <= MAX_TRANSFER_SPANS:
         gbps = group["bandwidth"].to_numpy() / 1e9
         text = [
-            f"{direction} {format_bytes(int(b))} {html.escape(str(s))}→{html.escape(str(d))}"
-            f" in {int(ns) / 1e3:.1f} µs ({g:.1f} GB/s), {html.escape(str(r))}"
+            f"{direction} {format_size(int(b))} {html.escape(str(s))}→{html.escape(str(d))}"
+            f" in {format_duration(int(ns))} ({g:.1f} GB/s), {html.escape(str(r))}"
             for b, s, d, ns, g, r in zip(sizes.tolist(), group["source"].tolist(), group["destination"].tolist(),
                                          durations.tolist(), gbps.tolist(), group["reason"].tolist(), strict=True)
         ]  # fmt: skip
@@ -59,10 +72,14 @@ def _transfer_spans(group: pd.DataFrame, direction: str, t0: int) -> tuple[np.nd
     total = np.add.reduceat(sizes, starts)
     busy = np.add.reduceat(durations, starts)
     text = [
-        f"{n} {direction} transfers, {format_bytes(int(b))} in {int(ns) / 1e3:.1f} µs of copying"
+        f"{n} {direction} transfers, {format_size(int(b))} in {format_duration(int(ns))} of copying"
         for n, b, ns in zip(count.tolist(), total.tolist(), busy.tolist(), strict=True)
     ]
     return _seconds(first, t0), (last_end - first) / 1e9, text
+
+
+def _hover(values: np.ndarray, label: str) -> tuple[list[str], str]:
+    return [format_size(int(v)) for v in values], f"{label} %{{text}}<br>t = %{{x:.6f}} s<extra></extra>"
 
 
 def timeline(
@@ -87,66 +104,99 @@ def timeline(
         vertical_spacing=0.06,
         specs=[[{"secondary_y": True}]] + ([[{}]] if has_transfers else []),
     )
+    full = series
+    series = settled(series)
+    data_max = int(max(series.bytes_in_use.max(initial=0), series.bytes_requested.max(initial=0)))
+    pool_max = int(series.pool_bytes.max(initial=0))
+    factor, unit = binary_unit(max(data_max, 1))
     reduced = resample(series, points)
     x = _seconds(reduced.time_ns, t0)
-    for metric, (label, color) in _LINES.items():
+    span = float(_seconds(full.time_ns[-1:], t0)[0]) if len(full) else 0.0
+    for metric, (label, color, dash, width) in _LINES.items():
         high = reduced.maximum[metric]
+        text, template = _hover(high, label)
+        hidden = metric == "pool_bytes" and pool_max > POOL_HIDDEN * max(data_max, 1)
         figure.add_trace(
-            go.Scatter(x=x, y=high, name=label, mode="lines", line={"color": color, "shape": "hv"}),
+            go.Scatter(x=x, y=high / factor, name=label, mode="lines", text=text, hovertemplate=template,
+                       line={"color": color, "shape": "hv", "dash": dash, "width": width},
+                       visible="legendonly" if hidden else True),
             row=1, col=1, secondary_y=False,
         )  # fmt: skip
         if len(x) < len(series) and metric == "bytes_in_use":
+            low = reduced.minimum[metric]
+            text, template = _hover(low, f"{label} (bucket min)")
             figure.add_trace(
-                go.Scatter(x=x, y=reduced.minimum[metric], name=f"{label} (bucket min)", mode="lines",
-                           line={"color": color, "width": 0.5, "shape": "hv"}, fill="tonexty", opacity=0.3),
+                go.Scatter(x=x, y=low / factor, name=f"{label} (bucket min)", mode="lines", text=text,
+                           hovertemplate=template, line={"color": color, "width": 0.5, "shape": "hv"},
+                           fill="tonexty", opacity=0.3),
                 row=1, col=1, secondary_y=False,
             )  # fmt: skip
     figure.add_trace(
-        go.Scatter(x=x, y=reduced.maximum["fragmentation"], name="fragmentation", mode="lines",
+        go.Scatter(x=x, y=reduced.maximum["fragmentation"] * 100, name="fragmentation", mode="lines",
+                   hovertemplate="fragmentation %{y:.1f}%<br>t = %{x:.6f} s<extra></extra>",
                    line={"color": "#c0392b", "dash": "dot", "shape": "hv"}),
         row=1, col=1, secondary_y=True,
     )  # fmt: skip
     if peak is not None and peak.index >= 0:
         figure.add_trace(
-            go.Scatter(x=[(peak.time_ns - t0) / 1e9], y=[peak.bytes], name="peak", mode="markers+text",
+            go.Scatter(x=[(peak.time_ns - t0) / 1e9], y=[peak.bytes / factor], name="peak", mode="markers+text",
                        marker={"symbol": "star", "size": 14, "color": "#c0392b"},
-                       text=[f"peak {format_bytes(peak.bytes)}"], textposition="top center"),
+                       text=[f"peak {format_size(peak.bytes)}"], textposition="top center",
+                       hovertemplate=f"peak {format_size(peak.bytes)} at event {peak.index}<extra></extra>"),
             row=1, col=1, secondary_y=False,
         )  # fmt: skip
+
+    def level(seq: np.ndarray) -> np.ndarray:
+        """Bytes in use right at the events with sequence numbers ``seq`` (on the memory line)."""
+        if not len(full):
+            return np.zeros(len(seq))
+        at = np.clip(np.searchsorted(full.seq, seq), 0, len(full) - 1)
+        return full.bytes_in_use[at] / factor
+
     if ooms is not None and len(ooms):
         figure.add_trace(
-            go.Scatter(x=_seconds(ooms["time_ns"].to_numpy(), t0), y=ooms["pool_bytes"], name="out of memory",
-                       mode="markers", marker={"symbol": "x", "size": 12, "color": "#c0392b"},
-                       hovertext=[f"OOM requesting {format_bytes(int(r))}" for r in ooms["requested"]],
+            go.Scatter(x=_seconds(ooms["time_ns"].to_numpy(), t0), y=level(ooms["seq"].to_numpy()),
+                       name="out of memory", mode="markers", marker={"symbol": "x", "size": 13, "color": "#c0392b"},
+                       hovertext=[f"out of memory requesting {format_size(int(r))} at event {s}"
+                                  for r, s in zip(ooms["requested"], ooms["seq"], strict=True)],
                        hoverinfo="text"),
             row=1, col=1, secondary_y=False,
         )  # fmt: skip
     if segments is not None and len(segments):
         grow = segments[segments["kind"] == "segment_alloc"]
         if len(grow):
-            at = np.searchsorted(series.seq, grow["seq"].to_numpy())
-            at = np.clip(at, 0, max(len(series) - 1, 0))
             figure.add_trace(
-                go.Scatter(x=_seconds(grow["time_ns"].to_numpy(), t0), y=series.pool_bytes[at] if len(series) else [],
+                go.Scatter(x=_seconds(grow["time_ns"].to_numpy(), t0), y=level(grow["seq"].to_numpy()),
                            name="segment reserved", mode="markers", marker={"symbol": "triangle-up", "size": 8},
-                           hovertext=[f"segment of {format_bytes(int(s))}" for s in grow["size"]], hoverinfo="text"),
+                           hovertext=[f"segment of {format_size(int(s))} reserved" for s in grow["size"]],
+                           hoverinfo="text"),
                 row=1, col=1, secondary_y=False,
             )  # fmt: skip
     if marks is not None and len(marks):
-        shown = marks[marks["phase"] != "end"].head(MAX_MARKS)
+        shown = marks[marks["phase"] != "end"]
         shapes, notes = [], []  # one layout update: add_vline per mark copies every shape each time
-        for row in shown.to_dict("records"):
-            x_mark = (int(row["time_ns"]) - t0) / 1e9
+        xs = ((shown["time_ns"].to_numpy() - t0) / 1e9).tolist()
+        labels = [html.escape(str(v)) for v in shown["label"]]
+        last_label = -np.inf
+        for x_mark, label in zip(xs[:MAX_MARKS], labels[:MAX_MARKS], strict=True):
             shapes.append({"type": "line", "x0": x_mark, "x1": x_mark, "xref": "x", "y0": 0, "y1": 1,
                            "yref": "y domain", "line": {"color": "#95a5a6", "dash": "dash", "width": 1}})  # fmt: skip
-            notes.append({"x": x_mark, "xref": "x", "y": 1, "yref": "y domain", "text": html.escape(str(row["label"])),
-                          "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 10}})  # fmt: skip
+            if x_mark - last_label >= LABEL_GAP * max(span, 1e-12):
+                last_label = x_mark
+                notes.append({"x": x_mark, "xref": "x", "y": 1, "yref": "y domain", "text": label, "showarrow": False,
+                              "xanchor": "left", "yanchor": "top", "font": {"size": 10}})  # fmt: skip
+        figure.add_trace(
+            go.Scatter(x=xs, y=[100.0] * len(xs), name="marks", mode="markers", hovertext=labels, hoverinfo="text",
+                       marker={"symbol": "triangle-down", "size": 8, "color": "#7f8c8d"}),
+            row=1, col=1, secondary_y=True,
+        )  # fmt: skip
         figure.update_layout(shapes=shapes, annotations=notes)
     if has_transfers:
         assert transfers is not None
         for key, group in transfers.groupby("direction", sort=True):
             direction = str(key)
             start, length, text = _transfer_spans(group, direction, t0)
+            length = np.maximum(length, MIN_SPAN * span)
             figure.add_trace(
                 go.Bar(orientation="h", name=f"{direction} transfers", y=[direction] * len(start), base=start, x=length,
                        marker={"color": DIRECTION_COLORS.get(direction, "#555")}, hovertext=text, hoverinfo="text"),
@@ -161,9 +211,8 @@ def timeline(
         margin={"l": 70, "r": 60, "t": 50, "b": 60},
         barmode="overlay",
     )
-    figure.update_yaxes(
-        title_text="bytes", row=1, col=1, secondary_y=False, rangemode="tozero", exponentformat="SI", ticksuffix="B"
-    )
-    figure.update_yaxes(title_text="fragmentation", row=1, col=1, secondary_y=True, range=[0, 1])
+    figure.update_yaxes(title_text=f"memory ({unit})", row=1, col=1, secondary_y=False, rangemode="tozero")
+    figure.update_yaxes(title_text="fragmentation", row=1, col=1, secondary_y=True, range=[0, 102], dtick=20,
+                        ticksuffix="%", showgrid=False)  # fmt: skip
     figure.update_xaxes(title_text="time (s)", row=2 if has_transfers else 1, col=1)
     return figure

@@ -1,9 +1,12 @@
 """``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved event log, as JSON.
 
+Any file ``gpuviz.load`` opens works the same way (an XPlane, an XProf memory profile, ...):
+the format is told by the content, never by the name.
+
 The file is read through the server's contents manager (so only files the user may open
 are read, relative to the server's root) and analysed with the ``gpuviz`` package of the
 server's environment, off the event loop. Errors are JSON replies: 400 for a file that is
-not a gpuviz event log, 404 for a missing file, 501 when gpuviz is not installed here.
+not a gpuviz event log nor a trace gpuviz reads, 404 for a missing file, 501 when gpuviz is not installed here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ ROUTE = ("gpuviz", "result")
 
 
 def result_json(data: bytes, title: str) -> str:
-    """The ``gpuviz-result`` JSON of the event-log file ``data`` (raises LogFormatError)."""
+    """The ``gpuviz-result`` JSON of the event log or trace ``data`` (raises LogFormatError)."""
     from gpuviz import load
     from gpuviz.analysis.profile import profile
     from gpuviz.views.result import result_json as to_json

@@ -7,12 +7,31 @@ export const FORMAT_VERSION = 1;
 export const FILE_EXTENSION = '.gpuviz.json';
 /** Saved event logs, opened through the server extension's route. */
 export const LOG_EXTENSION = '.arrow';
+/** Traces of other tools that gpuviz.load opens too (the server tells formats by content). */
+export const TRACE_EXTENSIONS = ['.xplane.pb', '.memory_profile.json', '.memory_profile.json.gz'];
 export const RESULT_ROUTE = ['gpuviz', 'result'];
 
 /** A plotly figure as plotly.py writes it (`fig.to_plotly_json()`). */
 export interface IFigure {
   data: unknown[];
   layout: Record<string, unknown>;
+}
+
+/** How a table column's raw values are shown and sorted. */
+export type ColumnKind = 'text' | 'bytes' | 'ns' | 'count' | 'share' | 'address';
+
+export type Cell = string | number | null;
+
+export interface ITable {
+  name: string;
+  title: string;
+  columns: string[];
+  rows: Cell[][];
+  /** Optional: human column headers, a kind per column, a totals row, rows to highlight. */
+  headers?: string[];
+  kinds?: ColumnKind[];
+  total?: Cell[] | null;
+  highlight?: number[];
 }
 
 export interface IResult {
@@ -22,7 +41,7 @@ export interface IResult {
   /** Plain-text summary lines (diagnosis of the run). */
   summary: string[];
   figures: { name: string; title: string; figure: IFigure }[];
-  tables: { name: string; title: string; columns: string[]; rows: (string | number | null)[][] }[];
+  tables: ITable[];
 }
 
 /** The result in `data`, or an explanation of why it is not one this renderer reads. */

@@ -1,4 +1,5 @@
-// The application plugin: saved event logs (.arrow) open as results. The Jupyter server's
+// The application plugin: saved event logs (.arrow) and traces of other tools (TRACE_EXTENSIONS)
+// open as results. The Jupyter server's
 // gpuviz extension (gpuviz_labextension/handlers.py) analyses the file where it lies and
 // answers with the result JSON; this file only wires that to a ResultView.
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
@@ -6,10 +7,11 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ABCWidgetFactory, DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { LOG_EXTENSION, RESULT_ROUTE } from './format';
+import { LOG_EXTENSION, RESULT_ROUTE, TRACE_EXTENSIONS } from './format';
 import { ResultView } from './renderer';
 
 const FILE_TYPE = 'gpuviz-log';
+const TRACE_TYPE = 'gpuviz-trace';
 const FACTORY = 'gpuviz log';
 
 /** Ask the server for the result of the event log at ``path`` (relative to its root). */
@@ -48,7 +50,7 @@ class LogViewFactory extends ABCWidgetFactory<DocumentWidget<LogView>> {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'gpuviz-labextension:event-log',
-  description: 'Opens gpuviz event logs (.arrow) as results.',
+  description: 'Opens gpuviz event logs (.arrow) and the traces gpuviz reads (.xplane.pb, ...) as results.',
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
     app.docRegistry.addFileType({
@@ -59,13 +61,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
       contentType: 'file',
       fileFormat: 'base64'
     });
+    app.docRegistry.addFileType({
+      name: TRACE_TYPE,
+      displayName: 'trace gpuviz opens',
+      extensions: TRACE_EXTENSIONS,
+      contentType: 'file',
+      fileFormat: 'base64'
+    });
     app.docRegistry.addWidgetFactory(
       new LogViewFactory({
         name: FACTORY,
         label: 'gpuviz result',
         modelName: 'base64',
-        fileTypes: [FILE_TYPE],
-        defaultFor: [FILE_TYPE],
+        fileTypes: [FILE_TYPE, TRACE_TYPE],
+        defaultFor: [FILE_TYPE, TRACE_TYPE],
         readOnly: true
       })
     );

@@ -2,7 +2,8 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
-import { IResult, parseResult } from './format';
+import { Cell, ColumnKind, IResult, ITable, parseResult } from './format';
+import { formatDuration, formatSize } from './units';
 
 const CLASS_NAME = 'jp-gpuviz-result';
 
@@ -12,20 +13,80 @@ function heading(text: string): HTMLElement {
   return h;
 }
 
-function table(columns: string[], rows: (string | number | null)[][]): HTMLTableElement {
-  const node = document.createElement('table');
-  const head = node.createTHead().insertRow();
-  for (const column of columns) {
-    const th = document.createElement('th');
-    th.textContent = column;
-    head.appendChild(th);
+function show(value: Cell, kind: ColumnKind): string {
+  if (value === null) {
+    return '';
   }
-  const body = node.createTBody();
-  for (const row of rows) {
-    const tr = body.insertRow();
-    for (const value of row) {
-      tr.insertCell().textContent = value === null ? '' : String(value);
+  if (typeof value === 'number') {
+    switch (kind) {
+      case 'bytes':
+        return formatSize(value);
+      case 'ns':
+        return formatDuration(value);
+      case 'share':
+        return `${(value * 100).toFixed(1)}%`;
+      case 'address':
+        return '0x' + value.toString(16);
+      default:
+        return String(value);
     }
+  }
+  return String(value);
+}
+
+/** A table like the report's: human headers, formatted values, a totals row, highlighted
+ * rows, and sorting by value (numbers as numbers) when a header is clicked. */
+function table(t: ITable): HTMLTableElement {
+  const kinds: ColumnKind[] = t.kinds ?? t.columns.map(() => 'text');
+  const node = document.createElement('table');
+  node.className = 'jp-gpuviz-table';
+  const head = node.createTHead().insertRow();
+  const body = node.createTBody();
+  const highlight = new Set(t.highlight ?? []);
+  const rows = t.rows.map((row, index) => ({ row, index }));
+  const fill = (): void => {
+    body.textContent = '';
+    for (const { row, index } of rows) {
+      const tr = body.insertRow();
+      if (highlight.has(index)) {
+        tr.className = 'jp-gpuviz-highlight';
+      }
+      row.forEach((value, column) => {
+        const td = tr.insertCell();
+        td.textContent = show(value, kinds[column]);
+        if (kinds[column] !== 'text' && kinds[column] !== 'address') {
+          td.className = 'jp-gpuviz-number';
+        }
+      });
+    }
+  };
+  (t.headers ?? t.columns).forEach((header, column) => {
+    const th = document.createElement('th');
+    th.textContent = header;
+    th.title = 'sort';
+    th.addEventListener('click', () => {
+      const ascending = th.dataset.order !== 'asc';
+      th.dataset.order = ascending ? 'asc' : 'desc';
+      rows.sort((a, b) => {
+        const x = a.row[column];
+        const y = b.row[column];
+        const order =
+          typeof x === 'number' && typeof y === 'number'
+            ? x - y
+            : String(x ?? '').localeCompare(String(y ?? ''));
+        return ascending ? order : -order;
+      });
+      fill();
+    });
+    head.appendChild(th);
+  });
+  fill();
+  if (t.total) {
+    const tr = node.createTFoot().insertRow();
+    tr.className = 'jp-gpuviz-total';
+    t.total.forEach((value, column) => {
+      tr.insertCell().textContent = show(value, kinds[column]);
+    });
   }
   return node;
 }
@@ -78,7 +139,7 @@ export class ResultView extends Widget {
     }
     for (const t of result.tables) {
       this.node.appendChild(heading(t.title));
-      const node = table(t.columns, t.rows);
+      const node = table(t);
       node.dataset.name = t.name;
       this.node.appendChild(node);
     }

@@ -1,0 +1,325 @@
+/* gpuviz.analysis._replaykernel: replay's one pass over a device's heap events, in C (optional).
+ *
+ * checkpoints(kinds, addresses, sizes, requested, tags, stacks, every) applies the events
+ * (columns as contiguous uint8 / int64 / int64 / int64 / int32 / int32 buffers) exactly as
+ * gpuviz.analysis.replay._apply does and snapshots the heap after every ``every`` events:
+ *
+ *   returns (chunks, chunk_offsets, segments, segment_offsets), all bytes:
+ *     chunks           records of 32 bytes: address, size, requested (int64), tag, stack (int32)
+ *     segments         records of 16 bytes: base, size (int64)
+ *     *_offsets        int64 record offsets of each snapshot, snapshot k = after k*every events
+ *                      (k = 0: the empty heap), one more offset than snapshots
+ *
+ * Records of a snapshot are in no particular order. A chunk that an event needs but the
+ * heap lacks (a malformed log) raises KeyError(address), as the Python replay does.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5 };
+
+typedef struct {
+    int64_t address, size, requested;
+    int32_t tag, stack;
+} chunk_rec;
+
+typedef struct {
+    int64_t base, size;
+} segment_rec;
+
+#define EMPTY INT64_MIN
+
+/* address -> position in a dense array of records (swap-remove keeps it dense) */
+typedef struct {
+    int64_t *keys;
+    int64_t *values;
+    size_t capacity, count;
+} map_t;
+
+static size_t slot_of(int64_t key, size_t mask) {
+    return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+}
+
+static int map_init(map_t *m, size_t capacity) {
+    m->keys = malloc(capacity * sizeof(int64_t));
+    m->values = malloc(capacity * sizeof(int64_t));
+    if (m->keys == NULL || m->values == NULL) return -1;
+    for (size_t i = 0; i < capacity; i++) m->keys[i] = EMPTY;
+    m->capacity = capacity;
+    m->count = 0;
+    return 0;
+}
+
+static void map_free(map_t *m) {
+    free(m->keys);
+    free(m->values);
+}
+
+static int64_t *map_get(map_t *m, int64_t key) {
+    size_t mask = m->capacity - 1, j = slot_of(key, mask);
+    for (;;) {
+        if (m->keys[j] == key) return &m->values[j];
+        if (m->keys[j] == EMPTY) return NULL;
+        j = (j + 1) & mask;
+    }
+}
+
+static int map_put(map_t *m, int64_t key, int64_t value) {
+    if ((m->count + 1) * 2 > m->capacity) {
+        map_t bigger;
+        if (map_init(&bigger, m->capacity * 2) < 0) return -1;
+        for (size_t i = 0; i < m->capacity; i++)
+            if (m->keys[i] != EMPTY) map_put(&bigger, m->keys[i], m->values[i]);
+        map_free(m);
+        *m = bigger;
+    }
+    size_t mask = m->capacity - 1, j = slot_of(key, mask);
+    while (m->keys[j] != EMPTY && m->keys[j] != key) j = (j + 1) & mask;
+    if (m->keys[j] == EMPTY) m->count++;
+    m->keys[j] = key;
+    m->values[j] = value;
+    return 0;
+}
+
+static void map_remove(map_t *m, int64_t key) {
+    size_t mask = m->capacity - 1, j = slot_of(key, mask);
+    while (m->keys[j] != key) {
+        if (m->keys[j] == EMPTY) return;
+        j = (j + 1) & mask;
+    }
+    size_t hole = j;
+    for (;;) {
+        j = (j + 1) & mask;
+        int64_t k = m->keys[j];
+        if (k == EMPTY) break;
+        size_t home = slot_of(k, mask);
+        int passes = home <= j ? (home <= hole && hole < j) : (hole >= home || hole < j);
+        if (passes) {
+            m->keys[hole] = k;
+            m->values[hole] = m->values[j];
+            hole = j;
+        }
+    }
+    m->keys[hole] = EMPTY;
+    m->count--;
+}
+
+/* a growable byte buffer */
+typedef struct {
+    char *data;
+    size_t size, capacity;
+} buffer_t;
+
+static int buffer_add(buffer_t *b, const void *data, size_t n) {
+    if (b->size + n > b->capacity) {
+        size_t capacity = b->capacity ? b->capacity : 4096;
+        while (capacity < b->size + n) capacity *= 2;
+        char *grown = realloc(b->data, capacity);
+        if (grown == NULL) return -1;
+        b->data = grown;
+        b->capacity = capacity;
+    }
+    memcpy(b->data + b->size, data, n);
+    b->size += n;
+    return 0;
+}
+
+/* the heap: dense records + address index, for chunks and for segments */
+typedef struct {
+    chunk_rec *chunks;
+    size_t n_chunks, cap_chunks;
+    map_t chunk_at;
+    segment_rec *segments;
+    size_t n_segments, cap_segments;
+    map_t segment_at;
+} heap_t;
+
+static int set_chunk(heap_t *h, int64_t address, int64_t size, int64_t requested, int32_t tag, int32_t stack) {
+    chunk_rec rec = {address, size, requested, tag, stack};
+    int64_t *at = map_get(&h->chunk_at, address);
+    if (at) {
+        h->chunks[*at] = rec;
+        return 0;
+    }
+    if (h->n_chunks == h->cap_chunks) {
+        size_t capacity = h->cap_chunks ? h->cap_chunks * 2 : 1024;
+        chunk_rec *grown = realloc(h->chunks, capacity * sizeof(chunk_rec));
+        if (grown == NULL) return -1;
+        h->chunks = grown;
+        h->cap_chunks = capacity;
+    }
+    h->chunks[h->n_chunks] = rec;
+    if (map_put(&h->chunk_at, address, (int64_t)h->n_chunks) < 0) return -1;
+    h->n_chunks++;
+    return 0;
+}
+
+/* 0, or -1 with KeyError set when there is no chunk at address */
+static int del_chunk(heap_t *h, int64_t address) {
+    int64_t *at = map_get(&h->chunk_at, address);
+    if (at == NULL) {
+        PyObject *key = PyLong_FromLongLong(address);
+        if (key) PyErr_SetObject(PyExc_KeyError, key);
+        Py_XDECREF(key);
+        return -1;
+    }
+    int64_t hole = *at;
+    map_remove(&h->chunk_at, address);
+    h->n_chunks--;
+    if ((size_t)hole != h->n_chunks) {
+        h->chunks[hole] = h->chunks[h->n_chunks];
+        *map_get(&h->chunk_at, h->chunks[hole].address) = hole;
+    }
+    return 0;
+}
+
+static int size_of_chunk(heap_t *h, int64_t address, int64_t *size) {
+    int64_t *at = map_get(&h->chunk_at, address);
+    if (at == NULL) {
+        PyObject *key = PyLong_FromLongLong(address);
+        if (key) PyErr_SetObject(PyExc_KeyError, key);
+        Py_XDECREF(key);
+        return -1;
+    }
+    *size = h->chunks[*at].size;
+    return 0;
+}
+
+static int set_segment(heap_t *h, int64_t base, int64_t size) {
+    int64_t *at = map_get(&h->segment_at, base);
+    if (at) {
+        h->segments[*at].size = size;
+        return 0;
+    }
+    if (h->n_segments == h->cap_segments) {
+        size_t capacity = h->cap_segments ? h->cap_segments * 2 : 64;
+        segment_rec *grown = realloc(h->segments, capacity * sizeof(segment_rec));
+        if (grown == NULL) return -1;
+        h->segments = grown;
+        h->cap_segments = capacity;
+    }
+    h->segments[h->n_segments] = (segment_rec){base, size};
+    if (map_put(&h->segment_at, base, (int64_t)h->n_segments) < 0) return -1;
+    h->n_segments++;
+    return 0;
+}
+
+static int del_segment(heap_t *h, int64_t base) {
+    int64_t *at = map_get(&h->segment_at, base);
+    if (at == NULL) {
+        PyObject *key = PyLong_FromLongLong(base);
+        if (key) PyErr_SetObject(PyExc_KeyError, key);
+        Py_XDECREF(key);
+        return -1;
+    }
+    int64_t hole = *at;
+    map_remove(&h->segment_at, base);
+    h->n_segments--;
+    if ((size_t)hole != h->n_segments) {
+        h->segments[hole] = h->segments[h->n_segments];
+        *map_get(&h->segment_at, h->segments[hole].base) = hole;
+    }
+    return 0;
+}
+
+static int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer_t *segments,
+                    buffer_t *segment_offsets) {
+    if (buffer_add(chunks, h->chunks, h->n_chunks * sizeof(chunk_rec)) < 0 ||
+        buffer_add(segments, h->segments, h->n_segments * sizeof(segment_rec)) < 0)
+        return -1;
+    int64_t c = (int64_t)(chunks->size / sizeof(chunk_rec)), s = (int64_t)(segments->size / sizeof(segment_rec));
+    if (buffer_add(chunk_offsets, &c, sizeof c) < 0 || buffer_add(segment_offsets, &s, sizeof s) < 0) return -1;
+    return 0;
+}
+
+static PyObject *checkpoints(PyObject *module, PyObject *args) {
+    Py_buffer kinds, addresses, sizes, requested, tags, stacks;
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*n", &kinds, &addresses, &sizes, &requested, &tags, &stacks, &every))
+        return NULL;
+    PyObject *result = NULL;
+    heap_t h = {0};
+    buffer_t chunks = {0}, chunk_offsets = {0}, segments = {0}, segment_offsets = {0};
+    Py_ssize_t n = kinds.len;
+    if (every < 1 || addresses.len != n * 8 || sizes.len != n * 8 || requested.len != n * 8 || tags.len != n * 4 ||
+        stacks.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "columns of unequal length or wrong item size, or every < 1");
+        goto done;
+    }
+    const uint8_t *kind = kinds.buf;
+    const int64_t *address = addresses.buf, *size = sizes.buf, *req = requested.buf;
+    const int32_t *tag = tags.buf, *stack = stacks.buf;
+    if (map_init(&h.chunk_at, 1024) < 0 || map_init(&h.segment_at, 64) < 0) goto nomem;
+    int64_t zeros[2] = {0, 0}; /* snapshot 0, the empty heap: records [0, 0) */
+    if (buffer_add(&chunk_offsets, zeros, sizeof zeros) < 0 || buffer_add(&segment_offsets, zeros, sizeof zeros) < 0)
+        goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = address[i], s = size[i], old;
+        int failed = 0;
+        switch (kind[i]) {
+        case ALLOC:
+            failed = set_chunk(&h, a, s, req[i], tag[i], stack[i]) < 0 ? -2 : 0;
+            break;
+        case FREE:
+            failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
+            break;
+        case SPLIT:
+            if (size_of_chunk(&h, a, &old) < 0) goto done;
+            failed = (set_chunk(&h, a, s, 0, -1, -1) < 0 || set_chunk(&h, a + s, old - s, 0, -1, -1) < 0) ? -2 : 0;
+            break;
+        case MERGE:
+            if (size_of_chunk(&h, a, &old) < 0 || del_chunk(&h, a + old) < 0) goto done;
+            failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
+            break;
+        case SEGMENT_ALLOC:
+            failed = (set_segment(&h, a, s) < 0 || set_chunk(&h, a, s, 0, -1, -1) < 0) ? -2 : 0;
+            break;
+        default: /* segment_free */
+            if (del_segment(&h, a) < 0 || del_chunk(&h, a) < 0) goto done;
+        }
+        if (failed) goto nomem;
+        if ((i + 1) % every == 0 && snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0) goto nomem;
+    }
+    result = Py_BuildValue("(y#y#y#y#)", chunks.data ? chunks.data : "", (Py_ssize_t)chunks.size, chunk_offsets.data,
+                           (Py_ssize_t)chunk_offsets.size, segments.data ? segments.data : "",
+                           (Py_ssize_t)segments.size, segment_offsets.data, (Py_ssize_t)segment_offsets.size);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    free(h.chunks);
+    free(h.segments);
+    map_free(&h.chunk_at);
+    map_free(&h.segment_at);
+    free(chunks.data);
+    free(chunk_offsets.data);
+    free(segments.data);
+    free(segment_offsets.data);
+    PyBuffer_Release(&kinds);
+    PyBuffer_Release(&addresses);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&requested);
+    PyBuffer_Release(&tags);
+    PyBuffer_Release(&stacks);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"checkpoints", checkpoints, METH_VARARGS,
+     "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every) -> "
+     "(chunks, chunk_offsets, segments, segment_offsets)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "gpuviz.analysis._replaykernel",
+    .m_doc = "Replay's pass over the heap events in C (optional; see gpuviz.analysis.replay).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__replaykernel(void) { return PyModule_Create(&module); }

@@ -1,0 +1,93 @@
+/* gpuviz's BFC allocator core in plain C (no Python): chunks, segments, the free index.
+ *
+ * The policy is gpuviz.capture.bfc's (TensorFlow's BFC): best fit over one index of free
+ * chunks ordered by (size, address), split when the chunk is >= 2x the rounded request or
+ * the remainder is >= 128 MiB, coalesce on free with the next then the previous chunk.
+ * Growth, limits and garbage collection are decided by the caller, which hands segments
+ * in with bfc_add_segment and takes them out with bfc_release_segment.
+ *
+ * Every decision is reported through the emit callback with the columns of
+ * gpuviz.log.schema (kind, address, size, requested, segment, largest_free, tag, stack);
+ * the caller stamps time and thread. All sizes are bytes. Not thread-safe: the caller
+ * holds a lock around every call.
+ *
+ * The free index is a treap (a binary search tree, heap-ordered by a deterministic
+ * pseudo-random priority) of the free chunks; live and free chunks are found by address
+ * in an open-addressing hash table.
+ */
+#ifndef GPUVIZ_BFC_CORE_H
+#define GPUVIZ_BFC_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BFC_MIN_ALLOCATION 256
+#define BFC_MAX_INTERNAL_FRAGMENTATION ((int64_t)128 << 20)
+
+/* event kinds: gpuviz.log.schema.Kind */
+enum { BFC_SEGMENT_ALLOC = 0, BFC_SEGMENT_FREE = 1, BFC_ALLOC = 2, BFC_FREE = 3, BFC_SPLIT = 4, BFC_MERGE = 5, BFC_OOM = 6 };
+
+typedef struct {
+    int64_t address;
+    int64_t size;
+    int64_t requested; /* 0 when free */
+    int64_t segment;   /* base address of the segment holding the chunk */
+    void *tag;         /* owned by the caller (a Python str in the extension), NULL when none */
+    int32_t tag_id;    /* index into the log's string table, -1 none */
+    int32_t prev, next; /* neighbours in the segment (chunk slots), -1 none */
+    int32_t left, right; /* treap children (free chunks only), -1 none */
+    uint32_t priority;
+    uint8_t in_use;
+} bfc_chunk;
+
+typedef void (*bfc_emit_fn)(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
+                            int64_t largest_free, int32_t tag, int32_t stack);
+
+typedef struct {
+    bfc_chunk *chunks; /* slots; a free slot links to the next free one through .next */
+    int32_t capacity, free_slot, live; /* live: slots in use (chunks) */
+    int32_t root;                    /* treap of free chunks */
+    int32_t free_count;              /* chunks in the treap */
+    int64_t *hash_keys;              /* address, or BFC_EMPTY */
+    int32_t *hash_values;            /* slot */
+    size_t hash_capacity, hash_count;
+    int64_t *segment_bases, *segment_sizes;
+    size_t segments, segment_capacity;
+    uint64_t random;
+    /* stats (bytes) */
+    int64_t num_allocs, bytes_in_use, peak_bytes_in_use, largest_alloc_size, pool_bytes, peak_pool_bytes;
+    bfc_emit_fn emit;
+    void *emit_ctx;
+} bfc_t;
+
+int bfc_init(bfc_t *b); /* 0, or -1 when out of memory */
+void bfc_destroy(bfc_t *b);
+
+static inline bfc_chunk *bfc_at(bfc_t *b, int32_t slot) { return &b->chunks[slot]; }
+
+int32_t bfc_find(const bfc_t *b, int64_t address); /* slot of the chunk at address, -1 none */
+int64_t bfc_largest_free(const bfc_t *b);          /* size of the largest free chunk, 0 none */
+
+/* Remove and return the smallest free chunk >= rounded (lowest address on ties), -1 none. */
+int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded);
+/* Put a taken chunk back into the free index (an operation that could not finish). */
+void bfc_put_back(bfc_t *b, int32_t slot);
+/* Split a taken chunk if the rules say so (emits split). -1 when out of memory. */
+int bfc_split(bfc_t *b, int32_t slot, int64_t rounded, int32_t stack);
+/* Hand out a taken (and maybe split) chunk (emits alloc). */
+void bfc_mark_allocated(bfc_t *b, int32_t slot, int64_t requested, void *tag, int32_t tag_id, int32_t stack);
+/* Return a live chunk (emits free, then merge for each coalesced neighbour). The chunk's
+ * tag is stored in *tag for the caller to release. */
+void bfc_release_chunk(bfc_t *b, int32_t slot, int32_t stack, void **tag);
+
+/* A new segment from upstream becomes one free chunk (emits segment_alloc). -1 when out of memory. */
+int bfc_add_segment(bfc_t *b, int64_t base, int64_t size, int32_t stack);
+/* Whether the segment at index i is wholly free. */
+int bfc_segment_wholly_free(const bfc_t *b, size_t i);
+/* Take out the wholly free segment at base (emits segment_free); -1 when it is not one. */
+int bfc_release_segment(bfc_t *b, int64_t base, int32_t stack);
+
+/* Free chunks in index order: calls visit(ctx, chunk) for each; stops when it returns nonzero. */
+int bfc_visit_free(const bfc_t *b, int (*visit)(void *ctx, const bfc_chunk *chunk), void *ctx);
+
+#endif

@@ -1,0 +1,814 @@
+/* gpuviz.capture._bfcnative: the BFC allocator's hot path as a CPython extension (optional).
+ *
+ * Core(device, grow, validate_size, report, invalid_free_error) holds one device's chunks,
+ * segments and free index (the plain-C core in _bfc_core.c) and records every decision as
+ * a row of gpuviz.log.schema.ROW_STRUCT, byte for byte what gpuviz.capture.recorder writes.
+ * gpuviz.capture.native.NativeBFCAllocator wraps it with BFCAllocator's public API; growth,
+ * garbage collection and out-of-memory errors (rare) are decided there, in Python, through
+ * the ``grow`` callback.
+ *
+ * Locking: one owner at a time per Core (``owner``, ``depth``), taken by every operation and
+ * changed only while holding the GIL, so taking a free allocator costs no lock call (the
+ * hot path holds the GIL throughout: it is far shorter than a GIL hand-over). The owner
+ * lets go of the GIL only inside calls back into Python (upstream, flush, tag and stack
+ * interning, the Python-side locked regions); around those it closes ``gate``, a real
+ * lock, and a thread that finds the allocator owned waits on the gate with the GIL
+ * released, then looks again. A free arriving on the owner's thread meanwhile (a
+ * finalizer) is deferred to the end of the operation, as in the Python allocator. Like the
+ * row writer, this relies on the GIL and a little-endian host; other builds use the
+ * Python allocator.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <string.h>
+
+#include "_bfc_core.h"
+
+#ifdef Py_GIL_DISABLED
+#error "the native allocator relies on the GIL; the Python allocator is used instead"
+#endif
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "rows are written as native little-endian integers"
+#endif
+
+#define ROW_BYTES 78
+
+typedef struct {
+    PyObject_HEAD
+    bfc_t bfc;
+    /* recording sink: staged is None when recording is off */
+    PyObject *staged, *flush, *tag_fn, *stack_fn;
+    Py_ssize_t limit;
+    int16_t device_index;
+    int need_flush, emit_failed;
+    int64_t stamp; /* time of the running decision's events, 0: read the clock per event */
+    /* callbacks and names */
+    PyObject *device, *grow, *validate_size, *report, *invalid_free_error;
+    /* ownership (see the top of this file) */
+    PyThread_type_lock gate;
+    unsigned long owner;
+    int depth, gate_depth;
+    PyObject *pending; /* list of deferred free addresses */
+} Core;
+
+static int64_t perf_counter_ns(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyTime_t t;
+    (void)PyTime_PerfCounterRaw(&t);
+    return (int64_t)t;
+#else
+    return (int64_t)_PyTime_GetPerfCounter();
+#endif
+}
+
+/* ------------------------------------------------------------------ rows */
+static void write_row(Core *self, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
+                      int64_t largest, int32_t tag, int32_t stack) {
+    if (self->staged == Py_None || self->emit_failed) return;
+    unsigned char row[ROW_BYTES];
+    unsigned char *p = row;
+    int64_t time_ns = self->stamp ? self->stamp : perf_counter_ns();
+    int64_t thread = (int64_t)PyThread_get_thread_ident();
+    uint8_t kind8 = (uint8_t)kind;
+    int8_t flags = 0;
+    int16_t peer = -1;
+    int64_t duration = 0;
+#define PUT(v) (memcpy(p, &(v), sizeof(v)), p += sizeof(v))
+    PUT(time_ns);
+    PUT(kind8);
+    PUT(flags);
+    PUT(self->device_index);
+    PUT(peer);
+    PUT(thread);
+    PUT(address);
+    PUT(size);
+    PUT(requested);
+    PUT(segment);
+    PUT(largest);
+    PUT(duration);
+    PUT(tag);
+    PUT(stack);
+#undef PUT
+    Py_ssize_t n = PyByteArray_GET_SIZE(self->staged);
+    if (PyByteArray_Resize(self->staged, n + ROW_BYTES) < 0) {
+        PyErr_Clear();
+        self->emit_failed = 1;
+        return;
+    }
+    memcpy(PyByteArray_AS_STRING(self->staged) + n, row, ROW_BYTES);
+    if (n + ROW_BYTES >= self->limit) self->need_flush = 1;
+}
+
+static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
+                    int64_t largest, int32_t tag, int32_t stack) {
+    write_row((Core *)ctx, kind, address, size, requested, segment, largest, tag, stack);
+}
+
+/* ------------------------------------------------------------------ lock */
+static int held_here(Core *self) { return self->depth > 0 && self->owner == PyThread_get_thread_ident(); }
+
+static void enter(Core *self) {
+    if (held_here(self)) {
+        self->depth++;
+        return;
+    }
+    while (self->depth > 0) { /* another thread owns it and is calling into Python: wait */
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->gate, WAIT_LOCK);
+        PyThread_release_lock(self->gate);
+        Py_END_ALLOW_THREADS
+    }
+    self->owner = PyThread_get_thread_ident();
+    self->depth = 1;
+}
+
+/* around code that may let go of the GIL while this thread owns the allocator */
+static void gate_close(Core *self) {
+    if (self->gate_depth++ == 0 && !PyThread_acquire_lock(self->gate, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS /* a waiter holds it for an instant */
+        PyThread_acquire_lock(self->gate, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void gate_open(Core *self) {
+    if (--self->gate_depth == 0) PyThread_release_lock(self->gate);
+}
+
+static PyObject *call_out(Core *self, PyObject *fn, PyObject *arg) {
+    gate_close(self);
+    PyObject *r = arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
+    gate_open(self);
+    return r;
+}
+
+static int do_free(Core *self, PyObject *address);
+
+/* End of an operation: apply deferred frees, flush, drop the lock. Returns -1 on error. */
+static int leave(Core *self) {
+    int status = 0;
+    if (self->depth == 1) {
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb); /* the operation's own error, if any */
+        for (;;) {
+            Py_ssize_t n = PyList_GET_SIZE(self->pending);
+            if (n) {
+                PyObject *address = PyList_GET_ITEM(self->pending, n - 1);
+                Py_INCREF(address);
+                PyList_SetSlice(self->pending, n - 1, n, NULL);
+                int failed = do_free(self, address);
+                Py_DECREF(address);
+                if (failed) {
+                    if (!PyErr_ExceptionMatches(self->invalid_free_error)) {
+                        status = -1;
+                        break;
+                    }
+                    PyObject *t, *v, *tb;
+                    PyErr_Fetch(&t, &v, &tb);
+                    PyErr_NormalizeException(&t, &v, &tb);
+                    PyObject *r = call_out(self, self->report, v);
+                    Py_XDECREF(t);
+                    Py_XDECREF(v);
+                    Py_XDECREF(tb);
+                    if (r == NULL) {
+                        status = -1;
+                        break;
+                    }
+                    Py_DECREF(r);
+                }
+                continue;
+            }
+            if (self->need_flush) {
+                self->need_flush = 0;
+                PyObject *r = call_out(self, self->flush, NULL);
+                if (r == NULL) {
+                    status = -1;
+                    break;
+                }
+                Py_DECREF(r);
+                continue;
+            }
+            break;
+        }
+        if (self->emit_failed) {
+            self->emit_failed = 0;
+            if (status == 0) {
+                PyErr_SetString(PyExc_MemoryError, "gpuviz: could not stage an event row");
+                status = -1;
+            }
+        }
+        if (exc_type != NULL) {
+            if (status == 0) {
+                PyErr_Restore(exc_type, exc_value, exc_tb);
+            } else {
+                Py_XDECREF(exc_type);
+                Py_XDECREF(exc_value);
+                Py_XDECREF(exc_tb);
+            }
+        }
+    }
+    if (--self->depth == 0) self->owner = 0;
+    return status;
+}
+
+/* ------------------------------------------------------------- helpers */
+static int call_index(Core *self, PyObject *fn, PyObject *arg, int32_t *out) {
+    PyObject *r = call_out(self, fn, arg);
+    if (r == NULL) return -1;
+    long v = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "table index does not fit a 32-bit column");
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int stack_id(Core *self, int32_t *stack) {
+    *stack = -1;
+    return self->stack_fn == Py_None ? 0 : call_index(self, self->stack_fn, NULL, stack);
+}
+
+/* address as int64; 0 with *ok = 0 when it is not an int that fits */
+static int64_t as_address(PyObject *obj, int *ok) {
+    *ok = 0;
+    PyObject *index = PyLong_Check(obj) ? Py_NewRef(obj) : PyNumber_Index(obj); /* NumPy integers too */
+    if (index == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *ok = 1;
+    return (int64_t)v;
+}
+
+
+static PyObject *hex_of(PyObject *obj) {
+    PyObject *spec = PyUnicode_FromString("#x");
+    if (spec == NULL) return NULL;
+    PyObject *text = PyObject_Format(obj, spec);
+    Py_DECREF(spec);
+    return text;
+}
+
+/* InvalidFreeError with the Python allocator's words */
+static void bad_free(Core *self, PyObject *address, int32_t slot) {
+    PyObject *where = hex_of(address);
+    if (where == NULL) return;
+    PyObject *message = NULL;
+    if (slot >= 0) {
+        message = PyUnicode_FromFormat("%U: cannot free %U: it is not allocated (freed twice?)", self->device, where);
+    } else {
+        int ok;
+        int64_t a = as_address(address, &ok);
+        bfc_t *b = &self->bfc;
+        for (size_t i = 0; ok && message == NULL && i < b->hash_capacity; i++) {
+            if (b->hash_keys[i] == INT64_MIN) continue;
+            bfc_chunk *other = bfc_at(b, b->hash_values[i]);
+            if (other->address < a && a < other->address + other->size) {
+                PyObject *start = PyLong_FromLongLong(other->address);
+                PyObject *start_hex = start ? hex_of(start) : NULL;
+                Py_XDECREF(start);
+                if (start_hex == NULL) {
+                    Py_DECREF(where);
+                    return;
+                }
+                message = PyUnicode_FromFormat("%U: cannot free %U: it points inside the chunk at %U, not to its start",
+                                               self->device, where, start_hex);
+                Py_DECREF(start_hex);
+                if (message == NULL) {
+                    Py_DECREF(where);
+                    return;
+                }
+            }
+        }
+        if (message == NULL)
+            message = PyUnicode_FromFormat("%U: cannot free %U: this allocator never allocated it", self->device, where);
+    }
+    Py_DECREF(where);
+    if (message == NULL) return;
+    PyErr_SetObject(self->invalid_free_error, message);
+    Py_DECREF(message);
+}
+
+/* free with the lock held; -1 with an exception set on error */
+static int do_free(Core *self, PyObject *address) {
+    int ok;
+    int64_t a = as_address(address, &ok);
+    int32_t slot = ok ? bfc_find(&self->bfc, a) : -1;
+    if (slot < 0 || !bfc_at(&self->bfc, slot)->in_use) {
+        bad_free(self, address, slot);
+        return -1;
+    }
+    int32_t stack;
+    if (stack_id(self, &stack) < 0) return -1;
+    void *tag;
+    if (self->staged != Py_None) self->stamp = perf_counter_ns(); /* a free and its merges: one time */
+    bfc_release_chunk(&self->bfc, slot, stack, &tag);
+    self->stamp = 0;
+    Py_XDECREF((PyObject *)tag);
+    return 0;
+}
+
+static int is_zero(PyObject *obj) {
+    if (PyLong_CheckExact(obj)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        return !overflow && v == 0;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) return -1;
+    int r = PyObject_RichCompareBool(obj, zero, Py_EQ);
+    Py_DECREF(zero);
+    return r;
+}
+
+/* ------------------------------------------------------------- methods */
+static PyObject *Core_free(Core *self, PyObject *address) {
+    if (!PyLong_CheckExact(address) && (PyBool_Check(address) || !PyIndex_Check(address))) {
+        /* the words of gpuviz.capture.arguments.address_argument; nothing has changed */
+        PyObject *text = PyObject_Repr(address);
+        if (text == NULL) return NULL;
+        const char *name = Py_TYPE(address)->tp_name, *dot = strrchr(name, '.');
+        PyErr_Format(PyExc_TypeError, "free: the address must be an integer (the value allocate returned), not %s (%.40U)",
+                     dot ? dot + 1 : name, text);
+        Py_DECREF(text);
+        return NULL;
+    }
+    int zero = is_zero(address);
+    if (zero < 0) return NULL;
+    if (zero) Py_RETURN_NONE;
+    if (held_here(self)) { /* a free arriving inside an operation of this thread */
+        if (PyList_Append(self->pending, address) < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    enter(self);
+    int failed = do_free(self, address);
+    if (leave(self) < 0 || failed) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *tag = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs != 1 || nkw > 1 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "tag") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "allocate(nbytes, *, tag=None)");
+        return NULL;
+    }
+    if (nkw == 1) tag = args[1];
+    if (tag != Py_None && !PyUnicode_CheckExact(tag)) { /* checked first, as the Python allocator does */
+        PyErr_Format(PyExc_TypeError, "tag must be a string or None, not %s", Py_TYPE(tag)->tp_name);
+        return NULL;
+    }
+    PyObject *nbytes = args[0];
+    Py_INCREF(nbytes);
+    int overflow = 0;
+    long long requested = 0;
+    if (PyLong_CheckExact(nbytes)) requested = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+    if (!PyLong_CheckExact(nbytes) || requested <= 0 || overflow) {
+        PyObject *checked = PyObject_CallOneArg(self->validate_size, nbytes);
+        Py_DECREF(nbytes);
+        if (checked == NULL) return NULL;
+        nbytes = checked;
+        requested = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+        if (requested == -1 && PyErr_Occurred()) {
+            Py_DECREF(nbytes);
+            return NULL;
+        }
+        if (!overflow && requested == 0) {
+            Py_DECREF(nbytes);
+            return PyLong_FromLong(0);
+        }
+    }
+    if (held_here(self)) {
+        Py_DECREF(nbytes);
+        PyErr_SetString(PyExc_RuntimeError,
+                        "re-entrant allocate from inside the allocator (a finalizer allocating memory)");
+        return NULL;
+    }
+    /* a request whose rounded size is beyond int64 cannot fit: the grow callback raises the OOM */
+    if (!overflow && requested > INT64_MAX - 255) overflow = 1;
+    int64_t rounded = overflow ? INT64_MAX : requested <= 256 ? 256 : (int64_t)((requested + 255) & ~(long long)255);
+    PyObject *result = NULL;
+    enter(self);
+    int32_t stack, tag_id = -1;
+    if (stack_id(self, &stack) < 0) goto done;
+    int32_t slot = overflow ? -1 : bfc_take_best_fit(&self->bfc, rounded);
+    if (slot < 0) {
+        PyObject *stack_obj = PyLong_FromLong(stack);
+        if (stack_obj == NULL) goto done;
+        gate_close(self);
+        PyObject *r = PyObject_CallFunctionObjArgs(self->grow, nbytes, stack_obj, NULL);
+        gate_open(self);
+        Py_DECREF(stack_obj);
+        if (r == NULL) goto done;
+        Py_DECREF(r);
+        slot = bfc_take_best_fit(&self->bfc, rounded);
+        if (slot < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "gpuviz: the pool grew but holds no chunk for the request");
+            goto done;
+        }
+    }
+    if (tag != Py_None && self->tag_fn != Py_None && call_index(self, self->tag_fn, tag, &tag_id) < 0) {
+        bfc_put_back(&self->bfc, slot);
+        goto done;
+    }
+    if (self->staged != Py_None) self->stamp = perf_counter_ns(); /* a split and its alloc: one time */
+    int split = bfc_split(&self->bfc, slot, rounded, stack);
+    if (split < 0) {
+        self->stamp = 0;
+        bfc_put_back(&self->bfc, slot);
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_INCREF(tag);
+    bfc_mark_allocated(&self->bfc, slot, requested, tag == Py_None ? NULL : tag, tag_id, stack);
+    self->stamp = 0;
+    if (tag == Py_None) Py_DECREF(tag);
+    result = PyLong_FromLongLong(bfc_at(&self->bfc, slot)->address);
+done:
+    Py_DECREF(nbytes);
+    if (leave(self) < 0) Py_CLEAR(result);
+    return result;
+}
+
+static PyObject *Core_emit(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long v[8];
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "emit(kind, address, size, requested, segment, largest_free, tag, stack)");
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (v[0] < 0 || v[0] > 255 || v[6] < INT32_MIN || v[6] > INT32_MAX || v[7] < INT32_MIN || v[7] > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "kind, tag or stack out of range");
+        return NULL;
+    }
+    write_row(self, (int)v[0], v[1], v[2], v[3], v[4], v[5], (int32_t)v[6], (int32_t)v[7]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_set_sink(Core *self, PyObject *args) {
+    PyObject *staged, *flush, *tag_fn, *stack_fn;
+    Py_ssize_t limit;
+    int device;
+    if (!PyArg_ParseTuple(args, "OnOiOO", &staged, &limit, &flush, &device, &tag_fn, &stack_fn)) return NULL;
+    if (staged != Py_None && !PyByteArray_CheckExact(staged)) {
+        PyErr_SetString(PyExc_TypeError, "staged must be a bytearray or None");
+        return NULL;
+    }
+    if (device < INT16_MIN || device > INT16_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "device index does not fit 16 bits");
+        return NULL;
+    }
+    Py_INCREF(staged);
+    Py_XSETREF(self->staged, staged);
+    Py_INCREF(flush);
+    Py_XSETREF(self->flush, flush);
+    Py_INCREF(tag_fn);
+    Py_XSETREF(self->tag_fn, tag_fn);
+    Py_INCREF(stack_fn);
+    Py_XSETREF(self->stack_fn, stack_fn);
+    self->limit = limit;
+    self->device_index = (int16_t)device;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_add_segment(Core *self, PyObject *args) {
+    long long base, size;
+    int stack;
+    if (!PyArg_ParseTuple(args, "LLi", &base, &size, &stack)) return NULL;
+    if (size <= 0 || size % 256 || bfc_find(&self->bfc, base) >= 0) {
+        PyErr_Format(PyExc_ValueError, "segment at %lld of %lld bytes overlaps the pool or is not a multiple of 256",
+                     base, size);
+        return NULL;
+    }
+    if (bfc_add_segment(&self->bfc, base, size, stack) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_release_segment(Core *self, PyObject *args) {
+    long long base;
+    int stack;
+    if (!PyArg_ParseTuple(args, "Li", &base, &stack)) return NULL;
+    if (bfc_release_segment(&self->bfc, base, stack) < 0) {
+        PyErr_Format(PyExc_ValueError, "no wholly free segment at %lld", base);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_segments(Core *self, PyObject *unused) {
+    /* [(base, size, wholly_free)] in the order the segments were added */
+    bfc_t *b = &self->bfc;
+    PyObject *list = PyList_New((Py_ssize_t)b->segments);
+    if (list == NULL) return NULL;
+    for (size_t i = 0; i < b->segments; i++) {
+        PyObject *item = Py_BuildValue("(LLO)", (long long)b->segment_bases[i], (long long)b->segment_sizes[i],
+                                       bfc_segment_wholly_free(b, i) ? Py_True : Py_False);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static PyObject *chunk_tuple(const bfc_chunk *c) {
+    return Py_BuildValue("(LLLOOi)", (long long)c->address, (long long)c->size, (long long)c->requested,
+                         c->in_use ? Py_True : Py_False, c->tag ? (PyObject *)c->tag : Py_None, (int)c->tag_id);
+}
+
+static PyObject *Core_chunks(Core *self, PyObject *base_obj) {
+    /* the chunks of the segment at base, in address order: (address, size, requested, in_use, tag, tag_id) */
+    long long base = PyLong_AsLongLong(base_obj);
+    if (base == -1 && PyErr_Occurred()) return NULL;
+    bfc_t *b = &self->bfc;
+    int32_t slot = bfc_find(b, base);
+    if (slot < 0) {
+        PyErr_Format(PyExc_KeyError, "no chunk at %lld", base);
+        return NULL;
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    for (; slot >= 0; slot = bfc_at(b, slot)->next) {
+        PyObject *item = chunk_tuple(bfc_at(b, slot));
+        if (item == NULL || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return list;
+}
+
+static PyObject *Core_lookup(Core *self, PyObject *address) {
+    /* the chunk starting at address as a chunk tuple, or None */
+    int ok;
+    int64_t a = as_address(address, &ok);
+    int32_t slot = ok ? bfc_find(&self->bfc, a) : -1;
+    if (slot < 0) Py_RETURN_NONE;
+    return chunk_tuple(bfc_at(&self->bfc, slot));
+}
+
+static PyObject *Core_set_tag_id(Core *self, PyObject *args) {
+    long long address;
+    int tag_id;
+    if (!PyArg_ParseTuple(args, "Li", &address, &tag_id)) return NULL;
+    int32_t slot = bfc_find(&self->bfc, address);
+    if (slot < 0) {
+        PyErr_Format(PyExc_KeyError, "no chunk at %lld", address);
+        return NULL;
+    }
+    bfc_at(&self->bfc, slot)->tag_id = tag_id;
+    Py_RETURN_NONE;
+}
+
+static int append_free(void *ctx, const bfc_chunk *c) {
+    PyObject *item = Py_BuildValue("(LL)", (long long)c->size, (long long)c->address);
+    if (item == NULL) return -1;
+    int r = PyList_Append((PyObject *)ctx, item);
+    Py_DECREF(item);
+    return r;
+}
+
+static PyObject *Core_free_chunks(Core *self, PyObject *unused) {
+    /* (size, address) of every free chunk, in index order */
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    if (bfc_visit_free(&self->bfc, append_free, list)) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
+static PyObject *Core_stats(Core *self, PyObject *unused) {
+    bfc_t *b = &self->bfc;
+    return Py_BuildValue("(LLLLLLL)", (long long)b->num_allocs, (long long)b->bytes_in_use,
+                         (long long)b->peak_bytes_in_use, (long long)b->largest_alloc_size, (long long)b->pool_bytes,
+                         (long long)b->peak_pool_bytes, (long long)bfc_largest_free(b));
+}
+
+static PyObject *Core_clear_stats(Core *self, PyObject *unused) {
+    self->bfc.num_allocs = 0;
+    self->bfc.peak_bytes_in_use = self->bfc.bytes_in_use;
+    self->bfc.largest_alloc_size = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_largest_free(Core *self, PyObject *unused) {
+    return PyLong_FromLongLong(bfc_largest_free(&self->bfc));
+}
+
+typedef struct {
+    const bfc_t *b;
+    const bfc_chunk *last;
+    int32_t count;
+    const char *error;
+} index_check;
+
+static int check_free(void *ctx, const bfc_chunk *c) {
+    index_check *k = ctx;
+    if (c->in_use) k->error = "an allocated chunk is in the free index";
+    else if (k->last && !(k->last->size < c->size || (k->last->size == c->size && k->last->address < c->address)))
+        k->error = "the free index is out of order";
+    else if ((c->left >= 0 && k->b->chunks[c->left].priority > c->priority) ||
+             (c->right >= 0 && k->b->chunks[c->right].priority > c->priority))
+        k->error = "the free index breaks its heap order";
+    k->last = c;
+    k->count++;
+    return k->error != NULL;
+}
+
+static PyObject *Core_check_links(Core *self, PyObject *unused) {
+    /* None, or a description of the first broken link, order or count of the core's structures */
+    bfc_t *b = &self->bfc;
+    int32_t chunks = 0, free_chunks = 0;
+    for (size_t i = 0; i < b->segments; i++) {
+        int32_t slot = bfc_find(b, b->segment_bases[i]), previous = -1;
+        if (slot < 0 || bfc_at(b, slot)->prev != -1) return PyUnicode_FromString("a segment does not start with a chunk");
+        for (; slot >= 0; previous = slot, slot = bfc_at(b, slot)->next) {
+            const bfc_chunk *c = bfc_at(b, slot);
+            chunks++;
+            free_chunks += !c->in_use;
+            if (c->prev != previous || c->segment != b->segment_bases[i] || bfc_find(b, c->address) != slot)
+                return PyUnicode_FromFormat("the chunk list of segment %lld is broken at %lld",
+                                            (long long)b->segment_bases[i], (long long)c->address);
+        }
+    }
+    if (chunks != b->live || (size_t)chunks != b->hash_count)
+        return PyUnicode_FromFormat("%d chunks in segments, %d slots, %zu addresses", chunks, b->live, b->hash_count);
+    index_check k = {b, NULL, 0, NULL};
+    bfc_visit_free(b, check_free, &k);
+    if (k.error) return PyUnicode_FromString(k.error);
+    if (k.count != free_chunks || k.count != b->free_count)
+        return PyUnicode_FromFormat("%d free chunks, %d in the free index", free_chunks, k.count);
+    if (PyList_GET_SIZE(self->pending))
+        return PyUnicode_FromFormat("%zd deferred frees were never applied", PyList_GET_SIZE(self->pending));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_lock(Core *self, PyObject *unused) {
+    enter(self);
+    gate_close(self); /* the caller runs Python code while it owns the allocator */
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_unlock(Core *self, PyObject *unused) {
+    if (!held_here(self)) {
+        PyErr_SetString(PyExc_RuntimeError, "unlock() of a lock this thread does not hold");
+        return NULL;
+    }
+    gate_open(self);
+    if (leave(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------- the type */
+static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"device", "grow", "validate_size", "report", "invalid_free_error", NULL};
+    PyObject *device, *grow, *validate_size, *report, *invalid_free_error;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UOOOO", names, &device, &grow, &validate_size, &report,
+                                     &invalid_free_error))
+        return -1;
+    if (self->gate != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is initialised once");
+        return -1;
+    }
+    if (bfc_init(&self->bfc) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->bfc.emit = emit_cb;
+    self->bfc.emit_ctx = self;
+    self->gate = PyThread_allocate_lock();
+    self->pending = PyList_New(0);
+    if (self->gate == NULL || self->pending == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject **slots[] = {&self->device, &self->grow, &self->validate_size, &self->report, &self->invalid_free_error};
+    PyObject *values[] = {device, grow, validate_size, report, invalid_free_error};
+    for (int i = 0; i < 5; i++) {
+        Py_INCREF(values[i]);
+        Py_XSETREF(*slots[i], values[i]);
+    }
+    PyObject **sink[] = {&self->staged, &self->flush, &self->tag_fn, &self->stack_fn};
+    for (int i = 0; i < 4; i++) {
+        Py_INCREF(Py_None);
+        Py_XSETREF(*sink[i], Py_None);
+    }
+    return 0;
+}
+
+static int Core_traverse(Core *self, visitproc visit, void *arg) {
+    Py_VISIT(self->staged);
+    Py_VISIT(self->flush);
+    Py_VISIT(self->tag_fn);
+    Py_VISIT(self->stack_fn);
+    Py_VISIT(self->device);
+    Py_VISIT(self->grow);
+    Py_VISIT(self->validate_size);
+    Py_VISIT(self->report);
+    Py_VISIT(self->invalid_free_error);
+    Py_VISIT(self->pending);
+    return 0;
+}
+
+static int Core_clear(Core *self) {
+    Py_CLEAR(self->staged);
+    Py_CLEAR(self->flush);
+    Py_CLEAR(self->tag_fn);
+    Py_CLEAR(self->stack_fn);
+    Py_CLEAR(self->device);
+    Py_CLEAR(self->grow);
+    Py_CLEAR(self->validate_size);
+    Py_CLEAR(self->report);
+    Py_CLEAR(self->invalid_free_error);
+    Py_CLEAR(self->pending);
+    return 0;
+}
+
+static void Core_dealloc(Core *self) {
+    PyObject_GC_UnTrack(self);
+    Core_clear(self);
+    bfc_t *b = &self->bfc;
+    for (size_t i = 0; i < b->hash_capacity; i++) /* the tags of live chunks */
+        if (b->hash_keys[i] != INT64_MIN) Py_XDECREF((PyObject *)bfc_at(b, b->hash_values[i])->tag);
+    bfc_destroy(b);
+    if (self->gate) PyThread_free_lock(self->gate);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Core_methods[] = {
+    {"allocate", (PyCFunction)(void (*)(void))Core_allocate, METH_FASTCALL | METH_KEYWORDS,
+     "allocate(nbytes, *, tag=None) -> address"},
+    {"free", (PyCFunction)Core_free, METH_O, "free(address)"},
+    {"emit", (PyCFunction)(void (*)(void))Core_emit, METH_FASTCALL,
+     "emit(kind, address, size, requested, segment, largest_free, tag, stack): record one row"},
+    {"set_sink", (PyCFunction)Core_set_sink, METH_VARARGS,
+     "set_sink(staged, limit, flush, device, tag_fn, stack_fn): where rows go (staged None: nowhere)"},
+    {"add_segment", (PyCFunction)Core_add_segment, METH_VARARGS, "add_segment(base, size, stack)"},
+    {"release_segment", (PyCFunction)Core_release_segment, METH_VARARGS, "release_segment(base, stack)"},
+    {"segments", (PyCFunction)Core_segments, METH_NOARGS, "[(base, size, wholly_free)] in the order added"},
+    {"chunks", (PyCFunction)Core_chunks, METH_O, "chunks(base): the chunk tuples of a segment"},
+    {"lookup", (PyCFunction)Core_lookup, METH_O, "lookup(address): the chunk tuple starting there, or None"},
+    {"set_tag_id", (PyCFunction)Core_set_tag_id, METH_VARARGS, "set_tag_id(address, tag_id)"},
+    {"free_chunks", (PyCFunction)Core_free_chunks, METH_NOARGS, "(size, address) of the free chunks in order"},
+    {"stats", (PyCFunction)Core_stats, METH_NOARGS,
+     "(num_allocs, bytes_in_use, peak_bytes_in_use, largest_alloc_size, pool_bytes, peak_pool_bytes, largest_free)"},
+    {"clear_stats", (PyCFunction)Core_clear_stats, METH_NOARGS, "TensorFlow's ClearStats"},
+    {"largest_free", (PyCFunction)Core_largest_free, METH_NOARGS, "size of the largest free chunk"},
+    {"check_links", (PyCFunction)Core_check_links, METH_NOARGS, "None, or what is broken"},
+    {"lock", (PyCFunction)Core_lock, METH_NOARGS, "take the allocator's lock (re-entrant)"},
+    {"unlock", (PyCFunction)Core_unlock, METH_NOARGS, "drop it: deferred frees are applied, rows flushed"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpuviz.capture._bfcnative.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One device's BFC allocator state and hot path (see gpuviz.capture.native).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_traverse = (traverseproc)Core_traverse,
+    .tp_clear = (inquiry)Core_clear,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "gpuviz.capture._bfcnative",
+    .m_doc = "The BFC allocator's hot path in C (optional; see gpuviz.capture.native).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__bfcnative(void) {
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
