@@ -24,7 +24,7 @@ def test_import_writes_the_event_log_and_says_what_it_read(tmp_path: Path, capsy
         "imported pt_snapshot_cs336_ctx128_fullstep_2025.pickle: pytorch-snapshot, written by "
         "torch.cuda.memory._dump_snapshot; 19664 events\n"
         "  GPU:0: 19664 events (segment_alloc 1010, alloc 7095, free 5894, split 3088, merge 2573, mark 4)\n"
-        "  inferred: size, largest_free\n  absent: thread, tag, duration_ns\n"
+        "  inferred: size, largest_free\n  absent: thread, tag\n"
     )
     assert "324 allocations alive before the trace began" in text and text.endswith(f"event log written to {output}\n")
     saved, direct = gpuviz.load(output), gpuviz.load(SNAPSHOT)

@@ -5,6 +5,7 @@ gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--g
 gpuviz summary RUN.arrow
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
+gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
 gpuviz info
 """
 
@@ -131,6 +132,16 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from gpuviz.exporters.torch_snapshot import write_torch_snapshot
+    from gpuviz.importers import load
+
+    log = load(args.log)
+    path = write_torch_snapshot(log, args.output)
+    print(f"PyTorch memory snapshot written to {path} (open it at https://pytorch.org/memory_viz)")
+    return 0
+
+
 def _imported(log: EventLog, source: Path) -> str:
     """What an import read: the format, each device's events by kind, the columns not exact, the notes."""
     from collections import Counter
@@ -192,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("source", help="a trace file in any format gpuviz reads (gzip-compressed too)")
     imported.add_argument("-o", "--output", help="event log to write (default: the source's name with .arrow, here)")
     imported.set_defaults(run=_import)
+    export = commands.add_parser("export", help="write an event log (or any trace gpuviz reads) in another format")
+    export.add_argument("log", help="an event-log file (.arrow) or any trace gpuviz reads")
+    export.add_argument("--to", required=True, choices=["torch-snapshot"],
+                        help="torch-snapshot: PyTorch's memory snapshot, for PyTorch's memory viewer")  # fmt: skip
+    export.add_argument("-o", "--output", required=True, help="file to write (.pickle as _dump_snapshot; .json: JSON)")
+    export.set_defaults(run=_export)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(run=_info)
     return parser

@@ -129,14 +129,19 @@ class _Stacks:
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self._stacks: dict[tuple[int, ...], int] = {}
+        self._lists: dict[int, int] = {}  # id of a frames list -> stack (entries often share lists)
         self._frames: dict[int, Frame | None] = {}
 
     def index(self, frames: Any) -> int:
         if not frames:
             return NO_INDEX
+        found = self._lists.get(id(frames))
+        if found is not None:
+            return found
         key = tuple(map(id, frames))
         found = self._stacks.get(key)
         if found is not None:
+            self._lists[id(frames)] = found
             return found
         converted: list[Frame] = []
         cache = self._frames
@@ -148,7 +153,7 @@ class _Stacks:
             if python is not None:
                 converted.append(python)
         stack = self.log.intern_stack(tuple(converted)) if converted else NO_INDEX
-        self._stacks[key] = stack
+        self._stacks[key] = self._lists[id(frames)] = stack
         return stack
 
 
@@ -179,6 +184,8 @@ class _Device:
         self.initial_blocks = 0
         self.initial_segments = 0
         self.pending_frees = 0
+        self.exact_sizes = 0  # allocs whose entry carried the block size
+        self.timed = False  # whether the entries' time_us are the log's times
         self.skipped_actions: dict[str, int] = {}
 
     # ----------------------------------------------------------- the start
@@ -255,10 +262,15 @@ class _Device:
                 if found is None or found[2]:
                     raise HeapConflict(f"alloc at {address:#x}: no free block there")
                 start, free_size, _ = found
-                size = self.rules.block_size(start + free_size - address, requested)
+                size = entry.get("block_size")  # written by gpuviz's exporter: the chunk as gpuviz recorded it
+                if isinstance(size, int) and size > 0:
+                    self.exact_sizes += 1
+                else:
+                    size = self.rules.block_size(start + free_size - address, requested)
                 heap.alloc(time_ns, address, size, requested, stack=self.stacks.index(entry.get("frames")))
             elif action == "free_completed":
-                heap.free(time_ns, entry["addr"])
+                heap.free(time_ns, entry["addr"], duration_ns=self._wait(time_ns, position, entry),
+                          stack=self.stacks.index(entry.get("frames")))  # fmt: skip
             elif action == "free_requested":
                 trace = self.trace
                 following = trace[position + 1] if position + 1 < len(trace) else None
@@ -282,6 +294,16 @@ class _Device:
         except HeapConflict as exc:
             self._conflict(f"trace entry {position} ({action})", exc)
 
+    def _wait(self, time_ns: int, position: int, entry: Mapping[str, Any]) -> int:
+        """ns from the free's ``free_requested`` right before it (if any) to its completion."""
+        if position == 0:
+            return 0
+        before = self.trace[position - 1]
+        if before.get("action") != "free_requested" or before.get("addr") != entry["addr"]:
+            return 0
+        requested_us = before.get("time_us")
+        return max(0, time_ns - requested_us * _US) if isinstance(requested_us, int) and self.timed else 0
+
     def _mark(self, time_ns: int, label: str, phase: MarkPhase, entry: Mapping[str, Any]) -> None:
         self.log.append(
             event_row(time_ns=time_ns, kind=_MARK, flags=int(phase), device=self.device,
@@ -299,8 +321,10 @@ def _times(trace: Sequence[Any]) -> tuple[list[int], bool]:
     exact = True
     last = 0
     for entry in trace:
-        time_us = entry.get("time_us") if isinstance(entry, Mapping) else None
-        if isinstance(time_us, int) and time_us > 0:
+        if type(entry) is not dict:
+            raise LogFormatError(f"a trace entry is a {type(entry).__name__}, not a dict: {str(entry)[:200]}")
+        time_us = entry.get("time_us")
+        if type(time_us) is int and time_us > 0:
             last = max(last, time_us * _US)
         else:
             exact = False
@@ -331,6 +355,8 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     all_exact = all(exact for _, exact in timed.values()) and any(d.trace for d in devices.values())
     if not any(d.trace for d in devices.values()):
         all_exact = False
+    for device in devices.values():
+        device.timed = all_exact
     marks: list[tuple[int, int, int, Any]] = []
     if all_exact:
         for position, note in enumerate(annotations):
@@ -343,20 +369,32 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     for device in devices.values():
         device.seed(start)
     trace_start = len(log)  # the first event of the trace itself, after every device's seed
-    streams = [device.entries(timed[i][0]) for i, device in devices.items()]
     last = start
-    for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=lambda item: (item[0], item[1])):
-        last = time_ns
-        if index in (_BEFORE, _AFTER):
-            _annotation(log, time_ns, entry)
-        elif isinstance(entry, Mapping):
-            devices[index].apply(time_ns, position, entry)
+    if len(devices) == 1 and not marks:  # one trace: no merge
+        ((index, device),) = devices.items()
+        apply = device.apply
+        times = timed[index][0]
+        for position, entry in enumerate(device.trace):
+            apply(times[position], position, entry)
+        last = times[-1] if times else start
+    else:
+        streams = [device.entries(timed[i][0]) for i, device in devices.items()]
+        for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=_merge_key):
+            last = time_ns
+            if index in (_BEFORE, _AFTER):
+                _annotation(log, time_ns, entry)
+            else:
+                devices[index].apply(time_ns, position, entry)
     if not all_exact:  # annotations cannot be placed among entries without times: after them, in order
         for position, note in enumerate(annotations):
             _annotation(log, last + (position + 1) * _US, note)
     _describe(log, devices, snapshot, settings, file=file, version=version, exact_times=all_exact)
     log.meta["source"]["trace_start"] = {log.devices[d.device].name: trace_start for d in devices.values()}
     return finish(log)
+
+
+def _merge_key(item: tuple[int, int, int, Any]) -> tuple[int, int]:
+    return item[0], item[1]
 
 
 def _annotation(log: EventLog, time_ns: int, note: Mapping[str, Any]) -> None:
@@ -406,12 +444,18 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
         "annotations": len(snapshot.get("external_annotations") or []),
     }
     has_stacks = bool(log.stacks)
+    exact_sizes = sum(d.exact_sizes for d in devices.values())
+    trace_allocs = sum(1 for d in devices.values() for e in d.trace if e.get("action") == "alloc")
+    if exact_sizes:
+        notes.append(f"{exact_sizes} of {trace_allocs} allocations carry their block size (a snapshot gpuviz wrote)")
     set_source_meta(
         log, format=NAME, file=file, version=version, tool="torch.cuda.memory._dump_snapshot",
         columns={
-            "time_ns": "exact" if exact_times else "inferred", "address": "exact", "size": "inferred",
+            "time_ns": "exact" if exact_times else "inferred", "address": "exact",
+            "size": "exact" if exact_sizes == trace_allocs else "inferred",
             "requested": "exact", "segment": "exact", "largest_free": "inferred", "thread": "absent",
-            "tag": "absent", "stack": "exact" if has_stacks else "absent", "duration_ns": "absent",
+            "tag": "absent", "stack": "exact" if has_stacks else "absent",
+            "duration_ns": "exact" if exact_times else "absent",
         },
         notes=notes, extra=extra,
     )  # fmt: skip

@@ -106,7 +106,7 @@ class HeapBuilder:
         self.device = device
         self._segments: dict[int, int] = {}  # base -> size
         self._bases: list[int] = []  # sorted segment bases
-        self._starts: list[int] = []  # sorted chunk addresses (all segments)
+        self._starts: dict[int, list[int]] = {}  # segment base -> its sorted chunk addresses
         # chunk address -> [size, requested (0 = free), segment base, tag, stack]
         self._chunks: dict[int, list[int]] = {}
         self._free = _FreeSizes()
@@ -123,10 +123,11 @@ class HeapBuilder:
 
     def chunk_at(self, address: int) -> tuple[int, int, int] | None:
         """``(chunk address, size, requested)`` of the chunk containing ``address`` (requested 0: free)."""
-        i = bisect_right(self._starts, address) - 1
-        if i < 0:
+        segment = self.segment_of(address)
+        if segment is None:
             return None
-        start = self._starts[i]
+        starts = self._starts[segment]
+        start = starts[bisect_right(starts, address) - 1]
         size, requested, *_ = self._chunks[start]
         return (start, size, requested) if address < start + size else None
 
@@ -153,11 +154,10 @@ class HeapBuilder:
 
     # ------------------------------------------------------------------ output
     def _emit(self, time_ns: int, kind: int, address: int, size: int, requested: int, segment: int,
-              *, thread: int, tag: int = NO_INDEX, stack: int = NO_INDEX) -> None:  # fmt: skip
-        self.log.append(
-            event_row(time_ns=time_ns, kind=kind, device=self.device, thread=thread, address=address, size=size,
-                      requested=requested, segment=segment, largest_free=self._free.largest(), tag=tag, stack=stack)
-        )  # fmt: skip
+              *, thread: int, tag: int = NO_INDEX, stack: int = NO_INDEX, duration_ns: int = 0) -> None:  # fmt: skip
+        # the row of event_row(...), built directly: this runs once per imported event
+        self.log.append((time_ns, kind, 0, self.device, NO_INDEX, thread, address, size, requested, segment,
+                         self._free.largest(), duration_ns, tag, stack))  # fmt: skip
 
     def _set_free(self, address: int, size: int, segment: int) -> None:
         self._chunks[address] = [size, 0, segment, NO_INDEX, NO_INDEX]
@@ -175,7 +175,7 @@ class HeapBuilder:
             raise HeapConflict(f"segment [{base:#x}, +{size}) overlaps the segment at {self._bases[i]:#x}")
         self._bases.insert(i, base)
         self._segments[base] = size
-        insort(self._starts, base)
+        self._starts[base] = [base]
         self._set_free(base, size, base)
         self._emit(time_ns, _SEGMENT_ALLOC, base, size, 0, base, thread=thread, stack=stack)
 
@@ -189,7 +189,7 @@ class HeapBuilder:
             raise HeapConflict(f"segment at {base:#x} is not wholly free")
         del self._segments[base]
         self._bases.remove(base)
-        self._starts.pop(bisect_right(self._starts, base) - 1)
+        del self._starts[base]
         del self._chunks[base]
         self._free.remove(size)
         self._emit(time_ns, _SEGMENT_FREE, base, size, 0, base, thread=thread, stack=stack)
@@ -200,7 +200,7 @@ class HeapBuilder:
         self._free.remove(size)
         self._set_free(address, first, segment)
         self._set_free(address + first, size - first, segment)
-        insort(self._starts, address + first)
+        insort(self._starts[segment], address + first)
         self._emit(time_ns, _SPLIT, address, first, 0, segment, thread=thread)
 
     def alloc(self, time_ns: int, address: int, size: int, requested: int, *, thread: int = 0,
@@ -229,21 +229,40 @@ class HeapBuilder:
         chunk[1], chunk[3], chunk[4] = max(requested, 1), tag, stack
         self._emit(time_ns, _ALLOC, address, size, chunk[1], chunk[2], thread=thread, tag=tag, stack=stack)
 
-    def free(self, time_ns: int, address: int, *, thread: int = 0) -> int:
-        """The allocation at ``address`` was freed; coalesces with free neighbours. Returns its chunk size."""
+    def free(self, time_ns: int, address: int, *, thread: int = 0, duration_ns: int = 0,
+             stack: int | None = None) -> int:  # fmt: skip
+        """The allocation at ``address`` was freed; coalesces with free neighbours. Returns its chunk size.
+
+        ``duration_ns``: how long the free took, where the source says (e.g. from PyTorch's
+        free request to its completion); ``stack``: the freeing call site, where the source
+        records one (as gpuviz's own capture does), else the allocation's.
+        """
         chunk = self._chunks.get(address)
         if chunk is None or chunk[1] == 0:
             raise HeapConflict(f"free of {address:#x}, which is not a live allocation")
-        size, requested, segment, tag, stack = chunk
+        size, requested, segment, tag, alloc_stack = chunk
+        stack = alloc_stack if stack is None else stack
         self._set_free(address, size, segment)
-        self._emit(time_ns, _FREE, address, size, requested, segment, thread=thread, tag=tag, stack=stack)
+        self._emit(
+            time_ns,
+            _FREE,
+            address,
+            size,
+            requested,
+            segment,
+            thread=thread,
+            tag=tag,
+            stack=stack,
+            duration_ns=duration_ns,
+        )
         end = segment + self._segments[segment]
         nxt = address + size
         if nxt < end and self._chunks[nxt][1] == 0:
             self._merge(time_ns, address, thread)
-        i = bisect_right(self._starts, address) - 1
-        if self._starts[i] > segment:
-            previous = self._starts[i - 1]
+        starts = self._starts[segment]
+        i = bisect_right(starts, address) - 1
+        if i > 0:
+            previous = starts[i - 1]
             if self._chunks[previous][1] == 0:
                 self._merge(time_ns, previous, thread)
         return size
@@ -253,7 +272,8 @@ class HeapBuilder:
         size, _, segment, *_ = self._chunks[address]
         upper = address + size
         upper_size = self._chunks.pop(upper)[0]
-        self._starts.pop(bisect_right(self._starts, upper) - 1)
+        starts = self._starts[segment]
+        starts.pop(bisect_right(starts, upper) - 1)
         self._free.remove(size)
         self._free.remove(upper_size)
         self._set_free(address, size + upper_size, segment)
@@ -270,16 +290,12 @@ class HeapBuilder:
         strings = self.log.strings
         segments = []
         for base in self._bases:
-            end = base + self._segments[base]
-            i = bisect_right(self._starts, base) - 1
             chunks = []
-            while i < len(self._starts) and self._starts[i] < end:
-                address = self._starts[i]
+            for address in self._starts[base]:
                 size, requested, _, tag, stack = self._chunks[address]
                 chunks.append(
                     ChunkState(address, size, requested, requested > 0, strings[tag] if tag >= 0 else None, stack)
                 )
-                i += 1
             segments.append(SegmentState(base, self._segments[base], tuple(chunks)))
         name = self.log.devices[self.device].name
         return HeapState(name, tuple(segments))
