@@ -121,6 +121,7 @@ def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # typ
     zoom = "Plotly.relayout(document.querySelector('.gpuviz-dashboard .gpuviz-map'), {'xaxis.range': [0, 4096]})"
     page.evaluate(zoom)
     draws = page.evaluate("Number(document.querySelector('.gpuviz-dashboard').dataset.mapDraws)")
+    page.wait_for_selector(".gpuviz-dashboard .gpuviz-slider:enabled")  # scrubbable once the final draw is done
     page.locator(".gpuviz-dashboard .gpuviz-slider").press("ArrowLeft")
     page.wait_for_function(f"Number(document.querySelector('.gpuviz-dashboard').dataset.mapDraws) > {draws}")
     stepped = page.inner_text(".gpuviz-slider-label")

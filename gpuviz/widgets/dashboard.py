@@ -329,14 +329,16 @@ class Dashboard(anywidget.AnyWidget):
         )
 
     # -------------------------------------------------------------- controls
+    # (``_quiet`` is read under the lock: a change from the front-end waits for a draw in progress
+    # on the dashboard's thread, instead of being taken for that draw's own change)
     def _on_device(self, change: dict[str, Any]) -> None:
-        if not self._quiet and change["new"] and self.profile is not None:
-            with self._lock:
+        with self._lock:
+            if not self._quiet and change["new"] and self.profile is not None:
                 self._draw_device(change["new"])
 
     def _on_slider(self, change: dict[str, Any]) -> None:
-        if not self._quiet and self.device and self.profile is not None:
-            with self._lock:
+        with self._lock:
+            if not self._quiet and self.device and self.profile is not None:
                 self._draw_map(self.device, int(change["new"]))
 
     # ------------------------------------------------------------------ display
