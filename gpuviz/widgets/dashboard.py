@@ -131,6 +131,7 @@ class Dashboard(anywidget.AnyWidget):
         self._live_device: str | None = None
         self._timeline_points = 0
         self._quiet = False  # True while the code itself moves the controls
+        self._map_range: dict[str, list[int]] = {}  # per device: the map's x range while scrubbing
         self.observe(self._on_device, names="device")
         self.observe(self._on_slider, names="position")
         if live:
@@ -233,6 +234,7 @@ class Dashboard(anywidget.AnyWidget):
             start = time.perf_counter()
             p = profile(self.event_log, self.options, strict=False)
             self.profile = p
+            self._map_range.clear()
             devices = list(p.devices)
             chosen = self.device if self.device in devices else p.device
             self._quiet = True
@@ -297,7 +299,9 @@ class Dashboard(anywidget.AnyWidget):
     def _show_map(self, state: HeapState, title: str, found: Pinning | None = None) -> None:
         options = self.options
         layout = map_layout(state, title=title, pinning=found)
-        layout["uirevision"] = state.device  # zoom and pan survive scrubbing
+        layout["uirevision"] = state.device  # zoom and pan survive scrubbing...
+        if self.profile is not None:  # ...as long as the figure's own x range stays: the opening one's
+            layout["xaxis"]["range"] = self._map_range.setdefault(state.device, layout["xaxis"]["range"])
         data = trace_specs(state, color_by=options.color_by, max_rectangles=options.max_rectangles,
                            stacks=self.event_log.stacks, pinning=found)  # fmt: skip
         self.map_json = to_json({"data": data, "layout": layout})
