@@ -76,7 +76,8 @@ def test_dashboard_opens_at_the_first_oom_with_the_pinning_list_and_labelled_sli
     assert sentence in dashboard.pinning_html and "Out of memory: 3.0 MiB requested" in dashboard.pinning_html
     assert sentence.endswith("freeing this allocation would have made a hole of 3.0 MiB")
     # one row: the block between two free 1 MiB holes (the first such, by address)
-    assert dashboard.pinning_html.count("<td>block ") == 1 and "<tr><td>block 1</td><td>1.0 MiB</td>" in (
+    rows = dashboard.pinning_html.count('<tr class="pinning">')
+    assert rows == 1 and '<tr class="pinning"><td class="text">block 1</td><td data-value="1048576">1.0 MiB</td>' in (
         dashboard.pinning_html
     )
     labels = [label for label, _ in dashboard.stops]
@@ -86,12 +87,17 @@ def test_dashboard_opens_at_the_first_oom_with_the_pinning_list_and_labelled_sli
     figure = json.loads(dashboard.map_json)
     assert figure["layout"]["uirevision"] == "GPU:0"  # zoom and pan survive scrubbing
     assert f"after event {oom} (oom)" in figure["layout"]["title"]["text"]
+    traces = {trace["name"]: trace for trace in figure["data"]}
+    assert traces["failed request"]["x"] == [3 << 20]  # the ghost bar of the request
+    assert len(traces["pinning"]["x"]) == 1  # block 1 highlighted
 
     dashboard.position -= 1  # one allocator event back (what the left arrow key sends)
     previous = int(timeline_series(log, "GPU:0").index[dashboard.position])
     assert dashboard.slider_label.startswith(f"event {previous} of {len(log) - 1} · ")
     assert dashboard.pinning_html == ""
-    assert json.loads(dashboard.map_json)["layout"]["uirevision"] == "GPU:0"
+    stepped = json.loads(dashboard.map_json)
+    assert stepped["layout"]["uirevision"] == "GPU:0"
+    assert "failed request" not in {trace["name"] for trace in stepped["data"]}  # no ghost bar before the OOM
 
 
 def test_dashboard_opens_at_the_peak_without_an_oom() -> None:

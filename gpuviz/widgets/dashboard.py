@@ -29,7 +29,7 @@ import numpy as np
 import traitlets
 
 from gpuviz.analysis.live import LiveFollower, LivePoints
-from gpuviz.analysis.moments import oom_indices, opening_index, pinning, scrub_stops
+from gpuviz.analysis.moments import Pinning, oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
 from gpuviz.analysis.timeline import resample, timeline_series
 from gpuviz.base.heapstate import HeapState
@@ -37,6 +37,7 @@ from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
 from gpuviz.views.fragmentation import map_layout, trace_specs
+from gpuviz.views.oom import pinning_html
 from gpuviz.views.static import static_html
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
@@ -130,6 +131,7 @@ class Dashboard(anywidget.AnyWidget):
         self._live_device: str | None = None
         self._timeline_points = 0
         self._quiet = False  # True while the code itself moves the controls
+        self._map_range: dict[str, list[int]] = {}  # per device: the map's x range while scrubbing
         self.observe(self._on_device, names="device")
         self.observe(self._on_slider, names="position")
         if live:
@@ -232,6 +234,7 @@ class Dashboard(anywidget.AnyWidget):
             start = time.perf_counter()
             p = profile(self.event_log, self.options, strict=False)
             self.profile = p
+            self._map_range.clear()
             devices = list(p.devices)
             chosen = self.device if self.device in devices else p.device
             self._quiet = True
@@ -293,17 +296,19 @@ class Dashboard(anywidget.AnyWidget):
         figure["layout"]["uirevision"] = device
         self.timeline_json = to_json(figure)
 
-    def _show_map(self, state: HeapState, title: str) -> None:
+    def _show_map(self, state: HeapState, title: str, found: Pinning | None = None) -> None:
         options = self.options
-        layout = map_layout(state, title=title)
-        layout["uirevision"] = state.device  # zoom and pan survive scrubbing
+        layout = map_layout(state, title=title, pinning=found)
+        layout["uirevision"] = state.device  # zoom and pan survive scrubbing...
+        if self.profile is not None:  # ...as long as the figure's own x range stays: the opening one's
+            layout["xaxis"]["range"] = self._map_range.setdefault(state.device, layout["xaxis"]["range"])
         data = trace_specs(state, color_by=options.color_by, max_rectangles=options.max_rectangles,
-                           stacks=self.event_log.stacks)  # fmt: skip
+                           stacks=self.event_log.stacks, pinning=found)  # fmt: skip
         self.map_json = to_json({"data": data, "layout": layout})
 
     def _draw_map(self, device: str, position: int) -> None:
-        """The map after the ``position``-th allocator event of ``device``, its label, and at an
-        OOM what pinned the free holes apart."""
+        """The map after the ``position``-th allocator event of ``device`` and its label; at an
+        OOM, the failed request as a ghost bar and what pinned the free holes apart."""
         p = self.profile
         if p is None or device not in p.devices or not len(p.devices[device].series):
             return
@@ -312,43 +317,32 @@ class Dashboard(anywidget.AnyWidget):
         index = int(dp.series.index[min(position, len(dp.series) - 1)])
         state = dp.state_at(index)
         kind = KIND_NAMES[int(log["kind"][index])]
+        found = None
+        if kind == "oom":
+            request = int(log["requested"][index]) or int(log["size"][index])
+            found = pinning(state, request, log=log, at_index=index)
+        self._show_map(state, f"{device} after event {index} ({kind})", found)
         seconds = (int(log["time_ns"][index]) - p.t0_ns) / 1e9
-        self._show_map(state, f"{device} after event {index} ({kind})")
         what = " · OOM" if kind == "oom" else " · peak" if index == dp.peak.index else ""
         self.slider_label = f"event {index} of {len(log) - 1} · {seconds:.6f} s · {kind}{what}"
-        self.pinning_html = self._pinning_html(state, index) if kind == "oom" else ""
-
-    def _pinning_html(self, state: HeapState, index: int) -> str:
-        log = self.event_log
-        request = int(log["requested"][index]) or int(log["size"][index])
-        found = pinning(state, request, log=log, at_index=index)
-        rows = []
-        best = found.best
-        for chunk in best.chunks if best is not None else ():
-            age = f"{chunk.age_ns / 1e9:.3f} s" if chunk.age_ns >= 0 else "?"
-            rows.append(
-                f"<tr><td>{html.escape(chunk.tag or '')}</td><td>{format_size(chunk.size)}</td>"
-                f"<td>{html.escape(chunk.call_site or '')}</td><td>{chunk.alloc_index}</td><td>{age}</td></tr>"
-            )
-        table = (
-            "<table><thead><tr><th>tag</th><th>size</th><th>call site</th><th>allocated at event</th>"
-            f"<th>alive</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            if rows else ""
-        )  # fmt: skip
-        return (
-            f"<style>{TABLE_CSS}</style><div class='gpuviz gpuviz-pinning'><b>Out of memory: "
-            f"{format_size(request)} requested</b><p>{html.escape(found.sentence())}</p>{table}</div>"
+        self.pinning_html = (
+            f"<style>{TABLE_CSS}</style><div class='gpuviz'><b>Out of memory: {format_size(request)} requested</b>"
+            f"{pinning_html(found, p.t0_ns)}</div>"
+            if found is not None
+            else ""
         )
 
     # -------------------------------------------------------------- controls
+    # (``_quiet`` is read under the lock: a change from the front-end waits for a draw in progress
+    # on the dashboard's thread, instead of being taken for that draw's own change)
     def _on_device(self, change: dict[str, Any]) -> None:
-        if not self._quiet and change["new"] and self.profile is not None:
-            with self._lock:
+        with self._lock:
+            if not self._quiet and change["new"] and self.profile is not None:
                 self._draw_device(change["new"])
 
     def _on_slider(self, change: dict[str, Any]) -> None:
-        if not self._quiet and self.device and self.profile is not None:
-            with self._lock:
+        with self._lock:
+            if not self._quiet and self.device and self.profile is not None:
                 self._draw_map(self.device, int(change["new"]))
 
     # ------------------------------------------------------------------ display
