@@ -220,5 +220,8 @@ def test_the_8_gpu_xplane_is_a_run_of_8_gpu_rows() -> None:
     assert table.loc[active, "device"].str[-5:].tolist() == ["GPU:1", "GPU:4", "GPU:6"]
     log = gpuviz.load(TRACES / "tb_xplane_gpu_multiworker.xplane.pb", progress=False)
     assert table["peak_bytes"].tolist() == [gpuviz.peak(log, f"GPU:{i}").bytes for i in range(8)]
+    # idle GPUs are never outliers; GPU:1 (7.5 KiB against ~2 GiB on GPUs 4 and 6) is
+    assert table["peak_bytes"].tolist()[1] == 7680
+    assert [flag.split(",")[0] for flag in table["outlier"]] == ["", "peak", "", "", "", "", "", ""]
     _, z = cluster_grid(summary, columns=50)
     assert z.shape == (8, 50)

@@ -5,9 +5,10 @@ The run's logs are opened one at a time; only the compact rows and resampled ser
 kept. Times are ns since the first event of each rank's log (clocks of different hosts
 are not comparable).
 
-Outliers: with ``m`` the median peak over all rows, a row is flagged ``"peak"`` when
-``|peak - median peak| > threshold * m`` and ``"growth"`` when
-``|growth - median growth| > threshold * m``. ``growth`` is bytes in use at the last
+Outliers: with ``m`` the median peak over the rows that allocated anything (peak > 0; an
+idle GPU is a row of zeros and never flagged), such a row is flagged ``"peak"`` when
+``|peak - m| > threshold * m`` and ``"growth"`` when ``|growth - median growth| > threshold * m``
+(medians over the same rows). ``growth`` is bytes in use at the last
 event minus bytes in use at the middle of the log's time span: about 0 for a loop that
 frees what each step allocates, positive for one that keeps memory step over step.
 """
@@ -100,11 +101,13 @@ def flag_outliers(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> 
     """Per row ``""``, ``"peak"``, ``"growth"`` or ``"peak,growth"`` (see the module docstring)."""
     if not threshold >= 0:
         raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
-    if table.empty:
-        return pd.Series([], dtype=object)
-    scale = threshold * float(np.median(table["peak_bytes"]))
-    peak = (table["peak_bytes"] - np.median(table["peak_bytes"])).abs() > scale
-    growth = (table["growth_bytes"] - np.median(table["growth_bytes"])).abs() > scale
+    active = table["peak_bytes"] > 0
+    if not active.any():
+        return pd.Series([""] * len(table), index=table.index, dtype=object)
+    peaks, growths = table.loc[active, "peak_bytes"], table.loc[active, "growth_bytes"]
+    scale = threshold * float(np.median(peaks))
+    peak = active & ((table["peak_bytes"] - np.median(peaks)).abs() > scale)
+    growth = active & ((table["growth_bytes"] - np.median(growths)).abs() > scale)
     return pd.Series(
         [",".join(n for n, hit in (("peak", p), ("growth", g)) if hit) for p, g in zip(peak, growth, strict=True)],
         index=table.index,
