@@ -225,3 +225,13 @@ def test_the_8_gpu_xplane_is_a_run_of_8_gpu_rows() -> None:
     assert [flag.split(",")[0] for flag in table["outlier"]] == ["", "peak", "", "", "", "", "", ""]
     _, z = cluster_grid(summary, columns=50)
     assert z.shape == (8, 50)
+
+
+def test_per_rank_pytorch_snapshots_join_as_ranks_in_file_order() -> None:
+    pattern = str(TRACES / "pt_snapshot_assignment2_2026*.pickle")
+    table = cluster_summary(load_run(pattern)).table
+    names = ["pt_snapshot_assignment2_2026a", "pt_snapshot_assignment2_2026b"]
+    assert table["rank"].tolist() == [0, 1] and table["host"].tolist() == names
+    assert table["device"].tolist() == [f"{name}/rank{r}/GPU:0" for r, name in enumerate(names)]
+    peaks = [gpuviz.peak(gpuviz.load(TRACES / f"{name}.pickle", progress=False), "GPU:0").bytes for name in names]
+    assert table["peak_bytes"].tolist() == peaks == [3861684736, 13927832064]
