@@ -235,3 +235,29 @@ def test_per_rank_pytorch_snapshots_join_as_ranks_in_file_order() -> None:
     assert table["device"].tolist() == [f"{name}/rank{r}/GPU:0" for r, name in enumerate(names)]
     peaks = [gpuviz.peak(gpuviz.load(TRACES / f"{name}.pickle", progress=False), "GPU:0").bytes for name in names]
     assert table["peak_bytes"].tolist() == peaks == [3861684736, 13927832064]
+
+
+def test_magic_start_with_a_run_dir_records_this_rank_to_its_file(  # type: ignore[no-untyped-def]
+    runtime_log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    if "GpuvizMagics" not in shell.magics_manager.registry:
+        shell.run_line_magic("load_ext", "gpuviz")
+    magics = shell.magics_manager.registry["GpuvizMagics"]
+    magics.last = magics.recording = magics.dashboard = None
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with capture_output():
+        shell.run_line_magic("gpuviz", f"start --no-live --run-dir {tmp_path}")
+    shell.run_cell("import numpy as np, gpuviz; a = gpuviz.asarray(np.ones(100))")
+    shell.run_line_magic("gpuviz", "stop")
+    shell.run_cell("%reset -f")
+    host = socket.gethostname()
+    saved = gpuviz.load(tmp_path / f"{host}-rank3.arrow", progress=False)
+    assert saved.meta["run"] == {"rank": 3, "local_rank": 3, "world_size": 4, "host": host}
+    assert saved.truncated is False
+    assert [e.tag for e in saved.filter(kind="mark")] == ["gpuviz start", "gpuviz stop"]
+    assert len(saved) == len(magics.last)

@@ -110,20 +110,3 @@ def test_line_magics(shell: InteractiveShell, tmp_path: Path, capsys: pytest.Cap
     assert all(d.upstream.reserved == 0 for d in get_runtime().devices.values())
     with pytest.raises(UsageError, match="invalid choice: 'launch'"):
         shell.run_line_magic("gpuviz", "launch")
-
-
-def test_start_with_a_run_dir_records_this_rank_to_its_file(shell, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import socket
-
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    with capture_output():
-        shell.run_line_magic("gpuviz", f"start --no-live --run-dir {tmp_path}")
-    shell.run_cell("a = gpuviz.asarray(np.ones(100))")
-    shell.run_line_magic("gpuviz", "stop")
-    host = socket.gethostname()
-    saved = gpuviz.load(tmp_path / f"{host}-rank3.arrow", progress=False)
-    assert saved.meta["run"] == {"rank": 3, "local_rank": 3, "world_size": 4, "host": host}
-    assert saved.truncated is False
-    assert [e.tag for e in saved.filter(kind="mark")] == ["gpuviz start", "gpuviz stop"]
-    assert len(saved) == len(shell.magics_manager.registry["GpuvizMagics"].last)
