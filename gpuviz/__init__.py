@@ -9,7 +9,9 @@ import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLo
 from gpuviz import config
 from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
+from gpuviz.analysis.cluster import ClusterSummary, cluster_summary
 from gpuviz.analysis.replay import Replay, replay
+from gpuviz.analysis.run import Run, load_run
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
 from gpuviz.base.devices import DeviceSpec, parse_device
 from gpuviz.base.errors import GpuvizError, InvalidFreeError, InvariantError, LogFormatError, OutOfMemoryError
@@ -21,7 +23,7 @@ from gpuviz.capture.upstream import SIM_BASE, SimUpstream, Upstream, UpstreamOut
 from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.runtime.array import DeviceArray, asarray, empty
-from gpuviz.runtime.context import Session, device, reconfigure, record_into, reset
+from gpuviz.runtime.context import Session, device, reconfigure, record_into, record_run, reset
 from gpuviz.scenarios import whatif
 
 
@@ -44,6 +46,11 @@ __all__ = [
     "parse_device",
     "reconfigure",
     "record_into",
+    "record_run",
+    "Run",
+    "load_run",
+    "ClusterSummary",
+    "cluster_summary",
     "reset",
     "BFCAllocator",
     "ChunkState",

@@ -2,19 +2,24 @@
 
 ``mark("step 3")`` and ``with span("forward"):`` write to the given log, else to the
 innermost log activated with ``with activate(log):``, else to the process default log.
+With ``GPUVIZ_LOG_DIR`` set, the default log records to this process's file in that
+directory (``run_log``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+from gpuviz.base.ranks import LOG_DIR_VARIABLE, RankInfo, rank_file_name, rank_from_env
 from gpuviz.base.scopes import ThreadStack
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import MarkPhase
 
-__all__ = ["mark", "span", "activate", "current_log", "default_log"]
+__all__ = ["mark", "span", "activate", "current_log", "default_log", "run_log"]
 
 _active: ThreadStack[EventLog] = ThreadStack()
 _default: list[EventLog] = []
@@ -25,8 +30,21 @@ def default_log() -> EventLog:
     """The process-wide log that the device runtime and unqualified marks record into."""
     with _default_lock:
         if not _default:
-            _default.append(EventLog())
+            directory = os.environ.get(LOG_DIR_VARIABLE)
+            _default.append(run_log(directory) if directory else EventLog())
         return _default[0]
+
+
+def run_log(directory: str | Path, info: RankInfo | None = None) -> EventLog:
+    """A new log recording to this process's file in the run ``directory`` (created if missing).
+
+    The file is named from ``info`` (default: ``rank_from_env()``), e.g. ``node3-rank12.arrow``,
+    and ``log.meta["run"]`` holds rank, local_rank, world_size and host.
+    """
+    info = info if info is not None else rank_from_env()
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    return EventLog(folder / rank_file_name(info), meta={"run": info.as_meta()})
 
 
 def set_default_log(log: EventLog) -> None:

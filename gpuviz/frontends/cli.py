@@ -2,7 +2,8 @@
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
-gpuviz summary RUN.arrow
+gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn]   (a directory of per-rank logs: a distributed run)
+gpuviz summary RUN.arrow | RUN_DIR
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
@@ -48,6 +49,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
+    if Path(args.log).is_dir():
+        return _run_report(args)
     log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
     write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}")
@@ -94,10 +97,34 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_report(args: argparse.Namespace) -> int:
+    """``gpuviz report RUN_DIR``: the run's heatmaps and per-rank table."""
+    from gpuviz.analysis.cluster import cluster_summary
+    from gpuviz.analysis.run import load_run
+    from gpuviz.views.cluster import cluster_report_html
+
+    folder = Path(args.log)
+    output = Path(args.output) if args.output else folder.with_name(folder.name + ".html")
+    summary = cluster_summary(load_run(folder))
+    output.write_text(
+        cluster_report_html(summary, plotlyjs="cdn" if args.cdn else "inline", title=f"gpuviz run: {folder.name}"),
+        encoding="utf-8",
+    )
+    print(f"report written to {output}")
+    return 0
+
+
 def _summary(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
     from gpuviz.views.text import summary_text
 
+    if Path(args.log).is_dir():
+        from gpuviz.analysis.cluster import cluster_summary
+        from gpuviz.analysis.run import load_run
+        from gpuviz.views.cluster import cluster_text
+
+        print(cluster_text(cluster_summary(load_run(args.log))))
+        return 0
     log = load(args.log)
     print(summary_text(log))
     if log.truncated:
@@ -177,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_view_arguments(demo)
     demo.set_defaults(run=_demo)
     report = commands.add_parser("report", help="write the HTML report (or .gpuviz.json result) of a saved event log")
-    report.add_argument("log", help="an event-log file (.arrow)")
+    report.add_argument("log", help="an event-log file (.arrow), or a directory of per-rank logs (a run)")
     report.add_argument(
         "-o",
         "--output",
@@ -188,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_view_arguments(report)
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
-    summary.add_argument("log", help="an event-log file (.arrow)")
+    summary.add_argument("log", help="an event-log file (.arrow), or a directory of per-rank logs (a run)")
     summary.set_defaults(run=_summary)
     from gpuviz.frontends.whatif_options import add_whatif_arguments
 

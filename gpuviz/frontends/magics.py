@@ -3,7 +3,7 @@
     %%gpuviz [--device D] [--memory-limit 4GiB] [--growth/--no-growth] [--live/--no-live]
              [--stacks] [--save run.arrow] [--report report.html] [view options]
     %%gpuviz --torch [--save run.arrow] [--report report.html] [view options]   (PyTorch's own memory)
-    %gpuviz start [--live/--no-live] | stop | status | show [view options] | report PATH [--cdn] | reset
+    %gpuviz start [--live/--no-live] [--run-dir DIR] | stop | status | show [view options] | report PATH [--cdn] | reset
     %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
 
 A profiled cell records into a fresh EventLog (which then stays the runtime's log) and
@@ -31,7 +31,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display as _display
 
 from gpuviz.base.devices import parse_device
-from gpuviz.capture.marks import span
+from gpuviz.capture.marks import run_log, span
 from gpuviz.frontends.options import add_view_arguments, view_options, write_report
 from gpuviz.frontends.whatif_options import add_whatif_arguments, run_whatif
 from gpuviz.log.eventlog import EventLog
@@ -77,6 +77,7 @@ def _line_parser() -> _Parser:
     )
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
+    parser.add_argument("--run-dir", help="start: record to this process's file in a run directory (GPUVIZ_LOG_DIR)")
     add_view_arguments(parser)
     add_whatif_arguments(parser, device=False)
     return parser
@@ -268,7 +269,7 @@ class GpuvizMagics(Magics):
         if command == "start":
             if self.recording is not None:
                 raise UsageError("%gpuviz: already recording; use %gpuviz stop first")
-            self.recording = self.last = EventLog()
+            self.recording = self.last = run_log(args.run_dir) if args.run_dir else EventLog()
             record_into(self.recording)
             self.recording.mark("gpuviz start")
             if args.live:
@@ -282,6 +283,7 @@ class GpuvizMagics(Magics):
             if self.dashboard is not None and self.dashboard.event_log is self.recording:
                 self.dashboard.stop_live()
             record_into(EventLog())  # later work no longer lands in the stopped log
+            self.recording.close()  # finishes a --run-dir file; no-op otherwise
             self.recording = None
             return None
         if command == "status":

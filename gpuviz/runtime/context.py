@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from gpuviz.base.scopes import ThreadStack
 from gpuviz.base.units import GiB, MiB
 from gpuviz.capture.bfc import BFCAllocator
 from gpuviz.capture.events import record_placement, record_transfer
-from gpuviz.capture.marks import default_log, set_default_log
+from gpuviz.capture.marks import default_log, run_log, set_default_log
 from gpuviz.capture.native import allocator_class
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
@@ -43,6 +44,7 @@ __all__ = [
     "reset",
     "reconfigure",
     "record_into",
+    "record_run",
     "Session",
     "current_scope",
     "device_names",
@@ -355,6 +357,23 @@ def record_into(log: EventLog) -> None:
     keeping every array: the current heaps are written into ``log`` first."""
     get_runtime().record_into(log)
     set_default_log(log)
+
+
+def record_run(directory: str | Path) -> EventLog:
+    """Record this process of a distributed run into its own file in ``directory`` from now on.
+
+    The file is named from the launcher's environment (``RANK``, ``SLURM_PROCID``, ... and the
+    host name), e.g. ``node3-rank12.arrow``; the log (returned) becomes the default log as with
+    ``record_into``. Setting ``GPUVIZ_LOG_DIR`` before the first use does the same.
+    """
+    log = run_log(directory)
+    with _runtime_lock:
+        started = bool(_runtime)
+    if started:
+        record_into(log)
+    else:
+        set_default_log(log)
+    return log
 
 
 class Session:

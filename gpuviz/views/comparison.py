@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.offline
 from plotly.subplots import make_subplots
 from plotly.utils import PlotlyJSONEncoder
 
@@ -26,7 +25,7 @@ from gpuviz.analysis.replay import replay
 from gpuviz.analysis.timeline import resample
 from gpuviz.base.units import binary_unit, format_bytes
 from gpuviz.views.fragmentation import fragmentation_map
-from gpuviz.views.report import FRAME_RECTANGLES, figure_json
+from gpuviz.views.report import FRAME_RECTANGLES, figure_json, plotlyjs_script
 from gpuviz.views.result import FORMAT, FORMAT_VERSION, MIME_TYPE
 from gpuviz.views.static import sparkline_svg
 from gpuviz.views.tables import TABLE_CSS
@@ -204,12 +203,7 @@ def comparison_static_html(c: Comparison) -> str:
 
 def comparison_html(c: Comparison, *, title: str = "gpuviz what-if", plotlyjs: str = "inline") -> str:
     """A self-contained HTML report of the comparison (``plotlyjs="cdn"`` to leave plotly.js out)."""
-    if plotlyjs == "inline":
-        script = f"<script>{plotly.offline.get_plotlyjs()}</script>"
-    elif plotlyjs == "cdn":
-        script = f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
-    else:
-        raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+    script = plotlyjs_script(plotlyjs)
     body = [f"<h1>{html.escape(title)}</h1>"]
     body += [f"<p>{html.escape(line)}</p>" for line in _summary_lines(c)]
     body.append(_table_html(c))

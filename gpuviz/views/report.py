@@ -26,6 +26,7 @@ from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summa
 from gpuviz.views.timeline import timeline
 
 __all__ = ["report_html", "FRAME_RECTANGLES", "NEAR_OPENING", "figure_json", "to_script_json", "scrub_positions"]
+__all__ += ["plot_div", "plotlyjs_script"]
 
 FRAME_RECTANGLES = 1500
 """The most rectangles one scrubber frame draws (the rest is aggregated)."""
@@ -128,7 +129,17 @@ def figure_json(figure: go.Figure) -> dict[str, Any]:
     return {"data": data["data"], "layout": data.get("layout", {})}
 
 
-def _plot(div_id: str, figure: go.Figure) -> str:
+def plotlyjs_script(plotlyjs: str) -> str:
+    """The ``<script>`` element that loads plotly.js: embedded (``"inline"``) or from its CDN (``"cdn"``)."""
+    if plotlyjs == "inline":
+        return f"<script>{plotly.offline.get_plotlyjs()}</script>"
+    if plotlyjs == "cdn":
+        return f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
+    raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+
+
+def plot_div(div_id: str, figure: go.Figure) -> str:
+    """A ``<div>`` with the figure drawn into it by an inline script (plotly.js loaded before)."""
     spec = to_script_json(figure_json(figure))
     return (
         f'<div id="{div_id}" class="gpuviz-plot"></div>'
@@ -184,12 +195,7 @@ def report_html(
     p: Profile, *, plotlyjs: str = "inline", title: str = "gpuviz report", source: str | None = None
 ) -> str:
     """The whole report as one HTML document."""
-    if plotlyjs == "inline":
-        script = f"<script>{plotly.offline.get_plotlyjs()}</script>"
-    elif plotlyjs == "cdn":
-        script = f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
-    else:
-        raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+    script = plotlyjs_script(plotlyjs)
     body = [f"<h1>{html.escape(title)}</h1>"]
     facts = f"{len(p.log)} events · devices: {html.escape(', '.join(devices_present(p.log)) or 'none')}"
     if source:
@@ -210,7 +216,7 @@ def report_html(
             ooms=p.ooms[p.ooms["device"] == name] if len(p.ooms) else None,
             segments=p.segments[p.segments["device"] == name] if len(p.segments) else None, peak=device.peak,
         )  # fmt: skip
-        body.append(_plot(f"timeline{number}", figure))
+        body.append(plot_div(f"timeline{number}", figure))
     body.append('<h2>Placement</h2><div class="gpuviz">')
     body.append(placement_html(p.placements) if len(p.placements) else "<p>No ops were recorded.</p>")
     body.append("</div>")

@@ -1,0 +1,138 @@
+"""Cluster summary of a run: one row per device of every rank, outliers flagged, and each
+device's bytes in use resampled for the ranks x time heatmap.
+
+The run's logs are opened one at a time; only the compact rows and resampled series are
+kept. Times are ns since the first event of each rank's log (clocks of different hosts
+are not comparable).
+
+Outliers: with ``m`` the median peak over the rows that allocated anything (peak > 0; an
+idle GPU is a row of zeros and never flagged), such a row is flagged ``"peak"`` when
+``|peak - m| > threshold * m`` and ``"growth"`` when ``|growth - median growth| > threshold * m``
+(medians over the same rows). ``growth`` is bytes in use at the last
+event minus bytes in use at the middle of the log's time span: about 0 for a loop that
+frees what each step allocates, positive for one that keeps memory step over step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuviz.analysis.run import RankLog, Run
+from gpuviz.analysis.tables import devices_present
+from gpuviz.analysis.timeline import ResampledSeries, resample, timeline_series
+from gpuviz.log.schema import Kind
+
+__all__ = ["ClusterSummary", "DEFAULT_THRESHOLD", "cluster_summary", "rank_rows", "flag_outliers"]
+
+DEFAULT_THRESHOLD = 0.1
+"""Outlier threshold, as a fraction of the median peak (10 %)."""
+
+COLUMNS = ["rank", "host", "local_rank", "device", "peak_bytes", "peak_time_ns", "pool_at_peak",
+           "fragmentation_at_peak", "end_bytes", "growth_bytes", "ooms", "transfers", "transfer_bytes",
+           "file"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """``table``: one row per device of every rank (``COLUMNS`` plus ``outlier``: ``""``,
+    ``"peak"``, ``"growth"`` or ``"peak,growth"``), ordered by rank then device;
+    ``series[i]``: row i's bytes in use resampled (times relative to its log's start)."""
+
+    table: pd.DataFrame
+    series: list[ResampledSeries]
+    threshold: float
+
+    @property
+    def outliers(self) -> pd.DataFrame:
+        flagged: pd.DataFrame = self.table[self.table["outlier"] != ""]
+        return flagged
+
+
+def _is_gpu(name: str) -> bool:
+    return name.rsplit("/", 1)[-1].upper().startswith("GPU")
+
+
+def rank_rows(
+    rank_log: RankLog, *, points: int = 500, gpus_only: bool = True
+) -> list[tuple[dict[str, Any], ResampledSeries]]:
+    """The summary rows and resampled series of one rank's devices: every GPU the log names
+    (one without events is a row of zeros), and with ``gpus_only=False`` also the other
+    devices something happened on."""
+    log = rank_log.log
+    cols = log.columns
+    start = int(cols["time_ns"].min()) if len(log) else 0
+    transfers = cols["kind"] == Kind.TRANSFER
+    rows = []
+    gpus = [name for name in log.device_names if _is_gpu(name)]  # every GPU named, idle ones too
+    names = gpus if gpus_only else gpus + [n for n in devices_present(log) if n not in gpus]
+    for name in names:
+        index = log.device_index(name)
+        series = timeline_series(log, name)
+        moved = transfers & ((cols["device"] == index) | (cols["peer"] == index))
+        row = {
+            "rank": rank_log.info.rank, "host": rank_log.info.host, "local_rank": rank_log.info.local_rank,
+            "device": name, "peak_bytes": 0, "peak_time_ns": 0, "pool_at_peak": 0, "fragmentation_at_peak": 0.0,
+            "end_bytes": 0, "growth_bytes": 0, "ooms": int(np.count_nonzero((cols["kind"] == Kind.OOM)
+                                                                             & (cols["device"] == index))),
+            "transfers": int(np.count_nonzero(moved)), "transfer_bytes": int(cols["size"][moved].sum()),
+            "file": rank_log.path.name,
+        }  # fmt: skip
+        if len(series):
+            i = int(np.argmax(series.bytes_in_use))
+            times = series.time_ns - start
+            middle = int(np.searchsorted(times, (int(times[0]) + int(times[-1])) // 2, side="right")) - 1
+            end = int(series.bytes_in_use[-1])
+            row.update(
+                peak_bytes=int(series.bytes_in_use[i]), peak_time_ns=int(times[i]),
+                pool_at_peak=int(series.pool_bytes[i]), fragmentation_at_peak=float(series.fragmentation[i]),
+                end_bytes=end, growth_bytes=end - int(series.bytes_in_use[max(middle, 0)]),
+            )  # fmt: skip
+        sampled = resample(series, points)
+        shifted = ResampledSeries(name, sampled.time_ns - start, sampled.minimum, sampled.maximum)
+        rows.append((row, shifted))
+    return rows
+
+
+def flag_outliers(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> pd.Series:
+    """Per row ``""``, ``"peak"``, ``"growth"`` or ``"peak,growth"`` (see the module docstring)."""
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
+    active = table["peak_bytes"] > 0
+    if not active.any():
+        return pd.Series([""] * len(table), index=table.index, dtype=object)
+    peaks, growths = table.loc[active, "peak_bytes"], table.loc[active, "growth_bytes"]
+    scale = threshold * float(np.median(peaks))
+    peak = active & ((table["peak_bytes"] - np.median(peaks)).abs() > scale)
+    growth = active & ((table["growth_bytes"] - np.median(growths)).abs() > scale)
+    return pd.Series(
+        [",".join(n for n, hit in (("peak", p), ("growth", g)) if hit) for p, g in zip(peak, growth, strict=True)],
+        index=table.index,
+        dtype=object,
+    )
+
+
+def cluster_summary(
+    run: Run, *, threshold: float = DEFAULT_THRESHOLD, points: int = 500, gpus_only: bool = True
+) -> ClusterSummary:
+    """Summarise ``run``, one log at a time. ``points``: buckets per resampled series.
+
+    Raises ``ValueError`` when two files claim the same rank on the same host.
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
+    collected: list[tuple[dict[str, Any], ResampledSeries]] = []
+    seen: dict[tuple[str, int], str] = {}
+    for rank_log in run:
+        key = (rank_log.info.host, rank_log.info.rank)
+        if key in seen:
+            raise ValueError(f"{rank_log.path.name} and {seen[key]} are both rank {key[1]} on host {key[0]}")
+        seen[key] = rank_log.path.name
+        collected.extend(rank_rows(rank_log, points=points, gpus_only=gpus_only))
+    order = sorted(range(len(collected)), key=lambda i: (collected[i][0]["rank"], collected[i][0]["device"]))
+    table = pd.DataFrame([collected[i][0] for i in order], columns=COLUMNS)
+    table["outlier"] = flag_outliers(table, threshold)
+    return ClusterSummary(table, [collected[i][1] for i in order], threshold)

@@ -1,0 +1,90 @@
+"""A distributed run: a directory (or glob) of per-process logs, opened one at a time.
+
+Every file is read with ``gpuviz.load``, so gpuviz logs and imported traces (per-rank
+PyTorch snapshots, XPlane files) join alike. A file's rank and host come from its
+``meta["run"]`` (written by ``GPUVIZ_LOG_DIR`` / ``gpuviz.record_run``); a file without one
+(an imported trace) is rank = its position in the sorted file list, host = its name up to
+the first dot, world size = the number of files.
+
+Device names carry host and rank once a run opens a log (``node3/rank12/GPU:4``): the
+prefix is applied when the log is loaded, not when it is recorded, so the runtime's own
+device names (``GPU:0``, placement, ``gpuviz.device``) are unchanged and a single log
+opened with ``gpuviz.load`` reads as before.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuviz.base.ranks import RankInfo, device_prefix
+from gpuviz.importers import load
+from gpuviz.log.eventlog import DeviceInfo, EventLog
+
+__all__ = ["Run", "RankLog", "load_run"]
+
+
+@dataclass(frozen=True)
+class RankLog:
+    """One process's log of a run, with its identity and file."""
+
+    info: RankInfo
+    path: Path
+    log: EventLog
+
+    @property
+    def prefix(self) -> str:
+        """What the run put before this log's device names, e.g. ``node3/rank12/``."""
+        return device_prefix(self.info)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The files of a run, in sorted order; ``run.open(i)`` / ``for rank_log in run`` load one at a time."""
+
+    paths: tuple[Path, ...]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def open(self, position: int) -> RankLog:
+        """Load file ``position`` (0-based) with its devices named ``host/rankN/DEVICE``."""
+        path = self.paths[position]
+        log = load(path, progress=False)
+        meta = log.meta.get("run")
+        if meta is not None:
+            info = RankInfo.from_meta(meta)
+        else:
+            info = RankInfo(position, position, len(self.paths), path.name.split(".")[0] or "host")
+        prefix = device_prefix(info)
+        log.devices = [
+            d if d.name.startswith(prefix) else DeviceInfo(prefix + d.name, dict(d.options)) for d in log.devices
+        ]
+        return RankLog(info, path, log)
+
+    def __iter__(self) -> Iterator[RankLog]:
+        """Each rank's log in turn; only the current one is held by the run."""
+        for position in range(len(self.paths)):
+            yield self.open(position)
+
+
+def load_run(source: str | Path) -> Run:
+    """The run in directory ``source`` (every regular file not starting with ``.``) or
+    matched by the glob pattern ``source`` (e.g. ``"logs/*.arrow"``).
+
+    Files are only listed here; ``Run.open`` loads them. Raises ``FileNotFoundError`` when
+    the directory or pattern names no file.
+    """
+    text = str(source)
+    folder = Path(text)
+    if folder.is_dir():
+        paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    elif folder.is_file():
+        paths = [folder]
+    else:
+        paths = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+    if not paths:
+        raise FileNotFoundError(f"{text}: no log files (a run is a directory of logs or a glob pattern)")
+    return Run(tuple(paths))
