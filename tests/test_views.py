@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -215,8 +216,9 @@ def test_many_transfers_are_drawn_as_time_buckets_without_losing_any() -> None:
 def test_timeline_units_percent_pool_and_transfer_width(runtime_log: EventLog) -> None:
     gpuviz.config.set_simulated_gpus(1, "1GiB")
     x = gpuviz.asarray(np.ones(1000))  # 8000 B on a preallocated 1 GiB GPU
-    for _ in range(5):
-        gpuviz.mark("step")
+    instant = time.perf_counter_ns()
+    for _ in range(5):  # five marks at one instant (given, so no clock makes them apart)
+        runtime_log.mark("step", time_ns=instant)
     (x * 2).numpy()
     p = profile(runtime_log)
     device = p.devices["GPU:0"]
