@@ -234,11 +234,17 @@ class BFCAllocator:
             return address
         raise self._out_of_memory(nbytes, rounded, stack)
 
-    def _extend(self, rounded: int, stack: int) -> bool:
-        """Reserve one new segment that can hold ``rounded`` bytes (TF's Extend)."""
-        available = (self.memory_limit - self._pool_bytes) & ~255
+    def _reserve_segment(self, rounded: int, pool_bytes: int) -> tuple[int, int] | None:
+        """TF's Extend decision: reserve from upstream one segment that can hold ``rounded`` bytes
+        when the pool holds ``pool_bytes``; ``(base, size)``, or None when it cannot be had.
+
+        The step doubles until the request fits, is capped by what the limit leaves, and backs
+        off by 10 % (in float32, as TF) while the device refuses it; the next step doubles unless
+        this request already doubled it. Shared by the Python and the native allocator.
+        """
+        available = (self.memory_limit - pool_bytes) & ~255
         if rounded > available:
-            return False
+            return None
         increased = False
         while rounded > self._next_segment_bytes:
             self._next_segment_bytes *= 2
@@ -252,9 +258,17 @@ class BFCAllocator:
                 smaller = rounded_bytes(int(np.float32(nbytes) * _BACKPEDAL_FACTOR))
                 nbytes = smaller if smaller < nbytes else nbytes - 256
                 if nbytes < rounded:
-                    return False
+                    return None
         if not increased:
             self._next_segment_bytes *= 2
+        return base, nbytes
+
+    def _extend(self, rounded: int, stack: int) -> bool:
+        """Reserve one new segment that can hold ``rounded`` bytes (TF's Extend)."""
+        reserved = self._reserve_segment(rounded, self._pool_bytes)
+        if reserved is None:
+            return False
+        base, nbytes = reserved
         segment = Segment(base, nbytes)
         self._segments[base] = segment
         self._pool_bytes += nbytes

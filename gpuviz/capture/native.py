@@ -24,12 +24,10 @@ import logging
 import os
 from typing import Any, Protocol
 
-import numpy as np
-
 from gpuviz.base.errors import InvalidFreeError, InvariantError, OutOfMemoryError
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.capture.arguments import address_argument, allocation_size, log_int
-from gpuviz.capture.bfc import _BACKPEDAL_FACTOR, AllocatorStats, BFCAllocator
+from gpuviz.capture.bfc import AllocatorStats, BFCAllocator
 from gpuviz.capture.chunks import NUM_BINS, bin_for_size, rounded_bytes
 from gpuviz.capture.recorder import Observer, Recorder
 from gpuviz.log.eventlog import EventLog
@@ -167,27 +165,11 @@ class NativeBFCAllocator(BFCAllocator):
             )
 
     def _extend_pool(self, rounded: int, stack: int) -> bool:
-        """Reserve one new segment that can hold ``rounded`` bytes (TF's Extend)."""
-        available = (self.memory_limit - self._core.stats()[4]) & ~255
-        if rounded > available:
+        """Reserve one new segment that can hold ``rounded`` bytes (TF's Extend, ``_reserve_segment``)."""
+        reserved = self._reserve_segment(rounded, self._core.stats()[4])
+        if reserved is None:
             return False
-        increased = False
-        while rounded > self._next_segment_bytes:
-            self._next_segment_bytes *= 2
-            increased = True
-        nbytes = min(self._next_segment_bytes, available)
-        while True:
-            try:
-                base = self.upstream.allocate(nbytes)
-                break
-            except MemoryError:
-                smaller = rounded_bytes(int(np.float32(nbytes) * _BACKPEDAL_FACTOR))
-                nbytes = smaller if smaller < nbytes else nbytes - 256
-                if nbytes < rounded:
-                    return False
-        if not increased:
-            self._next_segment_bytes *= 2
-        self._core.add_segment(base, nbytes, stack)
+        self._core.add_segment(*reserved, stack)
         return True
 
     def _collect(self, rounded: int, stack: int) -> bool:
