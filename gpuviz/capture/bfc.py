@@ -460,6 +460,13 @@ class BFCAllocator:
             return self._free.bins()
 
     # ----------------------------------------------------------------- recording
+    def _recorder_for(self, log: EventLog, stacks: bool | None) -> Recorder:
+        """A recorder into ``log`` for this device (registered there with this allocator's options);
+        ``stacks`` None keeps the current setting."""
+        keep_stacks = self._observer.stacks if stacks is None else stacks
+        device_index = log.add_device(self.device, **self.log.devices[self.log.device_index(self.device)].options)
+        return Recorder(log, device_index, stacks=keep_stacks, skip=self._stack_skip)
+
     def record_into(self, log: EventLog, *, stacks: bool | None = None) -> None:
         """Record into ``log`` from now on, starting with the current heap written as events.
 
@@ -468,9 +475,7 @@ class BFCAllocator:
         the first event on. Stats are not written (they live in the allocator).
         """
         with self._lock:
-            keep_stacks = self._observer.stacks if stacks is None else stacks
-            device_index = log.add_device(self.device, **self.log.devices[self.log.device_index(self.device)].options)
-            observer: Observer = Recorder(log, device_index, stacks=keep_stacks, skip=self._stack_skip)
+            observer: Observer = self._recorder_for(log, stacks)
             emit = observer.emit
             # largest free chunk after each synthetic event, as replay sees it: free chunks of
             # earlier segments, free chunks passed in this one, and the unsplit tail

@@ -265,9 +265,7 @@ class NativeBFCAllocator(BFCAllocator):
         the first event on. Stats are not written (they live in the allocator).
         """
         with self._locked:
-            keep_stacks = self._observer.stacks if stacks is None else stacks
-            device_index = log.add_device(self.device, **self.log.devices[self.log.device_index(self.device)].options)
-            observer = Recorder(log, device_index, stacks=keep_stacks, skip=self._stack_skip)
+            observer = self._recorder_for(log, stacks)
             self.log = log
             self._attach(observer)
             emit = self._core.emit
