@@ -184,33 +184,22 @@ def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
         fragmentation = np.empty(n, dtype=np.float64)
         columns = (kind, size, pick(cols["requested"]), pick(cols["largest_free"]))
         kernel(*(np.ascontiguousarray(c) for c in columns), in_use, in_req, pool, largest, fragmentation)
-        return TimelineSeries(
-            device=name,
-            index=positions,
-            seq=pick(cols["seq"]),
-            time_ns=pick(cols["time_ns"]),
-            bytes_in_use=in_use,
-            bytes_requested=in_req,
-            pool_bytes=pool,
-            largest_free=largest,
-            fragmentation=fragmentation,
-            settled=operation_ends(kind),
-        )
-    use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
-    in_use = np.multiply(size, use_sign, dtype=np.int64)
-    np.cumsum(in_use, out=in_use)
-    in_req = np.multiply(pick(cols["requested"]), use_sign, dtype=np.int64)
-    np.cumsum(in_req, out=in_req)
-    pool = np.multiply(size, _POOL_SIGN[kind], dtype=np.int64)  # +1 segment_alloc, -1 segment_free
-    np.cumsum(pool, out=pool)
-    largest = np.maximum(pick(cols["largest_free"]), 0)
-    free = pool - in_use
-    # (free - largest) / free where free > 0, else 0.0; the difference is exact in float64
-    # (byte counts < 2**53), as the division converts it anyway
-    fragmentation = np.subtract(free, largest, dtype=np.float64)
-    nothing_free = free <= 0
-    np.divide(fragmentation, free, out=fragmentation, where=~nothing_free)
-    fragmentation[nothing_free] = 0.0
+    else:
+        use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
+        in_use = np.multiply(size, use_sign, dtype=np.int64)
+        np.cumsum(in_use, out=in_use)
+        in_req = np.multiply(pick(cols["requested"]), use_sign, dtype=np.int64)
+        np.cumsum(in_req, out=in_req)
+        pool = np.multiply(size, _POOL_SIGN[kind], dtype=np.int64)  # +1 segment_alloc, -1 segment_free
+        np.cumsum(pool, out=pool)
+        largest = np.maximum(pick(cols["largest_free"]), 0)
+        free = pool - in_use
+        # (free - largest) / free where free > 0, else 0.0; the difference is exact in float64
+        # (byte counts < 2**53), as the division converts it anyway
+        fragmentation = np.subtract(free, largest, dtype=np.float64)
+        nothing_free = free <= 0
+        np.divide(fragmentation, free, out=fragmentation, where=~nothing_free)
+        fragmentation[nothing_free] = 0.0
     return TimelineSeries(
         device=name,
         index=positions,

@@ -22,6 +22,7 @@ import numpy as np
 
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.requests import request_stream
+from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.torch_rules import CachingRules
 from gpuviz.capture.scripted_upstream import ScriptedUpstream
@@ -74,13 +75,11 @@ def _segments(log: EventLog, device: int, start: int) -> tuple[list[int], list[i
     return cols["address"][mask].tolist(), cols["size"][mask].tolist()
 
 
-def _peak_reserved(log: EventLog, device: int, start: int) -> int:
-    cols = log.columns
-    mine = cols["device"] == device
-    kinds = cols["kind"]
-    delta = np.where(kinds == Kind.SEGMENT_ALLOC, cols["size"], np.where(kinds == Kind.SEGMENT_FREE, -cols["size"], 0))
-    reserved = np.cumsum(np.where(mine, delta, 0))
-    return int(reserved[max(start - 1, 0) :].max()) if len(reserved) else 0
+def _peak_reserved(log: EventLog, device: str, start: int) -> int:
+    """The most bytes ``device`` held reserved from log position ``start - 1`` on."""
+    series = timeline_series(log, device)
+    after = series.pool_bytes[series.index >= start - 1]
+    return int(after.max()) if len(after) else 0
 
 
 def reproduce(
@@ -142,8 +141,8 @@ def reproduce(
         segments_source=tuple(sizes),
         segments_model=tuple(model_sizes[len(held) :]),
         final_same=final_same,
-        peak_reserved_source=_peak_reserved(log, device_id, start),
-        peak_reserved_model=_peak_reserved(replayed, 0, 0),
+        peak_reserved_source=_peak_reserved(log, name, start),
+        peak_reserved_model=_peak_reserved(replayed, name, 0),
         log=replayed,
     )
 

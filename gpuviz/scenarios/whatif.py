@@ -19,6 +19,7 @@ import numpy as np
 
 from gpuviz.analysis.comparison import RECORDED, Comparison, PolicyOutcome, outcome
 from gpuviz.analysis.requests import RequestStream, request_stream
+from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
 from gpuviz.capture.bfc import BFCAllocator
@@ -186,7 +187,7 @@ def smallest_capacity(
         if chosen.kind == "tf-bfc" and chosen.options.get("growth") is False:
             raise ValueError("a preallocating policy needs an upper bound: give upper=")
         unbounded, _ = replay_policy(stream, log, chosen, SimUpstream(UNBOUNDED))
-        high = int(np.max(np.cumsum(_reserved_deltas(unbounded)), initial=0))
+        high = int(timeline_series(unbounded, name).pool_bytes.max(initial=0))
     else:
         high = parse_bytes(upper, name="upper")
     high = -(-high // step) * step
@@ -200,9 +201,3 @@ def smallest_capacity(
         else:
             low = middle
     return high
-
-
-def _reserved_deltas(log: EventLog) -> np.ndarray:
-    cols = log.columns
-    kinds, sizes = cols["kind"], cols["size"]
-    return np.where(kinds == Kind.SEGMENT_ALLOC, sizes, np.where(kinds == Kind.SEGMENT_FREE, -sizes, 0))
