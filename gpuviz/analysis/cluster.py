@@ -15,6 +15,7 @@ frees what each step allocates, positive for one that keeps memory step over ste
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,13 @@ import pandas as pd
 from gpuviz.analysis.run import RankLog, Run
 from gpuviz.analysis.tables import devices_present
 from gpuviz.analysis.timeline import ResampledSeries, resample, timeline_series
+from gpuviz.base.ranks import RankInfo
 from gpuviz.log.schema import Kind
 
-__all__ = ["ClusterSummary", "DEFAULT_THRESHOLD", "cluster_summary", "rank_rows", "flag_outliers"]
+__all__ = [
+    "ClusterSummary", "DEFAULT_THRESHOLD", "RankSummary", "assemble_summary", "cluster_summary", "flag_outliers",
+    "rank_rows", "summarize_rank",
+]  # fmt: skip
 
 DEFAULT_THRESHOLD = 0.1
 """Outlier threshold, as a fraction of the median peak (10 %)."""
@@ -115,10 +120,28 @@ def flag_outliers(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> 
     )
 
 
-def cluster_summary(
-    run: Run, *, threshold: float = DEFAULT_THRESHOLD, points: int = 500, gpus_only: bool = True
-) -> ClusterSummary:
-    """Summarise ``run``, one log at a time. ``points``: buckets per resampled series.
+@dataclass(frozen=True)
+class RankSummary:
+    """What one rank's log contributes to a cluster summary: its identity and file, and per
+    device one table row (``COLUMNS`` without ``outlier``) and one resampled series. Small
+    (``points`` buckets per device) and picklable: what a worker sends back, never events."""
+
+    info: RankInfo
+    file: str
+    rows: list[dict[str, Any]]
+    series: list[ResampledSeries]
+
+
+def summarize_rank(run: Run, position: int, *, points: int = 500, gpus_only: bool = True) -> RankSummary:
+    """Open file ``position`` of ``run`` (only that one) and summarise its devices."""
+    rank_log = run.open(position)
+    pairs = rank_rows(rank_log, points=points, gpus_only=gpus_only)
+    return RankSummary(rank_log.info, rank_log.path.name, [r for r, _ in pairs], [s for _, s in pairs])
+
+
+def assemble_summary(ranks: Iterable[RankSummary], *, threshold: float = DEFAULT_THRESHOLD) -> ClusterSummary:
+    """The cluster summary of per-rank summaries (in any order): rows ordered by rank then
+    device, outliers flagged at ``threshold``.
 
     Raises ``ValueError`` when two files claim the same rank on the same host.
     """
@@ -126,13 +149,28 @@ def cluster_summary(
         raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
     collected: list[tuple[dict[str, Any], ResampledSeries]] = []
     seen: dict[tuple[str, int], str] = {}
-    for rank_log in run:
-        key = (rank_log.info.host, rank_log.info.rank)
+    for rank in ranks:
+        key = (rank.info.host, rank.info.rank)
         if key in seen:
-            raise ValueError(f"{rank_log.path.name} and {seen[key]} are both rank {key[1]} on host {key[0]}")
-        seen[key] = rank_log.path.name
-        collected.extend(rank_rows(rank_log, points=points, gpus_only=gpus_only))
+            first, second = sorted((seen[key], rank.file))
+            raise ValueError(f"{second} and {first} are both rank {key[1]} on host {key[0]}")
+        seen[key] = rank.file
+        collected.extend(zip(rank.rows, rank.series, strict=True))
     order = sorted(range(len(collected)), key=lambda i: (collected[i][0]["rank"], collected[i][0]["device"]))
     table = pd.DataFrame([collected[i][0] for i in order], columns=COLUMNS)
     table["outlier"] = flag_outliers(table, threshold)
     return ClusterSummary(table, [collected[i][1] for i in order], threshold)
+
+
+def cluster_summary(
+    run: Run, *, threshold: float = DEFAULT_THRESHOLD, points: int = 500, gpus_only: bool = True
+) -> ClusterSummary:
+    """Summarise ``run`` in this process, one log at a time (``gpuviz.dask.profile_run`` does
+    the same on workers). ``points``: buckets per resampled series.
+
+    Raises ``ValueError`` when two files claim the same rank on the same host.
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
+    ranks = (summarize_rank(run, i, points=points, gpus_only=gpus_only) for i in range(len(run)))
+    return assemble_summary(ranks, threshold=threshold)
