@@ -29,6 +29,12 @@ setup(
             libraries=["dl", "pthread"],
             optional=True,
         ),
+        Extension(  # the streaming reader of PyTorch snapshot pickles (gpuviz.importers.snapshot_reader)
+            "gpuviz.importers._snapshotpickle",
+            sources=["gpuviz/importers/_snapshotpickle.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(
             "gpuviz.analysis._replaykernel",
             sources=["gpuviz/analysis/_replaykernel.c"],

@@ -22,24 +22,38 @@ allocator's recent actions), newer ones also ``allocator_settings`` and
 - ``allocator_settings`` -> ``meta["source"]["allocator_settings"]``.
 
 Pickles are untrusted: they are read with every class and function refused, so a pickle
-naming any global is rejected before anything of it runs.
+naming any global is rejected before anything of it runs. Each trace is read as columns
+(``snapshot_reader``: a pickle streamed entry by entry where the C reader is built).
 """
 
 from __future__ import annotations
 
 import heapq
-import json
-import pickle
 import re
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.base.torch_rules import CachingRules
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, set_source_meta
+from gpuviz.importers.snapshot_reader import (
+    ACTIONS,
+    HAS_ADDR,
+    HAS_BLOCK_SIZE,
+    HAS_SIZE,
+    HAS_TIME,
+    OTHER,
+    Stacks,
+    TraceColumns,
+    load_snapshot,
+    read_snapshot,
+    traces_of,
+)
 from gpuviz.importers.source import Progress, Source
-from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
+from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind, MarkPhase
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "from_snapshot", "load_snapshot", "ALLOCATOR"]
@@ -52,6 +66,12 @@ _KEYS = (b"segments", b"device_traces")
 _JSON_FIRST_KEY = re.compile(rb'\s*\{\s*"(segments|device_traces|allocator_settings|external_annotations)"\s*:')
 _MARK = int(Kind.MARK)
 _BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indices
+(_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, _SEGMENT_ALLOC, _SEGMENT_FREE, _SEGMENT_MAP, _SEGMENT_UNMAP, _OOM,
+ _SNAPSHOT) = range(len(ACTIONS))  # fmt: skip
+_SEGMENT_ACTIONS = (_SEGMENT_ALLOC, _SEGMENT_FREE, _SEGMENT_MAP, _SEGMENT_UNMAP)
+_NEEDS_ADDR = (_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, *_SEGMENT_ACTIONS)
+_NEEDS_SIZE = (_ALLOC, _SEGMENT_ALLOC, _SEGMENT_MAP)
+_BLOCK = 1 << 16  # entries turned into Python values at a time
 
 
 def sniff(head: bytes) -> bool:
@@ -62,116 +82,37 @@ def sniff(head: bytes) -> bool:
     return _JSON_FIRST_KEY.match(head) is not None
 
 
-class _Refused(pickle.UnpicklingError):
-    """The pickle names a global (a class or function); nothing of it was run."""
-
-
-class _DataOnlyUnpickler(pickle.Unpickler):
-    """Unpickles plain data only: every global (class, function) is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _Refused(f"{module}.{name}")
-
-
-def load_snapshot(source: Source) -> dict[str, Any]:
-    """The snapshot dict of ``source`` (pickle or JSON), checked for the keys the importer needs.
-
-    Raises ``LogFormatError`` for a pickle naming any global (nothing of it is executed), a
-    truncated or corrupt pickle (a pickle is one object: no prefix of it can be read), invalid
-    JSON, or data that is not a snapshot.
-    """
-    with source.open() as stream:
-        if source.head[:1] == b"\x80":
-            try:
-                data = _DataOnlyUnpickler(stream).load()
-            except _Refused as exc:
-                raise LogFormatError(
-                    f"{source.path}: the pickle names the global {exc}, so it is refused and nothing of it was run "
-                    "(gpuviz unpickles snapshots with every class and function refused; a PyTorch snapshot holds "
-                    "only dicts, lists, numbers and strings)"
-                ) from None
-            except (EOFError, pickle.UnpicklingError, ValueError, OSError) as exc:
-                raise LogFormatError(
-                    f"{source.path}: the pickle is truncated or corrupt ({type(exc).__name__}: {exc}); a pickle is "
-                    "one object, so no readable prefix of it can be imported"
-                ) from None
-        else:
-            try:
-                data = json.load(stream)
-            except (ValueError, EOFError, OSError) as exc:
-                raise LogFormatError(
-                    f"{source.path}: the snapshot's JSON is truncated or invalid ({type(exc).__name__}: {exc})"
-                ) from None
-    _check(data, source)
-    return data  # type: ignore[no-any-return]
-
-
-def _check(data: Any, source: Source) -> None:
-    if not isinstance(data, dict):
-        raise LogFormatError(f"{source.path}: a PyTorch snapshot is a dict, this holds a {type(data).__name__}")
-    for key in ("segments", "device_traces"):
-        if not isinstance(data.get(key, []), list):
-            raise LogFormatError(f"{source.path}: the snapshot's {key!r} is not a list")
-    if "segments" not in data and "device_traces" not in data:
-        raise LogFormatError(f"{source.path}: the dict has neither 'segments' nor 'device_traces'")
-
-
 def read(source: Source, *, progress: Progress) -> EventLog:
-    snapshot = load_snapshot(source)
-    return from_snapshot(snapshot, file=str(source.path), version="json" if source.head[:1] != b"\x80" else None)
+    log = EventLog()
+    stacks = Stacks(log)
+    snapshot, traces = read_snapshot(source, stacks)
+    version = "json" if source.head[:1] != b"\x80" else None
+    return _build(log, stacks, snapshot, traces, file=str(source.path), version=version)
 
 
-class _Stacks:
-    """Frames lists -> stack indices (Python frames only, innermost first), cached by the identity
-    of the frame dicts: a snapshot shares its frame dicts between entries, so lists with the same
-    frames are converted once (the snapshot keeps the dicts alive while the cache is used)."""
-
-    def __init__(self, log: EventLog) -> None:
-        self.log = log
-        self._stacks: dict[tuple[int, ...], int] = {}
-        self._lists: dict[int, int] = {}  # id of a frames list -> stack (entries often share lists)
-        self._frames: dict[int, Frame | None] = {}
-
-    def index(self, frames: Any) -> int:
-        if not frames:
-            return NO_INDEX
-        found = self._lists.get(id(frames))
-        if found is not None:
-            return found
-        key = tuple(map(id, frames))
-        found = self._stacks.get(key)
-        if found is not None:
-            self._lists[id(frames)] = found
-            return found
-        converted: list[Frame] = []
-        cache = self._frames
-        for frame in frames:
-            if id(frame) in cache:
-                python = cache[id(frame)]
-            else:
-                python = cache[id(frame)] = _python_frame(frame)
-            if python is not None:
-                converted.append(python)
-        stack = self.log.intern_stack(tuple(converted)) if converted else NO_INDEX
-        self._stacks[key] = self._lists[id(frames)] = stack
-        return stack
+def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str | None = None) -> EventLog:
+    """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it)."""
+    log = EventLog()
+    stacks = Stacks(log)
+    return _build(log, stacks, snapshot, traces_of(snapshot, stacks), file=file, version=version)
 
 
-def _python_frame(frame: Any) -> Frame | None:
-    """The frame as a gpuviz Frame when it is a Python frame, else None (C/C++ frames)."""
-    if not isinstance(frame, Mapping):
-        return None
-    filename = str(frame.get("filename", ""))
-    if filename.endswith(".py") or (filename.startswith("<") and filename.endswith(">")):
-        return Frame(filename, int(frame.get("line", 0)), str(frame.get("name", "")))
-    return None
+def _require(trace: TraceColumns, actions: tuple[int, ...], bit: int, key: str, device: int) -> None:
+    """``LogFormatError`` naming the first entry of ``actions`` without ``key``."""
+    missing = np.flatnonzero(np.isin(trace.action, actions) & ((trace.flags & bit) == 0))
+    if len(missing):
+        position = int(missing[0])
+        raise LogFormatError(f"trace entry {position} of device {device} ({ACTIONS[trace.action[position]]}) "
+                             f"has no {key!r}")  # fmt: skip
 
 
 class _Device:
-    """One device's trace, fed into a HeapBuilder."""
+    """One device's trace (columns), fed into a HeapBuilder."""
 
-    def __init__(self, log: EventLog, index: int, trace: Sequence[Any], segments: list[dict[str, Any]],
-                 rules: CachingRules, stacks: _Stacks) -> None:  # fmt: skip
+    def __init__(self, log: EventLog, index: int, trace: TraceColumns, segments: list[dict[str, Any]],
+                 rules: CachingRules, stacks: Stacks) -> None:  # fmt: skip
+        _require(trace, _NEEDS_ADDR, HAS_ADDR, "addr", index)
+        _require(trace, _NEEDS_SIZE, HAS_SIZE, "size", index)
         self.log = log
         self.index = index
         self.trace = trace
@@ -191,31 +132,39 @@ class _Device:
     # ----------------------------------------------------------- the start
     def seed(self, time_ns: int) -> None:
         """Emit the segments and allocations alive when the trace began (see the module docstring)."""
+        trace = self.trace
         live: set[int] = set()
         seen_alloc: set[int] = set()
         initial: dict[int, tuple[int, int | None, int]] = {}  # address -> (requested, block size or None, stack)
-        first_segment_event: dict[int, Mapping[str, Any]] = {}
-        for entry in self.trace:
-            action = entry.get("action")
-            if action == "alloc":
-                live.add(entry["addr"])
-                seen_alloc.add(entry["addr"])
-            elif action == "free_completed":
-                address = entry["addr"]
-                if address in live:
-                    live.discard(address)
-                elif address not in seen_alloc and address not in initial:
-                    initial[address] = (int(entry["size"]), None, NO_INDEX)
-            elif action in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"):
-                first_segment_event.setdefault(entry["addr"], entry)
+        first_segment_event: dict[int, int] = {}  # segment address -> position of its first event
+        wanted = np.flatnonzero(np.isin(trace.action, (_ALLOC, _FREE_COMPLETED, *_SEGMENT_ACTIONS)))
+        for start in range(0, len(wanted), _BLOCK):
+            positions = wanted[start : start + _BLOCK]
+            for position, action, address in zip(positions.tolist(), trace.action[positions].tolist(),
+                                                 trace.addr[positions].tolist(), strict=True):  # fmt: skip
+                if action == _ALLOC:
+                    live.add(address)
+                    seen_alloc.add(address)
+                elif action == _FREE_COMPLETED:
+                    if address in live:
+                        live.discard(address)
+                    elif address not in seen_alloc and address not in initial:
+                        if not trace.flags[position] & HAS_SIZE:
+                            raise LogFormatError(f"trace entry {position} of device {self.index} (free_completed) "
+                                                 "has no 'size'")  # fmt: skip
+                        initial[address] = (int(trace.size[position]), None, NO_INDEX)
+                else:
+                    first_segment_event.setdefault(address, position)
         segments = {
             int(s["address"]): int(s["total_size"])
             for s in self.final_segments
             if s["address"] not in first_segment_event
         }
-        for address, entry in first_segment_event.items():
-            if entry["action"] in ("segment_free", "segment_unmap"):
-                segments[address] = int(entry["size"])
+        for address, position in first_segment_event.items():
+            if trace.action[position] in (_SEGMENT_FREE, _SEGMENT_UNMAP):
+                if not trace.flags[position] & HAS_SIZE:
+                    raise LogFormatError(f"trace entry {position} of device {self.index} has no 'size'")
+                segments[address] = int(trace.size[position])
         for segment in self.final_segments:
             for block in segment.get("blocks", ()):
                 if block.get("state", "inactive") != "inactive" and block["address"] not in live:
@@ -246,115 +195,121 @@ class _Device:
         self.initial_segments = len(segments)
 
     # ------------------------------------------------------------ the trace
-    def entries(self, times: list[int]) -> Iterator[tuple[int, int, int, Any]]:
-        """``(time_ns, device index, position, entry)`` in trace order."""
-        index = self.index
-        for position, (time_ns, entry) in enumerate(zip(times, self.trace, strict=True)):
-            yield time_ns, index, position, entry
+    def _follow(self, times: np.ndarray) -> np.ndarray:
+        """Per entry: for a free_requested, 1 when its free_completed comes next (same address);
+        for a free_completed, ns since the free_requested right before it (0 when none or untimed)."""
+        t = self.trace
+        follow = np.zeros(len(t), np.int64)
+        if len(t) < 2:
+            return follow
+        same = (t.addr[1:] == t.addr[:-1]) & ((t.flags[1:] & t.flags[:-1] & HAS_ADDR) != 0)
+        requested = t.action[:-1] == _FREE_REQUESTED
+        completed = t.action[1:] == _FREE_COMPLETED
+        follow[:-1][requested & completed & same] = 1
+        if self.timed:
+            pairs = np.flatnonzero(requested & completed & same & ((t.flags[:-1] & HAS_TIME) != 0)) + 1
+            follow[pairs] = np.maximum(0, times[pairs] - t.time_us[pairs - 1] * _US)
+        return follow
 
-    def apply(self, time_ns: int, position: int, entry: Mapping[str, Any]) -> None:
-        action = entry.get("action")
+    def rows(self, times: np.ndarray) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
+        """``(time_ns, device index, position, row)`` in trace order, a row being the entry's
+        action, flags, addr, size, block_size, stack and follow (see ``_follow``)."""
+        t = self.trace
+        follow = self._follow(times)
+        index = self.index
+        for start in range(0, len(t), _BLOCK):
+            end = start + _BLOCK
+            columns = (t.action[start:end].tolist(), t.flags[start:end].tolist(), t.addr[start:end].tolist(),
+                       t.size[start:end].tolist(), t.block_size[start:end].tolist(), t.stack[start:end].tolist(),
+                       follow[start:end].tolist())  # fmt: skip
+            for position, (time_ns, row) in enumerate(
+                zip(times[start:end].tolist(), zip(*columns, strict=True), strict=True), start
+            ):
+                yield time_ns, index, position, row
+
+    def apply(self, time_ns: int, position: int, row: tuple[int, ...]) -> None:
+        action, flags, address, size, block_size, stack, follow = row
         heap = self.heap
         try:
-            if action == "alloc":
-                address, requested = entry["addr"], int(entry["size"])
+            if action == _ALLOC:
                 found = heap.chunk_at(address)
                 if found is None or found[2]:
                     raise HeapConflict(f"alloc at {address:#x}: no free block there")
                 start, free_size, _ = found
-                size = entry.get("block_size")  # written by gpuviz's exporter: the chunk as gpuviz recorded it
-                if isinstance(size, int) and size > 0:
+                if flags & HAS_BLOCK_SIZE and block_size > 0:  # written by gpuviz's exporter: the chunk it recorded
                     self.exact_sizes += 1
+                    chunk = block_size
                 else:
-                    size = self.rules.block_size(start + free_size - address, requested)
-                heap.alloc(time_ns, address, size, requested, stack=self.stacks.index(entry.get("frames")))
-            elif action == "free_completed":
-                heap.free(time_ns, entry["addr"], duration_ns=self._wait(time_ns, position, entry),
-                          stack=self.stacks.index(entry.get("frames")))  # fmt: skip
-            elif action == "free_requested":
-                trace = self.trace
-                following = trace[position + 1] if position + 1 < len(trace) else None
-                if (following is None or following.get("action") != "free_completed"
-                        or following.get("addr") != entry["addr"]):  # fmt: skip
+                    chunk = self.rules.block_size(start + free_size - address, size)
+                heap.alloc(time_ns, address, chunk, size, stack=self.stacks.final(stack))
+            elif action == _FREE_COMPLETED:
+                heap.free(time_ns, address, duration_ns=follow, stack=self.stacks.final(stack))
+            elif action == _FREE_REQUESTED:
+                if not follow:
                     self.pending_frees += 1
-                    self._mark(time_ns, "free_requested", MarkPhase.POINT, entry)
-            elif action in ("segment_alloc", "segment_map"):
-                heap.segment_alloc(time_ns, entry["addr"], int(entry["size"]),
-                                   stack=self.stacks.index(entry.get("frames")))  # fmt: skip
-            elif action in ("segment_free", "segment_unmap"):
-                heap.segment_free(time_ns, entry["addr"])
-            elif action == "oom":
-                requested = int(entry.get("size", 0))
-                heap.oom(time_ns, requested, self.rules.round_size(requested),
-                         stack=self.stacks.index(entry.get("frames")))  # fmt: skip
-            elif action == "snapshot":
-                self._mark(time_ns, "snapshot", MarkPhase.POINT, entry)
+                    self._mark(time_ns, "free_requested", flags, address, size, stack)
+            elif action in (_SEGMENT_ALLOC, _SEGMENT_MAP):
+                heap.segment_alloc(time_ns, address, size, stack=self.stacks.final(stack))
+            elif action in (_SEGMENT_FREE, _SEGMENT_UNMAP):
+                heap.segment_free(time_ns, address)
+            elif action == _OOM:
+                requested = size if flags & HAS_SIZE else 0
+                heap.oom(time_ns, requested, self.rules.round_size(requested), stack=self.stacks.final(stack))
+            elif action == _SNAPSHOT:
+                self._mark(time_ns, "snapshot", flags, address, size, stack)
             else:
-                self.skipped_actions[str(action)] = self.skipped_actions.get(str(action), 0) + 1
+                name = self.trace.other_actions.get(position, str(action))
+                self.skipped_actions[name] = self.skipped_actions.get(name, 0) + 1
         except HeapConflict as exc:
-            self._conflict(f"trace entry {position} ({action})", exc)
+            self._conflict(f"trace entry {position} ({_action_name(self.trace, position)})", exc)
 
-    def _wait(self, time_ns: int, position: int, entry: Mapping[str, Any]) -> int:
-        """ns from the free's ``free_requested`` right before it (if any) to its completion."""
-        if position == 0:
-            return 0
-        before = self.trace[position - 1]
-        if before.get("action") != "free_requested" or before.get("addr") != entry["addr"]:
-            return 0
-        requested_us = before.get("time_us")
-        return max(0, time_ns - requested_us * _US) if isinstance(requested_us, int) and self.timed else 0
-
-    def _mark(self, time_ns: int, label: str, phase: MarkPhase, entry: Mapping[str, Any]) -> None:
+    def _mark(self, time_ns: int, label: str, flags: int, address: int, size: int, stack: int) -> None:
         self.log.append(
-            event_row(time_ns=time_ns, kind=_MARK, flags=int(phase), device=self.device,
-                      tag=self.log.intern_string(label), address=int(entry.get("addr", 0)),
-                      requested=int(entry.get("size", 0)), stack=self.stacks.index(entry.get("frames")))
+            event_row(time_ns=time_ns, kind=_MARK, flags=int(MarkPhase.POINT), device=self.device,
+                      tag=self.log.intern_string(label), address=address if flags & HAS_ADDR else 0,
+                      requested=size if flags & HAS_SIZE else 0, stack=self.stacks.final(stack))
         )  # fmt: skip
 
     def _conflict(self, what: str, exc: HeapConflict) -> None:
         self.conflicts.append(f"GPU:{self.index} {what}: {exc}")
 
 
-def _times(trace: Sequence[Any]) -> tuple[list[int], bool]:
-    """Per entry ``time_ns`` (non-decreasing) and whether every entry had ``time_us``."""
+def _action_name(trace: TraceColumns, position: int) -> str:
+    code = int(trace.action[position])
+    return trace.other_actions.get(position, "") if code == OTHER else ACTIONS[code]
+
+
+def _times(trace: TraceColumns) -> tuple[np.ndarray, bool]:
+    """Per entry ``time_ns`` (non-decreasing) and whether every entry had a positive int ``time_us``."""
+    exact_each = ((trace.flags & HAS_TIME) != 0) & (trace.time_us > 0)
+    if bool(exact_each.all()):
+        return np.maximum.accumulate(trace.time_us * _US), True
     times: list[int] = []
-    exact = True
     last = 0
-    for entry in trace:
-        if type(entry) is not dict:
-            raise LogFormatError(f"a trace entry is a {type(entry).__name__}, not a dict: {str(entry)[:200]}")
-        time_us = entry.get("time_us")
-        if type(time_us) is int and time_us > 0:
-            last = max(last, time_us * _US)
-        else:
-            exact = False
-            last += _US
+    for exact, time_us in zip(exact_each.tolist(), trace.time_us.tolist(), strict=True):
+        last = max(last, time_us * _US) if exact else last + _US
         times.append(last)
-    return times, exact
+    return np.array(times, dtype=np.int64), False
 
 
-def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str | None = None) -> EventLog:
-    """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it)."""
+def _build(log: EventLog, stacks: Stacks, snapshot: Mapping[str, Any], traces: list[TraceColumns], *, file: str,
+           version: str | None) -> EventLog:  # fmt: skip
     segments = list(snapshot.get("segments") or [])
-    traces = list(snapshot.get("device_traces") or [])
     settings = snapshot.get("allocator_settings") or {}
     annotations = [a for a in snapshot.get("external_annotations") or [] if isinstance(a, Mapping)]
     for segment in segments:
         if not isinstance(segment, Mapping) or "address" not in segment or "total_size" not in segment:
             raise LogFormatError(f"{file}: a snapshot segment lacks 'address' or 'total_size': {str(segment)[:200]}")
-    indices = sorted({int(s.get("device", 0)) for s in segments} | {i for i, t in enumerate(traces) if t})
+    indices = sorted({int(s.get("device", 0)) for s in segments} | {i for i, t in enumerate(traces) if len(t)})
     rules = CachingRules.from_settings(settings if isinstance(settings, Mapping) else None)
-    log = EventLog()
-    stacks = _Stacks(log)
+    empty = TraceColumns.from_bytes([b""] * 7)
     devices = {
-        i: _Device(log, i, traces[i] if i < len(traces) else [], [s for s in segments if int(s.get("device", 0)) == i],
-                   rules, stacks)
+        i: _Device(log, i, traces[i] if i < len(traces) else empty,
+                   [s for s in segments if int(s.get("device", 0)) == i], rules, stacks)
         for i in indices
     }  # fmt: skip
     timed = {i: _times(d.trace) for i, d in devices.items()}
-    all_exact = all(exact for _, exact in timed.values()) and any(d.trace for d in devices.values())
-    if not any(d.trace for d in devices.values()):
-        all_exact = False
+    all_exact = all(exact for _, exact in timed.values()) and any(len(d.trace) for d in devices.values())
     for device in devices.values():
         device.timed = all_exact
     marks: list[tuple[int, int, int, Any]] = []
@@ -364,7 +319,7 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
                 order = _AFTER if str(note.get("stage", "")).upper() == "END" else _BEFORE
                 marks.append((note["time_us"] * _US, order, position, note))
         marks.sort(key=lambda m: m[0])
-    firsts = [times[0] for times, _ in timed.values() if times] + [m[0] for m in marks]
+    firsts = [int(times[0]) for times, _ in timed.values() if len(times)] + [m[0] for m in marks]
     start = min(firsts) if firsts else 0
     for device in devices.values():
         device.seed(start)
@@ -373,12 +328,11 @@ def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str |
     if len(devices) == 1 and not marks:  # one trace: no merge
         ((index, device),) = devices.items()
         apply = device.apply
-        times = timed[index][0]
-        for position, entry in enumerate(device.trace):
-            apply(times[position], position, entry)
-        last = times[-1] if times else start
+        for time_ns, _, position, row in device.rows(timed[index][0]):
+            apply(time_ns, position, row)
+            last = time_ns
     else:
-        streams = [device.entries(timed[i][0]) for i, device in devices.items()]
+        streams = [device.rows(timed[i][0]) for i, device in devices.items()]
         for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=_merge_key):
             last = time_ns
             if index in (_BEFORE, _AFTER):
@@ -445,7 +399,7 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
     }
     has_stacks = bool(log.stacks)
     exact_sizes = sum(d.exact_sizes for d in devices.values())
-    trace_allocs = sum(1 for d in devices.values() for e in d.trace if e.get("action") == "alloc")
+    trace_allocs = sum(int(np.count_nonzero(d.trace.action == _ALLOC)) for d in devices.values())
     if exact_sizes:
         notes.append(f"{exact_sizes} of {trace_allocs} allocations carry their block size (a snapshot gpuviz wrote)")
     set_source_meta(
