@@ -35,6 +35,12 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
+            "gpuviz.log._heapcore",
+            sources=["gpuviz/log/_heapcore.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(
             "gpuviz.analysis._replaykernel",
             sources=["gpuviz/analysis/_replaykernel.c"],

@@ -22,18 +22,25 @@ every emitted event equals the largest free chunk replay finds right after that 
 A trace that contradicts itself (an allocation over memory in use, a free of an unknown
 address, an allocation outside every segment) raises ``HeapConflict`` and changes nothing;
 the caller decides what to do (an importer may seed it, infer a segment, or skip it and say so in ``meta``).
+
+``HeapBuilder`` is ``NativeHeapBuilder`` (the heap in C, ``gpuviz.log._heapcore``, built at
+install time where a C compiler exists) unless it is not built or ``GPUVIZ_NATIVE=0``; then
+it is ``PythonHeapBuilder``. Both make the same decisions and write the same rows.
 """
 
 from __future__ import annotations
 
 import heapq
+import importlib
+import os
 from bisect import bisect_right, insort
+from typing import TYPE_CHECKING, Any
 
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["HeapBuilder", "HeapConflict", "event_row"]
+__all__ = ["HeapBuilder", "PythonHeapBuilder", "NativeHeapBuilder", "HeapConflict", "event_row", "native_heap_available"]
 
 _SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE, _OOM = (
     int(Kind.SEGMENT_ALLOC), int(Kind.SEGMENT_FREE), int(Kind.ALLOC), int(Kind.FREE),
@@ -94,7 +101,7 @@ class _FreeSizes:
         return -heap[0] if heap else 0
 
 
-class HeapBuilder:
+class PythonHeapBuilder:
     """One device's heap, fed with a foreign allocator's decisions, writing gpuviz events into ``log``.
 
     ``device`` is the index in ``log``'s device table. Times are ns; sizes and addresses bytes.
@@ -285,21 +292,75 @@ class HeapBuilder:
         self._emit(time_ns, _OOM, 0, rounded, requested, -1, thread=thread, tag=tag, stack=stack)
 
     # ---------------------------------------------------------------- checking
+    def _layout(self) -> list[tuple[int, int, list[tuple[int, int, int, int, int]]]]:
+        """Each segment (base, size, its chunks as (address, size, requested, tag, stack)) in address order."""
+        return [
+            (base, self._segments[base], [(a, *self._chunks[a][:2], *self._chunks[a][3:]) for a in self._starts[base]])
+            for base in self._bases
+        ]  # type: ignore[misc]
+
     def state(self) -> HeapState:
         """The heap built so far, as replay would show it."""
-        strings = self.log.strings
-        segments = []
-        for base in self._bases:
-            chunks = []
-            for address in self._starts[base]:
-                size, requested, _, tag, stack = self._chunks[address]
-                chunks.append(
-                    ChunkState(address, size, requested, requested > 0, strings[tag] if tag >= 0 else None, stack)
-                )
-            segments.append(SegmentState(base, self._segments[base], tuple(chunks)))
-        name = self.log.devices[self.device].name
-        return HeapState(name, tuple(segments))
+        return _state(self.log, self.device, self._layout())
 
     def check(self) -> None:
         """Raise ``InvariantError`` if the heap breaks an invariant (see the module docstring)."""
         self.state().check()
+
+
+def _state(log: EventLog, device: int, layout: list[tuple[int, int, list[tuple[int, int, int, int, int]]]]) -> HeapState:
+    strings = log.strings
+    segments = []
+    for base, size, chunks in layout:
+        states = tuple(
+            ChunkState(address, chunk, requested, requested > 0, strings[tag] if tag >= 0 else None, stack)
+            for address, chunk, requested, tag, stack in chunks
+        )
+        segments.append(SegmentState(base, size, states))
+    return HeapState(log.devices[device].name, tuple(segments))
+
+
+try:
+    _Core: Any = importlib.import_module("gpuviz.log._heapcore").Core
+except ImportError:  # built without a C compiler
+    _Core = None
+
+
+class NativeHeapBuilder(_Core if _Core is not None else object):  # type: ignore[misc]
+    """``PythonHeapBuilder`` with the heap in C: the same methods, decisions, rows and errors."""
+
+    def __init__(self, log: EventLog, device: int) -> None:
+        if _Core is None:
+            raise RuntimeError("the native heap builder is not built (gpuviz was installed without a C compiler)")
+        staged, limit = log.row_sink()
+        super().__init__(staged, limit, log.flush, device, HeapConflict)
+        self.log = log
+        self.device = device
+
+    @property
+    def largest_free(self) -> int:
+        return int(self._largest_free())
+
+    @property
+    def segments(self) -> dict[int, int]:
+        """Segment base -> size (a copy)."""
+        return {base: size for base, size, _ in self._layout()}
+
+    def state(self) -> HeapState:
+        """The heap built so far, as replay would show it."""
+        return _state(self.log, self.device, self._layout())
+
+    def check(self) -> None:
+        """Raise ``InvariantError`` if the heap breaks an invariant (see the module docstring)."""
+        self.state().check()
+
+
+def native_heap_available() -> bool:
+    """Whether ``HeapBuilder`` is the native one (built, and ``GPUVIZ_NATIVE`` is not ``0``)."""
+    return _Core is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+
+
+if TYPE_CHECKING:
+    HeapBuilder = PythonHeapBuilder
+else:
+    HeapBuilder = NativeHeapBuilder if native_heap_available() else PythonHeapBuilder

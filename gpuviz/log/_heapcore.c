@@ -1,0 +1,666 @@
+/* gpuviz.log._heapcore: HeapBuilder's heap in C (optional).
+ *
+ * Core(staged, limit, flush, device, conflict) keeps one device's segments and chunks exactly
+ * as gpuviz.log.heapbuilder.PythonHeapBuilder does -- same decisions, same rows, same
+ * HeapConflict messages, nothing changed when one is raised -- and appends each event as a
+ * row laid out as gpuviz.log.schema.ROW_STRUCT ("<qBbhhqqqqqqqii", 78 bytes) to the bytearray
+ * ``staged``, calling ``flush()`` once it holds ``limit`` bytes (as EventLog.append does).
+ * ``conflict`` is the HeapConflict class. Tests hold the two builders together.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef Py_GIL_DISABLED
+#error "the heap core appends rows relying on the GIL; the Python HeapBuilder is used instead"
+#endif
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "rows are copied as native little-endian integers"
+#endif
+
+#define ROW_BYTES 78
+enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6 };
+
+/* ------------------------------------------------------------ int64 -> int64 hash map */
+typedef struct {
+    int64_t *keys, *values;
+    uint8_t *used;
+    Py_ssize_t cap, n; /* cap: power of two */
+} Map;
+
+static inline Py_ssize_t slot_of(const Map *m, int64_t key) {
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (Py_ssize_t)(h >> 17) & (m->cap - 1);
+}
+
+static Py_ssize_t map_find(const Map *m, int64_t key) {
+    if (!m->cap) return -1;
+    for (Py_ssize_t i = slot_of(m, key);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->used[i]) return -1;
+        if (m->keys[i] == key) return i;
+    }
+}
+
+static int map_grow(Map *m) {
+    Map old = *m;
+    Py_ssize_t cap = old.cap ? old.cap * 2 : 64;
+    m->keys = PyMem_Calloc(cap, sizeof(int64_t));
+    m->values = PyMem_Calloc(cap, sizeof(int64_t));
+    m->used = PyMem_Calloc(cap, 1);
+    if (!m->keys || !m->values || !m->used) {
+        PyMem_Free(m->keys);
+        PyMem_Free(m->values);
+        PyMem_Free(m->used);
+        *m = old;
+        PyErr_NoMemory();
+        return -1;
+    }
+    m->cap = cap;
+    m->n = 0;
+    for (Py_ssize_t i = 0; i < old.cap; i++) {
+        if (!old.used[i]) continue;
+        Py_ssize_t j = slot_of(m, old.keys[i]);
+        while (m->used[j]) j = (j + 1) & (cap - 1);
+        m->used[j] = 1;
+        m->keys[j] = old.keys[i];
+        m->values[j] = old.values[i];
+        m->n++;
+    }
+    PyMem_Free(old.keys);
+    PyMem_Free(old.values);
+    PyMem_Free(old.used);
+    return 0;
+}
+
+static int map_set(Map *m, int64_t key, int64_t value) {
+    if ((m->n + 1) * 2 > m->cap && map_grow(m) < 0) return -1;
+    Py_ssize_t i = slot_of(m, key);
+    while (m->used[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+    if (!m->used[i]) {
+        m->used[i] = 1;
+        m->keys[i] = key;
+        m->n++;
+    }
+    m->values[i] = value;
+    return 0;
+}
+
+static void map_remove_at(Map *m, Py_ssize_t i) { /* backward-shift deletion */
+    Py_ssize_t mask = m->cap - 1, j = i;
+    m->used[i] = 0;
+    m->n--;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->used[j]) return;
+        Py_ssize_t home = slot_of(m, m->keys[j]);
+        /* move j back to i when home is not cyclically in (i, j] */
+        if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+            m->keys[i] = m->keys[j];
+            m->values[i] = m->values[j];
+            m->used[i] = 1;
+            m->used[j] = 0;
+            i = j;
+        }
+    }
+}
+
+static void map_free(Map *m) {
+    PyMem_Free(m->keys);
+    PyMem_Free(m->values);
+    PyMem_Free(m->used);
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------------------ int64 arrays */
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} Vec;
+
+static int vec_insert(Vec *a, Py_ssize_t at, int64_t x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 8;
+        int64_t *v = PyMem_Realloc(a->v, cap * sizeof(int64_t));
+        if (!v) return PyErr_NoMemory(), -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    memmove(a->v + at + 1, a->v + at, (a->n - at) * sizeof(int64_t));
+    a->v[at] = x;
+    a->n++;
+    return 0;
+}
+
+static void vec_remove(Vec *a, Py_ssize_t at) {
+    memmove(a->v + at, a->v + at + 1, (a->n - at - 1) * sizeof(int64_t));
+    a->n--;
+}
+
+static Py_ssize_t bisect_right(const int64_t *v, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (x < v[mid]) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* ------------------------------------------------------------ the heap */
+typedef struct {
+    int64_t base, size;
+    Vec starts; /* sorted chunk addresses */
+} Segment;
+
+typedef struct {
+    int64_t size, requested, segment;
+    int32_t tag, stack;
+} Chunk;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *staged, *flush, *conflict;
+    Py_ssize_t limit;
+    int16_t device;
+    Segment *segs; /* sorted by base */
+    Py_ssize_t nsegs, segcap;
+    Vec bases; /* the segments' bases, for bisection */
+    Map chunk_index; /* address -> index into chunks */
+    Chunk *chunks;
+    Py_ssize_t nchunks, chunkcap;
+    Vec spare; /* unused indices of chunks */
+    Map free_counts; /* free chunk size -> count */
+    Vec free_heap;   /* max-heap of sizes, lazily cleaned */
+} Core;
+
+static PyObject *hex(int64_t x) {
+    PyObject *n = PyLong_FromLongLong(x), *s = n ? PyNumber_ToBase(n, 16) : NULL;
+    Py_XDECREF(n);
+    return s;
+}
+
+static PyObject *conflict(Core *c, const char *format, int64_t a, int64_t b) {
+    /* format holds %U (hex a) then optionally %lld (b) or %U (hex b): encoded by a leading char */
+    PyObject *ha = hex(a), *msg = NULL;
+    if (!ha) return NULL;
+    if (format[0] == 'h') {
+        PyObject *hb = hex(b);
+        if (hb) msg = PyUnicode_FromFormat(format + 1, ha, hb);
+        Py_XDECREF(hb);
+    } else if (format[0] == 'd') {
+        msg = PyUnicode_FromFormat(format + 1, ha, (long long)b);
+    } else {
+        msg = PyUnicode_FromFormat(format + 1, ha);
+    }
+    Py_DECREF(ha);
+    if (msg) {
+        PyErr_SetObject(c->conflict, msg);
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
+/* free-size multiset */
+static void heap_push(Vec *h, int64_t x) {
+    Py_ssize_t i = h->n;
+    h->v[h->n++] = x;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (h->v[p] >= h->v[i]) break;
+        int64_t t = h->v[p];
+        h->v[p] = h->v[i];
+        h->v[i] = t;
+        i = p;
+    }
+}
+
+static void heap_pop(Vec *h) {
+    h->v[0] = h->v[--h->n];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && h->v[l] > h->v[m]) m = l;
+        if (r < h->n && h->v[r] > h->v[m]) m = r;
+        if (m == i) return;
+        int64_t t = h->v[m];
+        h->v[m] = h->v[i];
+        h->v[i] = t;
+        i = m;
+    }
+}
+
+static int free_add(Core *c, int64_t size) {
+    Py_ssize_t i = map_find(&c->free_counts, size);
+    if (i >= 0) {
+        c->free_counts.values[i]++;
+        return 0;
+    }
+    if (map_set(&c->free_counts, size, 1) < 0) return -1;
+    if (c->free_heap.n == c->free_heap.cap) {
+        Py_ssize_t cap = c->free_heap.cap ? c->free_heap.cap * 2 : 64;
+        int64_t *v = PyMem_Realloc(c->free_heap.v, cap * sizeof(int64_t));
+        if (!v) return PyErr_NoMemory(), -1;
+        c->free_heap.v = v;
+        c->free_heap.cap = cap;
+    }
+    heap_push(&c->free_heap, size);
+    return 0;
+}
+
+static void free_remove(Core *c, int64_t size) {
+    Py_ssize_t i = map_find(&c->free_counts, size);
+    if (i < 0) return;
+    if (--c->free_counts.values[i] == 0) map_remove_at(&c->free_counts, i);
+}
+
+static int64_t largest(Core *c) {
+    Vec *h = &c->free_heap;
+    while (h->n && map_find(&c->free_counts, h->v[0]) < 0) heap_pop(h);
+    return h->n ? h->v[0] : 0;
+}
+
+/* chunks */
+static Chunk *chunk_get(Core *c, int64_t address) {
+    Py_ssize_t i = map_find(&c->chunk_index, address);
+    return i < 0 ? NULL : &c->chunks[c->chunk_index.values[i]];
+}
+
+static int set_free(Core *c, int64_t address, int64_t size, int64_t segment) {
+    Chunk *ch = chunk_get(c, address);
+    if (!ch) {
+        Py_ssize_t index;
+        if (c->spare.n) {
+            index = (Py_ssize_t)c->spare.v[--c->spare.n];
+        } else {
+            if (c->nchunks == c->chunkcap) {
+                Py_ssize_t cap = c->chunkcap ? c->chunkcap * 2 : 64;
+                Chunk *p = PyMem_Realloc(c->chunks, cap * sizeof(Chunk));
+                if (!p) return PyErr_NoMemory(), -1;
+                c->chunks = p;
+                c->chunkcap = cap;
+            }
+            index = c->nchunks++;
+        }
+        if (map_set(&c->chunk_index, address, index) < 0) return -1;
+        ch = &c->chunks[index];
+    }
+    ch->size = size;
+    ch->requested = 0;
+    ch->segment = segment;
+    ch->tag = -1;
+    ch->stack = -1;
+    return free_add(c, size);
+}
+
+static int chunk_drop(Core *c, int64_t address) {
+    Py_ssize_t i = map_find(&c->chunk_index, address);
+    if (i < 0) return 0;
+    int64_t index = c->chunk_index.values[i];
+    map_remove_at(&c->chunk_index, i);
+    return vec_insert(&c->spare, c->spare.n, index);
+}
+
+static Segment *segment_holding(Core *c, int64_t address) {
+    Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, address) - 1;
+    if (i >= 0 && address < c->segs[i].base + c->segs[i].size) return &c->segs[i];
+    return NULL;
+}
+
+static Segment *segment_at(Core *c, int64_t base) {
+    Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, base) - 1;
+    return (i >= 0 && c->segs[i].base == base) ? &c->segs[i] : NULL;
+}
+
+static int emit(Core *c, int64_t time_ns, uint8_t kind, int64_t thread, int64_t address, int64_t size,
+                int64_t requested, int64_t segment, int64_t duration_ns, int32_t tag, int32_t stack) {
+    char row[ROW_BYTES], *p = row;
+    int64_t largest_free = largest(c);
+    int8_t flags = 0;
+    int16_t peer = -1;
+#define PUT(x) (memcpy(p, &(x), sizeof(x)), p += sizeof(x))
+    PUT(time_ns);
+    PUT(kind);
+    PUT(flags);
+    PUT(c->device);
+    PUT(peer);
+    PUT(thread);
+    PUT(address);
+    PUT(size);
+    PUT(requested);
+    PUT(segment);
+    PUT(largest_free);
+    PUT(duration_ns);
+    PUT(tag);
+    PUT(stack);
+#undef PUT
+    Py_ssize_t n = PyByteArray_GET_SIZE(c->staged);
+    if (PyByteArray_Resize(c->staged, n + ROW_BYTES) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(c->staged) + n, row, ROW_BYTES);
+    if (n + ROW_BYTES >= c->limit) {
+        PyObject *r = PyObject_CallNoArgs(c->flush);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ operations */
+static int split(Core *c, int64_t time_ns, int64_t address, int64_t first, int64_t thread) {
+    Chunk *ch = chunk_get(c, address);
+    int64_t size = ch->size, segment = ch->segment;
+    free_remove(c, size);
+    if (set_free(c, address, first, segment) < 0 || set_free(c, address + first, size - first, segment) < 0)
+        return -1;
+    Segment *s = segment_at(c, segment);
+    if (vec_insert(&s->starts, bisect_right(s->starts.v, s->starts.n, address + first), address + first) < 0)
+        return -1;
+    return emit(c, time_ns, SPLIT, thread, address, first, 0, segment, 0, -1, -1);
+}
+
+static int merge(Core *c, int64_t time_ns, int64_t address, int64_t thread) {
+    Chunk *ch = chunk_get(c, address);
+    int64_t size = ch->size, segment = ch->segment, upper = address + size;
+    int64_t upper_size = chunk_get(c, upper)->size;
+    if (chunk_drop(c, upper) < 0) return -1;
+    Segment *s = segment_at(c, segment);
+    vec_remove(&s->starts, bisect_right(s->starts.v, s->starts.n, upper) - 1);
+    free_remove(c, size);
+    free_remove(c, upper_size);
+    if (set_free(c, address, size + upper_size, segment) < 0) return -1;
+    return emit(c, time_ns, MERGE, thread, address, size + upper_size, 0, segment, 0, -1, -1);
+}
+
+static PyObject *Core_segment_alloc(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "base", "size", "thread", "stack", NULL};
+    long long time_ns, base, size, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &base, &size, &thread, &stack))
+        return NULL;
+    if (size <= 0) return conflict(c, "dsegment at %U has size %lld", base, size);
+    Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, base);
+    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size > base) {
+        PyObject *hb = hex(base), *ho = hex(c->segs[i - 1].base);
+        if (hb && ho) {
+            PyObject *m = PyUnicode_FromFormat("segment [%U, +%lld) overlaps the segment at %U", hb, size, ho);
+            if (m) PyErr_SetObject(c->conflict, m), Py_DECREF(m);
+        }
+        Py_XDECREF(hb);
+        Py_XDECREF(ho);
+        return NULL;
+    }
+    if (i < c->nsegs && base + size > c->segs[i].base) {
+        PyObject *hb = hex(base), *ho = hex(c->segs[i].base);
+        if (hb && ho) {
+            PyObject *m = PyUnicode_FromFormat("segment [%U, +%lld) overlaps the segment at %U", hb, size, ho);
+            if (m) PyErr_SetObject(c->conflict, m), Py_DECREF(m);
+        }
+        Py_XDECREF(hb);
+        Py_XDECREF(ho);
+        return NULL;
+    }
+    if (c->nsegs == c->segcap) {
+        Py_ssize_t cap = c->segcap ? c->segcap * 2 : 8;
+        Segment *p = PyMem_Realloc(c->segs, cap * sizeof(Segment));
+        if (!p) return PyErr_NoMemory();
+        c->segs = p;
+        c->segcap = cap;
+    }
+    if (vec_insert(&c->bases, i, base) < 0) return NULL;
+    memmove(c->segs + i + 1, c->segs + i, (c->nsegs - i) * sizeof(Segment));
+    c->nsegs++;
+    Segment *s = &c->segs[i];
+    memset(s, 0, sizeof *s);
+    s->base = base;
+    s->size = size;
+    if (vec_insert(&s->starts, 0, base) < 0 || set_free(c, base, size, base) < 0) return NULL;
+    if (emit(c, time_ns, SEGMENT_ALLOC, thread, base, size, 0, base, 0, -1, stack) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_segment_free(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "base", "thread", "stack", NULL};
+    long long time_ns, base, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LL|$Li", names, &time_ns, &base, &thread, &stack)) return NULL;
+    Segment *s = segment_at(c, base);
+    if (!s) return conflict(c, "-no segment at %U", base, 0);
+    Chunk *ch = chunk_get(c, base);
+    int64_t size = s->size;
+    if (ch->size != size || ch->requested) return conflict(c, "-segment at %U is not wholly free", base, 0);
+    Py_ssize_t i = s - c->segs;
+    PyMem_Free(s->starts.v);
+    memmove(c->segs + i, c->segs + i + 1, (c->nsegs - i - 1) * sizeof(Segment));
+    c->nsegs--;
+    vec_remove(&c->bases, i);
+    if (chunk_drop(c, base) < 0) return NULL;
+    free_remove(c, size);
+    if (emit(c, time_ns, SEGMENT_FREE, thread, base, size, 0, base, 0, -1, stack) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* the chunk containing address: its start, or -1 (with *segment set to the holding segment or NULL) */
+static Chunk *containing(Core *c, int64_t address, int64_t *start) {
+    Segment *s = segment_holding(c, address);
+    if (!s) return NULL;
+    *start = s->starts.v[bisect_right(s->starts.v, s->starts.n, address) - 1];
+    Chunk *ch = chunk_get(c, *start);
+    return address < *start + ch->size ? ch : NULL;
+}
+
+static PyObject *Core_alloc(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "address", "size", "requested", "thread", "tag", "stack", NULL};
+    long long time_ns, address, size, requested, thread = 0;
+    int tag = -1, stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLLL|$Lii", names, &time_ns, &address, &size, &requested, &thread,
+                                     &tag, &stack))
+        return NULL;
+    if (size <= 0) return conflict(c, "dallocation at %U has size %lld", address, size);
+    int64_t start = 0;
+    Chunk *found = containing(c, address, &start);
+    if (!found) return conflict(c, "dallocation [%U, +%lld) lies outside every segment", address, size);
+    if (found->requested) return conflict(c, "hallocation at %U overlaps the live allocation at %U", address, start);
+    if (address + size > start + found->size) {
+        PyObject *ha = hex(address), *hs = hex(start);
+        if (ha && hs) {
+            PyObject *m = PyUnicode_FromFormat("allocation [%U, +%lld) runs past the free chunk at %U", ha, size, hs);
+            if (m) PyErr_SetObject(c->conflict, m), Py_DECREF(m);
+        }
+        Py_XDECREF(ha);
+        Py_XDECREF(hs);
+        return NULL;
+    }
+    if (address > start && split(c, time_ns, start, address - start, thread) < 0) return NULL;
+    if (size < chunk_get(c, address)->size && split(c, time_ns, address, size, thread) < 0) return NULL;
+    Chunk *ch = chunk_get(c, address);
+    free_remove(c, size);
+    ch->requested = requested > 1 ? requested : 1;
+    ch->tag = tag;
+    ch->stack = stack;
+    if (emit(c, time_ns, ALLOC, thread, address, size, ch->requested, ch->segment, 0, tag, stack) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_free(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "address", "thread", "duration_ns", "stack", NULL};
+    long long time_ns, address, thread = 0, duration_ns = 0;
+    PyObject *stack_arg = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LL|$LLO", names, &time_ns, &address, &thread, &duration_ns,
+                                     &stack_arg))
+        return NULL;
+    Chunk *ch = chunk_get(c, address);
+    if (!ch || ch->requested == 0) return conflict(c, "-free of %U, which is not a live allocation", address, 0);
+    int32_t stack = ch->stack;
+    if (stack_arg != Py_None) {
+        long s = PyLong_AsLong(stack_arg);
+        if (s == -1 && PyErr_Occurred()) return NULL;
+        stack = (int32_t)s;
+    }
+    int64_t size = ch->size, requested = ch->requested, segment = ch->segment;
+    int32_t tag = ch->tag;
+    if (set_free(c, address, size, segment) < 0) return NULL;
+    if (emit(c, time_ns, FREE, thread, address, size, requested, segment, duration_ns, tag, stack) < 0) return NULL;
+    Segment *s = segment_at(c, segment);
+    int64_t end = segment + s->size, next = address + size;
+    if (next < end && chunk_get(c, next)->requested == 0 && merge(c, time_ns, address, thread) < 0) return NULL;
+    Py_ssize_t i = bisect_right(s->starts.v, s->starts.n, address) - 1;
+    if (i > 0) {
+        int64_t previous = s->starts.v[i - 1];
+        if (chunk_get(c, previous)->requested == 0 && merge(c, time_ns, previous, thread) < 0) return NULL;
+    }
+    return PyLong_FromLongLong(size);
+}
+
+static PyObject *Core_oom(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "requested", "rounded", "thread", "tag", "stack", NULL};
+    long long time_ns, requested, rounded, thread = 0;
+    int tag = -1, stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Lii", names, &time_ns, &requested, &rounded, &thread, &tag,
+                                     &stack))
+        return NULL;
+    if (emit(c, time_ns, OOM, thread, 0, rounded, requested, -1, 0, tag, stack) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_segment_of(Core *c, PyObject *arg) {
+    long long address = PyLong_AsLongLong(arg);
+    if (address == -1 && PyErr_Occurred()) return NULL;
+    Segment *s = segment_holding(c, address);
+    if (!s) Py_RETURN_NONE;
+    return PyLong_FromLongLong(s->base);
+}
+
+static PyObject *Core_chunk_at(Core *c, PyObject *arg) {
+    long long address = PyLong_AsLongLong(arg);
+    if (address == -1 && PyErr_Occurred()) return NULL;
+    int64_t start = 0;
+    Chunk *ch = containing(c, address, &start);
+    if (!ch) Py_RETURN_NONE;
+    return Py_BuildValue("(LLL)", (long long)start, (long long)ch->size, (long long)ch->requested);
+}
+
+static PyObject *Core_is_live(Core *c, PyObject *arg) {
+    long long address = PyLong_AsLongLong(arg);
+    if (address == -1 && PyErr_Occurred()) return NULL;
+    Chunk *ch = chunk_get(c, address);
+    return PyBool_FromLong(ch && ch->requested > 0);
+}
+
+static PyObject *Core_live_size(Core *c, PyObject *arg) {
+    long long address = PyLong_AsLongLong(arg);
+    if (address == -1 && PyErr_Occurred()) return NULL;
+    Chunk *ch = chunk_get(c, address);
+    if (!ch || ch->requested == 0) return conflict(c, "-no live allocation at %U", address, 0);
+    return PyLong_FromLongLong(ch->size);
+}
+
+static PyObject *Core_largest(Core *c, PyObject *Py_UNUSED(ignored)) { return PyLong_FromLongLong(largest(c)); }
+
+/* [(base, size, [(address, size, requested, tag, stack), ...]), ...] in address order */
+static PyObject *Core_layout(Core *c, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(c->nsegs);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < c->nsegs; i++) {
+        Segment *s = &c->segs[i];
+        PyObject *chunks = PyList_New(s->starts.n);
+        if (!chunks) return Py_DECREF(out), NULL;
+        for (Py_ssize_t j = 0; j < s->starts.n; j++) {
+            Chunk *ch = chunk_get(c, s->starts.v[j]);
+            PyObject *t = Py_BuildValue("(LLLii)", (long long)s->starts.v[j], (long long)ch->size,
+                                        (long long)ch->requested, ch->tag, ch->stack);
+            if (!t) return Py_DECREF(chunks), Py_DECREF(out), NULL;
+            PyList_SET_ITEM(chunks, j, t);
+        }
+        PyObject *seg = Py_BuildValue("(LLN)", (long long)s->base, (long long)s->size, chunks);
+        if (!seg) return Py_DECREF(out), NULL;
+        PyList_SET_ITEM(out, i, seg);
+    }
+    return out;
+}
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"staged", "limit", "flush", "device", "conflict", NULL};
+    PyObject *staged, *flush, *conflict_type;
+    Py_ssize_t limit;
+    int device;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!nOiO", names, &PyByteArray_Type, &staged, &limit, &flush, &device,
+                                     &conflict_type))
+        return -1;
+    Py_XSETREF(c->staged, Py_NewRef(staged));
+    Py_XSETREF(c->flush, Py_NewRef(flush));
+    Py_XSETREF(c->conflict, Py_NewRef(conflict_type));
+    c->limit = limit;
+    c->device = (int16_t)device;
+    return 0;
+}
+
+static int Core_traverse(Core *c, visitproc visit, void *arg) {
+    Py_VISIT(c->staged);
+    Py_VISIT(c->flush);
+    Py_VISIT(c->conflict);
+    Py_VISIT(Py_TYPE(c));
+    return 0;
+}
+
+static int Core_clear(Core *c) {
+    Py_CLEAR(c->staged);
+    Py_CLEAR(c->flush);
+    Py_CLEAR(c->conflict);
+    return 0;
+}
+
+static void Core_dealloc(Core *c) {
+    PyObject_GC_UnTrack(c);
+    Core_clear(c);
+    for (Py_ssize_t i = 0; i < c->nsegs; i++) PyMem_Free(c->segs[i].starts.v);
+    PyMem_Free(c->segs);
+    PyMem_Free(c->bases.v);
+    map_free(&c->chunk_index);
+    PyMem_Free(c->chunks);
+    PyMem_Free(c->spare.v);
+    map_free(&c->free_counts);
+    PyMem_Free(c->free_heap.v);
+    PyTypeObject *type = Py_TYPE(c);
+    type->tp_free((PyObject *)c);
+    Py_DECREF(type);
+}
+
+static PyMethodDef Core_methods[] = {
+    {"segment_alloc", (PyCFunction)(void (*)(void))Core_segment_alloc, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"segment_free", (PyCFunction)(void (*)(void))Core_segment_free, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"alloc", (PyCFunction)(void (*)(void))Core_alloc, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"free", (PyCFunction)(void (*)(void))Core_free, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"oom", (PyCFunction)(void (*)(void))Core_oom, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"segment_of", (PyCFunction)Core_segment_of, METH_O, NULL},
+    {"chunk_at", (PyCFunction)Core_chunk_at, METH_O, NULL},
+    {"is_live", (PyCFunction)Core_is_live, METH_O, NULL},
+    {"live_size", (PyCFunction)Core_live_size, METH_O, NULL},
+    {"_largest_free", (PyCFunction)Core_largest, METH_NOARGS, NULL},
+    {"_layout", (PyCFunction)Core_layout, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Core_slots[] = {
+    {Py_tp_init, Core_init},           {Py_tp_dealloc, Core_dealloc}, {Py_tp_traverse, Core_traverse},
+    {Py_tp_clear, Core_clear},         {Py_tp_methods, Core_methods}, {Py_tp_new, PyType_GenericNew},
+    {0, NULL},
+};
+
+static PyType_Spec Core_spec = {
+    "gpuviz.log._heapcore.Core", sizeof(Core), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, Core_slots,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_heapcore", NULL, -1, NULL, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__heapcore(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    PyObject *type = PyType_FromSpec(&Core_spec);
+    if (!type || PyModule_AddObject(m, "Core", type) < 0) {
+        Py_XDECREF(type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

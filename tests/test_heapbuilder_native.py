@@ -1,0 +1,86 @@
+"""The native heap builder (C) against the Python one: the same rows, states and errors for any
+sequence of decisions, sensible or contradictory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuviz import EventLog
+from gpuviz.log.heapbuilder import HeapConflict, NativeHeapBuilder, PythonHeapBuilder, native_heap_available
+
+pytestmark = pytest.mark.skipif(not native_heap_available(), reason="the C heap core is not built")
+
+BASE = 1 << 40
+UNIT = 256
+
+# an operation: (name, a, b, c) with small numbers scaled to addresses inside four 64 KiB regions
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["segment_alloc", "segment_free", "alloc", "alloc", "alloc", "free", "free", "oom", "query"]),
+        st.integers(0, 1023),
+        st.integers(0, 300),
+        st.integers(0, 5),
+    ),
+    max_size=120,
+)
+
+
+def _run(builder: type[Any], ops: list[tuple[str, int, int, int]]) -> tuple[list[Any], EventLog, Any]:
+    log = EventLog(flush_rows=16)  # small batches: the builders' rows cross many flushes
+    heap = builder(log, log.add_device("GPU:0"))
+    for tag in range(6):
+        log.intern_string(f"op{tag}")
+    outcomes: list[Any] = []
+    for time, (name, a, b, c) in enumerate(ops):
+        address = BASE + a * UNIT
+        try:
+            if name == "segment_alloc":
+                outcomes.append(heap.segment_alloc(time, BASE + (a // 256) * 256 * UNIT, b * UNIT - UNIT, stack=c))
+            elif name == "segment_free":
+                outcomes.append(heap.segment_free(time, BASE + (a // 256) * 256 * UNIT, thread=c))
+            elif name == "alloc":
+                outcomes.append(heap.alloc(time, address, b * UNIT - (c == 0) * UNIT, b * UNIT - c, tag=c, stack=c))
+            elif name == "free":
+                live = [s.chunks for s in heap.state().segments]
+                starts = [ch.address for chunks in live for ch in chunks if ch.in_use]
+                target = starts[a % len(starts)] if starts and c else address
+                outcomes.append(heap.free(time, target, duration_ns=b, stack=None if c % 2 else c))
+            elif name == "oom":
+                outcomes.append(heap.oom(time, b, b + c, tag=c))
+            else:
+                outcomes.append(
+                    (heap.chunk_at(address), heap.segment_of(address), heap.is_live(address), heap.largest_free)
+                )
+                outcomes.append(heap.live_size(address))
+        except HeapConflict as exc:
+            outcomes.append(("conflict", str(exc)))
+    log.flush()
+    return outcomes, log, heap
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops)
+def test_native_builder_writes_the_same_rows_states_and_errors(ops: list[tuple[str, int, int, int]]) -> None:
+    native = _run(NativeHeapBuilder, ops)
+    python = _run(PythonHeapBuilder, ops)
+    assert native[0] == python[0]
+    assert len(native[1]) == len(python[1])
+    for name, column in python[1].columns.items():
+        assert np.array_equal(native[1].columns[name], column), name
+    assert native[2].state() == python[2].state() and native[2].segments == python[2].segments
+
+
+def test_the_messages_name_addresses_in_hex() -> None:
+    log = EventLog()
+    heap = NativeHeapBuilder(log, log.add_device("GPU:0"))
+    heap.segment_alloc(0, BASE, 4096)
+    with pytest.raises(HeapConflict, match=r"^segment \[0x10000000800, \+4096\) overlaps the segment at 0x10000000000$"):
+        heap.segment_alloc(1, BASE + 2048, 4096)
+    with pytest.raises(HeapConflict, match=r"^free of 0x10000000000, which is not a live allocation$"):
+        heap.free(2, BASE)
+    assert len(log) == 1
