@@ -79,7 +79,8 @@ def test_the_messages_name_addresses_in_hex() -> None:
     log = EventLog()
     heap = NativeHeapBuilder(log, log.add_device("GPU:0"))
     heap.segment_alloc(0, BASE, 4096)
-    with pytest.raises(HeapConflict, match=r"^segment \[0x10000000800, \+4096\) overlaps the segment at 0x10000000000$"):
+    overlap = r"^segment \[0x10000000800, \+4096\) overlaps the segment at 0x10000000000$"
+    with pytest.raises(HeapConflict, match=overlap):
         heap.segment_alloc(1, BASE + 2048, 4096)
     with pytest.raises(HeapConflict, match=r"^free of 0x10000000000, which is not a live allocation$"):
         heap.free(2, BASE)

@@ -40,7 +40,8 @@ from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["HeapBuilder", "PythonHeapBuilder", "NativeHeapBuilder", "HeapConflict", "event_row", "native_heap_available"]
+__all__ = ["HeapBuilder", "PythonHeapBuilder", "NativeHeapBuilder", "HeapConflict", "event_row"]
+__all__ += ["native_heap_available"]
 
 _SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE, _OOM = (
     int(Kind.SEGMENT_ALLOC), int(Kind.SEGMENT_FREE), int(Kind.ALLOC), int(Kind.FREE),
@@ -72,6 +73,9 @@ def event_row(
     """One row in ``schema.ROW_COLUMNS`` order, for ``EventLog.append`` (see schema.py for each column)."""
     return (time_ns, kind, flags, device, peer, thread, address, size, requested, segment,
             largest_free, duration_ns, tag, stack)  # fmt: skip
+
+
+_Layout = list[tuple[int, int, list[tuple[int, int, int, int, int]]]]  # see PythonHeapBuilder._layout
 
 
 class _FreeSizes:
@@ -292,12 +296,16 @@ class PythonHeapBuilder:
         self._emit(time_ns, _OOM, 0, rounded, requested, -1, thread=thread, tag=tag, stack=stack)
 
     # ---------------------------------------------------------------- checking
-    def _layout(self) -> list[tuple[int, int, list[tuple[int, int, int, int, int]]]]:
+    def _layout(self) -> _Layout:
         """Each segment (base, size, its chunks as (address, size, requested, tag, stack)) in address order."""
-        return [
-            (base, self._segments[base], [(a, *self._chunks[a][:2], *self._chunks[a][3:]) for a in self._starts[base]])
-            for base in self._bases
-        ]  # type: ignore[misc]
+        layout: _Layout = []
+        for base in self._bases:
+            chunks = []
+            for address in self._starts[base]:
+                size, requested, _, tag, stack = self._chunks[address]
+                chunks.append((address, size, requested, tag, stack))
+            layout.append((base, self._segments[base], chunks))
+        return layout
 
     def state(self) -> HeapState:
         """The heap built so far, as replay would show it."""
@@ -308,7 +316,7 @@ class PythonHeapBuilder:
         self.state().check()
 
 
-def _state(log: EventLog, device: int, layout: list[tuple[int, int, list[tuple[int, int, int, int, int]]]]) -> HeapState:
+def _state(log: EventLog, device: int, layout: _Layout) -> HeapState:
     strings = log.strings
     segments = []
     for base, size, chunks in layout:
