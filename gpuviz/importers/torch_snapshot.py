@@ -71,7 +71,7 @@ _BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indice
 _SEGMENT_ACTIONS = (_SEGMENT_ALLOC, _SEGMENT_FREE, _SEGMENT_MAP, _SEGMENT_UNMAP)
 _NEEDS_ADDR = (_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, *_SEGMENT_ACTIONS)
 _NEEDS_SIZE = (_ALLOC, _SEGMENT_ALLOC, _SEGMENT_MAP)
-_BLOCK = 1 << 16  # entries turned into Python values at a time
+_BLOCK = 1 << 13  # entries turned into Python values at a time
 
 
 def sniff(head: bytes) -> bool:
@@ -133,28 +133,24 @@ class _Device:
     def seed(self, time_ns: int) -> None:
         """Emit the segments and allocations alive when the trace began (see the module docstring)."""
         trace = self.trace
-        live: set[int] = set()
-        seen_alloc: set[int] = set()
         initial: dict[int, tuple[int, int | None, int]] = {}  # address -> (requested, block size or None, stack)
-        first_segment_event: dict[int, int] = {}  # segment address -> position of its first event
-        wanted = np.flatnonzero(np.isin(trace.action, (_ALLOC, _FREE_COMPLETED, *_SEGMENT_ACTIONS)))
-        for start in range(0, len(wanted), _BLOCK):
-            positions = wanted[start : start + _BLOCK]
-            for position, action, address in zip(positions.tolist(), trace.action[positions].tolist(),
-                                                 trace.addr[positions].tolist(), strict=True):  # fmt: skip
-                if action == _ALLOC:
-                    live.add(address)
-                    seen_alloc.add(address)
-                elif action == _FREE_COMPLETED:
-                    if address in live:
-                        live.discard(address)
-                    elif address not in seen_alloc and address not in initial:
-                        if not trace.flags[position] & HAS_SIZE:
-                            raise LogFormatError(f"trace entry {position} of device {self.index} (free_completed) "
-                                                 "has no 'size'")  # fmt: skip
-                        initial[address] = (int(trace.size[position]), None, NO_INDEX)
-                else:
-                    first_segment_event.setdefault(address, position)
+        # allocations and frees: an address whose first event is a free was allocated before the trace;
+        # one whose last event is an alloc is live at its end
+        used = np.flatnonzero((trace.action == _ALLOC) | (trace.action == _FREE_COMPLETED))
+        addresses, first = np.unique(trace.addr[used], return_index=True)
+        _, last = np.unique(trace.addr[used][::-1], return_index=True)
+        last = len(used) - 1 - last
+        live = set(addresses[trace.action[used[last]] == _ALLOC].tolist())
+        freed_first = used[first[trace.action[used[first]] == _FREE_COMPLETED]]
+        unsized = freed_first[(trace.flags[freed_first] & HAS_SIZE) == 0]
+        if len(unsized):
+            position = int(unsized.min())
+            raise LogFormatError(f"trace entry {position} of device {self.index} (free_completed) has no 'size'")
+        for address, size in zip(trace.addr[freed_first].tolist(), trace.size[freed_first].tolist(), strict=True):
+            initial[address] = (size, None, NO_INDEX)
+        segment_events = np.flatnonzero(np.isin(trace.action, _SEGMENT_ACTIONS))
+        bases, first = np.unique(trace.addr[segment_events], return_index=True)
+        first_segment_event = dict(zip(bases.tolist(), segment_events[first].tolist(), strict=True))
         segments = {
             int(s["address"]): int(s["total_size"])
             for s in self.final_segments
@@ -325,12 +321,22 @@ def _build(log: EventLog, stacks: Stacks, snapshot: Mapping[str, Any], traces: l
         device.seed(start)
     trace_start = len(log)  # the first event of the trace itself, after every device's seed
     last = start
-    if len(devices) == 1 and not marks:  # one trace: no merge
+    if len(devices) == 1:  # one trace: annotations go where heapq.merge below would put them
         ((index, device),) = devices.items()
         apply = device.apply
-        for time_ns, _, position, row in device.rows(timed[index][0]):
+        times = timed[index][0]
+        points = _merge_points(times, marks)
+        k = 0
+        for time_ns, _, position, row in device.rows(times):
+            while k < len(marks) and points[k] <= position:
+                last = marks[k][0]
+                _annotation(log, last, marks[k][3])
+                k += 1
             apply(time_ns, position, row)
             last = time_ns
+        for mark in marks[k:]:
+            last = mark[0]
+            _annotation(log, last, mark[3])
     else:
         streams = [device.rows(timed[i][0]) for i, device in devices.items()]
         for time_ns, index, position, entry in heapq.merge(*streams, iter(marks), key=_merge_key):
@@ -345,6 +351,16 @@ def _build(log: EventLog, stacks: Stacks, snapshot: Mapping[str, Any], traces: l
     _describe(log, devices, snapshot, settings, file=file, version=version, exact_times=all_exact)
     log.meta["source"]["trace_start"] = {log.devices[d.device].name: trace_start for d in devices.values()}
     return finish(log)
+
+
+def _merge_points(times: np.ndarray, marks: list[tuple[int, int, int, Any]]) -> list[int]:
+    """For each annotation, the position of the entry it comes before in ``heapq.merge`` order (by
+    ``_merge_key``: a START at the time of entries before them, an END after), annotations in their order."""
+    points: list[int] = []
+    for time_ns, order, _, _ in marks:
+        point = int(np.searchsorted(times, time_ns, side="left" if order == _BEFORE else "right"))
+        points.append(max(point, points[-1]) if points else point)
+    return points
 
 
 def _merge_key(item: tuple[int, int, int, Any]) -> tuple[int, int]:
