@@ -137,11 +137,11 @@ class _Device:
         # allocations and frees: an address whose first event is a free was allocated before the trace;
         # one whose last event is an alloc is live at its end
         used = np.flatnonzero((trace.action == _ALLOC) | (trace.action == _FREE_COMPLETED))
-        addresses, first = np.unique(trace.addr[used], return_index=True)
-        _, last = np.unique(trace.addr[used][::-1], return_index=True)
-        last = len(used) - 1 - last
-        live = set(addresses[trace.action[used[last]] == _ALLOC].tolist())
-        freed_first = used[first[trace.action[used[first]] == _FREE_COMPLETED]]
+        used_addresses, first_use = np.unique(trace.addr[used], return_index=True)
+        _, from_end = np.unique(trace.addr[used][::-1], return_index=True)
+        last_use = len(used) - 1 - from_end
+        live = set(used_addresses[trace.action[used[last_use]] == _ALLOC].tolist())
+        freed_first = used[first_use[trace.action[used[first_use]] == _FREE_COMPLETED]]
         unsized = freed_first[(trace.flags[freed_first] & HAS_SIZE) == 0]
         if len(unsized):
             position = int(unsized.min())
@@ -149,8 +149,8 @@ class _Device:
         for address, size in zip(trace.addr[freed_first].tolist(), trace.size[freed_first].tolist(), strict=True):
             initial[address] = (size, None, NO_INDEX)
         segment_events = np.flatnonzero(np.isin(trace.action, _SEGMENT_ACTIONS))
-        bases, first = np.unique(trace.addr[segment_events], return_index=True)
-        first_segment_event = dict(zip(bases.tolist(), segment_events[first].tolist(), strict=True))
+        bases, first_event = np.unique(trace.addr[segment_events], return_index=True)
+        first_segment_event = dict(zip(bases.tolist(), segment_events[first_event].tolist(), strict=True))
         segments = {
             int(s["address"]): int(s["total_size"])
             for s in self.final_segments
