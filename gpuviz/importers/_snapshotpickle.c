@@ -39,7 +39,7 @@ static PyObject *action_strings[16];
 static PyObject *k_action, *k_addr, *k_size, *k_time_us, *k_block_size, *k_frames, *k_device_traces;
 
 typedef struct {
-    char *data;
+    PyObject *bytes; /* grown in place (realloc), shrunk to len at the end: never copied */
     Py_ssize_t len, cap;
 } Buf;
 
@@ -79,17 +79,27 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap * 2 : 4096;
         while (cap < b->len + n) cap *= 2;
-        char *p = PyMem_Realloc(b->data, cap);
-        if (!p) {
-            PyErr_NoMemory();
+        if (!b->bytes) {
+            b->bytes = PyBytes_FromStringAndSize(NULL, cap);
+            if (!b->bytes) return -1;
+        } else if (_PyBytes_Resize(&b->bytes, cap) < 0) {
             return -1;
         }
-        b->data = p;
         b->cap = cap;
     }
-    memcpy(b->data + b->len, src, n);
+    memcpy(PyBytes_AS_STRING(b->bytes) + b->len, src, n);
     b->len += n;
     return 0;
+}
+
+/* the bytes written (a new reference), leaving b empty */
+static PyObject *buf_take(Buf *b) {
+    if (!b->bytes) return PyBytes_FromStringAndSize("", 0);
+    PyObject *out = b->bytes;
+    b->bytes = NULL;
+    if (_PyBytes_Resize(&out, b->len) < 0) return NULL;
+    b->len = b->cap = 0;
+    return out;
 }
 
 /* ---------------------------------------------------------------- input */
@@ -128,7 +138,7 @@ static int need(R *r, Py_ssize_t n) {
 }
 
 static inline const unsigned char *take(R *r, Py_ssize_t n) {
-    if (need(r, n) < 0) return NULL;
+    if (r->end - r->pos < n && need(r, n) < 0) return NULL;
     const unsigned char *p = (const unsigned char *)r->buf + r->pos;
     r->pos += n;
     return p;
@@ -291,8 +301,10 @@ static int entry_row(R *r, Trace *t, PyObject *entry, Py_ssize_t entry_memo) {
     if (PyDict_GET_SIZE(r->pending)) {
         PyObject *key = PyLong_FromVoidPtr(entry);
         if (!key) return -1;
-        if (PyDict_DelItem(r->pending, key) < 0) PyErr_Clear();
+        int found = PyDict_Contains(r->pending, key);
+        if (found > 0) found = PyDict_DelItem(r->pending, key);
         Py_DECREF(key);
+        if (found < 0) return -1;
     }
     if (entry_memo >= 0 && entry_memo < r->memo_cap && r->memo[entry_memo] == entry) {
         Py_DECREF(entry);
@@ -539,8 +551,6 @@ static PyObject *run(R *r) {
     }
 }
 
-static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len); }
-
 static PyObject *py_read(PyObject *self, PyObject *args) {
     R r;
     memset(&r, 0, sizeof r);
@@ -557,9 +567,9 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
         traces = PyList_New(0);
         for (Py_ssize_t i = 0; traces && i < r.ntraces; i++) {
             Trace *t = &r.traces[i];
-            PyObject *item = Py_BuildValue("(O(NNNNNNN))", t->list, bytes_of(&t->action), bytes_of(&t->flags),
-                                           bytes_of(&t->addr), bytes_of(&t->size), bytes_of(&t->time),
-                                           bytes_of(&t->block), bytes_of(&t->stack));
+            PyObject *item = Py_BuildValue("(O(NNNNNNN))", t->list, buf_take(&t->action), buf_take(&t->flags),
+                                           buf_take(&t->addr), buf_take(&t->size), buf_take(&t->time),
+                                           buf_take(&t->block), buf_take(&t->stack));
             if (!item || PyList_Append(traces, item) < 0) Py_CLEAR(traces);
             Py_XDECREF(item);
         }
@@ -572,7 +582,7 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < r.ntraces; i++) {
         Buf *bufs[] = {&r.traces[i].action, &r.traces[i].flags, &r.traces[i].addr, &r.traces[i].size,
                        &r.traces[i].time, &r.traces[i].block, &r.traces[i].stack};
-        for (int j = 0; j < 7; j++) PyMem_Free(bufs[j]->data);
+        for (int j = 0; j < 7; j++) Py_XDECREF(bufs[j]->bytes);
         Py_DECREF(r.traces[i].list);
     }
     Py_XDECREF(r.dtlist);

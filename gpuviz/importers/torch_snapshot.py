@@ -87,14 +87,15 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     stacks = Stacks(log)
     snapshot, traces = read_snapshot(source, stacks)
     version = "json" if source.head[:1] != b"\x80" else None
-    return _build(log, stacks, snapshot, traces, file=str(source.path), version=version)
+    return _build(log, stacks, snapshot, traces, file=str(source.path), version=version, owned=True)
 
 
 def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str | None = None) -> EventLog:
     """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it)."""
     log = EventLog()
     stacks = Stacks(log)
-    return _build(log, stacks, snapshot, traces_of(snapshot, stacks), file=file, version=version)
+    traces = traces_of(snapshot, stacks)
+    return _build(log, stacks, dict(snapshot), traces, file=file, version=version, owned=False)
 
 
 def _require(trace: TraceColumns, actions: tuple[int, ...], bit: int, key: str, device: int) -> None:
@@ -128,6 +129,7 @@ class _Device:
         self.exact_sizes = 0  # allocs whose entry carried the block size
         self.timed = False  # whether the entries' time_us are the log's times
         self.skipped_actions: dict[str, int] = {}
+        self.follow = np.zeros(0, np.int64)
 
     # ----------------------------------------------------------- the start
     def seed(self, time_ns: int) -> None:
@@ -207,11 +209,19 @@ class _Device:
             follow[pairs] = np.maximum(0, times[pairs] - t.time_us[pairs - 1] * _US)
         return follow
 
+    def prepare(self, times: np.ndarray) -> None:
+        """Derive what ``rows`` needs from the entries' times, then drop the columns it does not need."""
+        t = self.trace
+        self.follow = self._follow(times)
+        t.time_us = t.time_us[:0]
+        if not (t.flags & HAS_BLOCK_SIZE).any():
+            t.block_size = np.broadcast_to(np.int64(0), t.block_size.shape)
+
     def rows(self, times: np.ndarray) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
         """``(time_ns, device index, position, row)`` in trace order, a row being the entry's
-        action, flags, addr, size, block_size, stack and follow (see ``_follow``)."""
+        action, flags, addr, size, block_size, stack and follow (see ``_follow``); after ``prepare``."""
         t = self.trace
-        follow = self._follow(times)
+        follow = self.follow
         index = self.index
         for start in range(0, len(t), _BLOCK):
             end = start + _BLOCK
@@ -288,8 +298,10 @@ def _times(trace: TraceColumns) -> tuple[np.ndarray, bool]:
     return np.array(times, dtype=np.int64), False
 
 
-def _build(log: EventLog, stacks: Stacks, snapshot: Mapping[str, Any], traces: list[TraceColumns], *, file: str,
-           version: str | None) -> EventLog:  # fmt: skip
+def _build(log: EventLog, stacks: Stacks, snapshot: dict[str, Any], traces: list[TraceColumns], *, file: str,
+           version: str | None, owned: bool) -> EventLog:  # fmt: skip
+    """The log of ``snapshot`` with its ``traces``; ``owned``: the snapshot is the importer's own, to
+    drop parts of once used (memory)."""
     segments = list(snapshot.get("segments") or [])
     settings = snapshot.get("allocator_settings") or {}
     annotations = [a for a in snapshot.get("external_annotations") or [] if isinstance(a, Mapping)]
@@ -306,8 +318,9 @@ def _build(log: EventLog, stacks: Stacks, snapshot: Mapping[str, Any], traces: l
     }  # fmt: skip
     timed = {i: _times(d.trace) for i, d in devices.items()}
     all_exact = all(exact for _, exact in timed.values()) and any(len(d.trace) for d in devices.values())
-    for device in devices.values():
+    for index, device in devices.items():
         device.timed = all_exact
+        device.prepare(timed[index][0])
     marks: list[tuple[int, int, int, Any]] = []
     if all_exact:
         for position, note in enumerate(annotations):
@@ -319,6 +332,10 @@ def _build(log: EventLog, stacks: Stacks, snapshot: Mapping[str, Any], traces: l
     start = min(firsts) if firsts else 0
     for device in devices.values():
         device.seed(start)
+        device.final_segments = []
+    if owned:  # the segments are in the heaps now: let them go before the trace's events are written
+        segments.clear()
+        snapshot.pop("segments", None)
     trace_start = len(log)  # the first event of the trace itself, after every device's seed
     last = start
     if len(devices) == 1:  # one trace: annotations go where heapq.merge below would put them
