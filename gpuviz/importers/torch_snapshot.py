@@ -72,6 +72,7 @@ _SEGMENT_ACTIONS = (_SEGMENT_ALLOC, _SEGMENT_FREE, _SEGMENT_MAP, _SEGMENT_UNMAP)
 _NEEDS_ADDR = (_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, *_SEGMENT_ACTIONS)
 _NEEDS_SIZE = (_ALLOC, _SEGMENT_ALLOC, _SEGMENT_MAP)
 _BLOCK = 1 << 13  # entries turned into Python values at a time
+_BLOCK_SIZES = 1 << 16  # block sizes remembered per device (the same requests and free blocks recur)
 
 
 def sniff(head: bytes) -> bool:
@@ -130,6 +131,7 @@ class _Device:
         self.timed = False  # whether the entries' time_us are the log's times
         self.skipped_actions: dict[str, int] = {}
         self.follow = np.zeros(0, np.int64)
+        self._block_sizes: dict[tuple[int, int], int] = {}  # (free block, requested) -> block size
 
     # ----------------------------------------------------------- the start
     def seed(self, time_ns: int) -> None:
@@ -217,20 +219,23 @@ class _Device:
         if not (t.flags & HAS_BLOCK_SIZE).any():
             t.block_size = np.broadcast_to(np.int64(0), t.block_size.shape)
 
-    def rows(self, times: np.ndarray) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
-        """``(time_ns, device index, position, row)`` in trace order, a row being the entry's
-        action, flags, addr, size, block_size, stack and follow (see ``_follow``); after ``prepare``."""
+    def blocks(self, times: np.ndarray) -> Iterator[Iterator[tuple[int, int, tuple[int, ...]]]]:
+        """The entries in blocks of ``(position, time_ns, row)``, a row being the entry's action,
+        flags, addr, size, block_size, stack and follow (see ``_follow``); after ``prepare``."""
         t = self.trace
         follow = self.follow
-        index = self.index
         for start in range(0, len(t), _BLOCK):
             end = start + _BLOCK
             columns = (t.action[start:end].tolist(), t.flags[start:end].tolist(), t.addr[start:end].tolist(),
                        t.size[start:end].tolist(), t.block_size[start:end].tolist(), t.stack[start:end].tolist(),
                        follow[start:end].tolist())  # fmt: skip
-            for position, (time_ns, row) in enumerate(
-                zip(times[start:end].tolist(), zip(*columns, strict=True), strict=True), start
-            ):
+            yield zip(range(start, end), times[start:end].tolist(), zip(*columns, strict=True), strict=False)
+
+    def rows(self, times: np.ndarray) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
+        """``(time_ns, device index, position, row)`` in trace order (for merging devices)."""
+        index = self.index
+        for block in self.blocks(times):
+            for position, time_ns, row in block:
                 yield time_ns, index, position, row
 
     def apply(self, time_ns: int, position: int, row: tuple[int, ...]) -> None:
@@ -246,7 +251,12 @@ class _Device:
                     self.exact_sizes += 1
                     chunk = block_size
                 else:
-                    chunk = self.rules.block_size(start + free_size - address, size)
+                    key = (start + free_size - address, size)
+                    chunk = self._block_sizes.get(key, 0)
+                    if not chunk:
+                        if len(self._block_sizes) > _BLOCK_SIZES:
+                            self._block_sizes.clear()
+                        chunk = self._block_sizes[key] = self.rules.block_size(*key)
                 heap.alloc(time_ns, address, chunk, size, stack=self.stacks.final(stack))
             elif action == _FREE_COMPLETED:
                 heap.free(time_ns, address, duration_ns=follow, stack=self.stacks.final(stack))
@@ -342,15 +352,17 @@ def _build(log: EventLog, stacks: Stacks, snapshot: dict[str, Any], traces: list
         ((index, device),) = devices.items()
         apply = device.apply
         times = timed[index][0]
-        points = _merge_points(times, marks)
+        points = [*_merge_points(times, marks), len(times) + 1]
         k = 0
-        for time_ns, _, position, row in device.rows(times):
-            while k < len(marks) and points[k] <= position:
-                last = marks[k][0]
-                _annotation(log, last, marks[k][3])
-                k += 1
-            apply(time_ns, position, row)
-            last = time_ns
+        for block in device.blocks(times):
+            for position, time_ns, row in block:
+                if points[k] <= position:
+                    while points[k] <= position:
+                        last = marks[k][0]
+                        _annotation(log, last, marks[k][3])
+                        k += 1
+                apply(time_ns, position, row)
+                last = time_ns
         for mark in marks[k:]:
             last = mark[0]
             _annotation(log, last, mark[3])
