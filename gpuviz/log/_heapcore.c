@@ -29,9 +29,12 @@ typedef struct {
     Py_ssize_t cap, n; /* cap: power of two */
 } Map;
 
-static inline Py_ssize_t slot_of(const Map *m, int64_t key) {
-    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
-    return (Py_ssize_t)(h >> 17) & (m->cap - 1);
+static inline Py_ssize_t slot_of(const Map *m, int64_t key) { /* splitmix64's finalizer: all bits mixed */
+    uint64_t h = (uint64_t)key;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return (Py_ssize_t)(h & (uint64_t)(m->cap - 1));
 }
 
 static Py_ssize_t map_find(const Map *m, int64_t key) {
