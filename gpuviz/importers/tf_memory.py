@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -156,7 +157,7 @@ def add_devices(log: EventLog, allocators: list[str], known: dict[str, dict[str,
     return {a: index[allocator_device(a, hosts)] for a in allocators}
 
 
-def write_events(log: EventLog, records: list[MemoryRecord], devices: dict[str, int]) -> list[str]:
+def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[str, int]) -> list[str]:
     """Seed, infer segments, then feed every record to its device's heap; returns the notes."""
     notes: list[str] = []
     if not records:
@@ -221,7 +222,7 @@ def write_events(log: EventLog, records: list[MemoryRecord], devices: dict[str, 
     return notes
 
 
-def _plan(records: list[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]]:
+def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]]:
     """Allocations to seed (freed in the trace, never allocated in it) and records to skip.
 
     A seeded free that names no size (XProf writes allocationBytes 0 for some) takes the drop
@@ -263,7 +264,7 @@ def _tag(log: EventLog, record: MemoryRecord) -> int:
     return NO_INDEX if tag is None else log.intern_string(tag)
 
 
-def _step_bounds(records: list[MemoryRecord], skipped: set[int]) -> tuple[dict[int, int], dict[int, int]]:
+def _step_bounds(records: Sequence[MemoryRecord], skipped: set[int]) -> tuple[dict[int, int], dict[int, int]]:
     """Indices of the first and of the last record of each profiler step -> the step."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}

@@ -32,12 +32,12 @@ device as ``untracked_bytes_in_use``.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import finish, set_source_meta
+from gpuviz.importers.memory_columns import MemoryColumns, MemoryColumnsBuilder
 from gpuviz.importers.protowire import FIXED64, LEN, VARINT, WireError, as_double, as_int64, fields, read_varint
 from gpuviz.importers.source import Progress, Source
 from gpuviz.importers.tf_memory import MemoryRecord, add_devices, dtype_name, write_events
@@ -122,10 +122,9 @@ def _stat(
 class _Plane:
     name: str
     stats: dict[str, Any]
-    records: list[MemoryRecord]
 
 
-def _plane(data: bytes, start: int, end: int) -> _Plane:
+def _plane(data: bytes, start: int, end: int, records: MemoryColumnsBuilder) -> _Plane:
     name = ""
     lines: list[tuple[int, int]] = []
     stat_spans: list[tuple[int, int]] = []
@@ -148,16 +147,16 @@ def _plane(data: bytes, start: int, end: int) -> _Plane:
             stat_spans.append((pos, value))
     stats = dict(_stat(data, a, b, stat_names) for a, b in stat_spans)
     memory_ids = {key: _MEMORY_EVENTS[text] for key, text in event_names.items() if text in _MEMORY_EVENTS}
-    records: list[MemoryRecord] = []
     if memory_ids:
         for a, b in lines:
-            records.extend(_line_records(data, a, b, memory_ids, stat_names))
-    return _Plane(name, stats, records)
+            _line_records(data, a, b, memory_ids, stat_names, records)
+    return _Plane(name, stats)
 
 
 def _line_records(
-    data: bytes, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str]
-) -> list[MemoryRecord]:
+    data: bytes, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str],
+    records: MemoryColumnsBuilder,
+) -> None:  # fmt: skip
     line_id, timestamp_ns = 0, 0
     events: list[tuple[int, int]] = []
     for number, wire, value, pos in fields(data, start, end):
@@ -167,7 +166,6 @@ def _line_records(
             timestamp_ns = as_int64(value)
         elif number == 4 and wire == LEN:
             events.append((pos, value))
-    records = []
     texts: dict[bytes, str] = {}  # op names, shapes, allocator names repeat: one str each
     for a, b in events:
         metadata_id, offset_ps, stat_spans = None, 0, []
@@ -183,8 +181,7 @@ def _line_records(
         if metadata_id not in memory_ids:
             continue
         stats = dict(_stat(data, s, e, stat_names, texts) for s, e in stat_spans)
-        records.append(_record(timestamp_ns + offset_ps // 1000, memory_ids[metadata_id], stats, line_id))
-    return records
+        records.add(_record(timestamp_ns + offset_ps // 1000, memory_ids[metadata_id], stats, line_id))
 
 
 def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) -> MemoryRecord:
@@ -214,15 +211,14 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
     )
 
 
-def decode_memory_records(data: bytes) -> tuple[list[_Plane], list[MemoryRecord]]:
-    """Every plane of an XSpace and its memory records in time order (stable across threads)."""
+def decode_memory_records(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+    """Every plane of an XSpace and the memory records of all, in time order (stable across threads)."""
     planes = []
+    records = MemoryColumnsBuilder()
     for number, wire, value, pos in fields(data):
         if number == 1 and wire == LEN:
-            planes.append(_plane(data, pos, value))
-    records = [record for plane in planes for record in plane.records]
-    records.sort(key=lambda r: r.time_ns)
-    return planes, records
+            planes.append(_plane(data, pos, value, records))
+    return planes, records.build().sorted_by_time()
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
@@ -231,6 +227,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         planes, records = decode_memory_records(data)
     except WireError as exc:
         raise LogFormatError(f"{source.path} is not a complete XSpace protobuf (truncated or corrupt: {exc})") from None
+    del data  # the records are columns now; the file's bytes are not needed while the log is written
     log = EventLog()
     known = {}
     for plane in planes:
@@ -238,9 +235,9 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         if match:
             stats = {k: v for k, v in plane.stats.items() if isinstance(v, (int, float, str))}
             known[f"{match[1]}:{int(match[2])}"] = {"plane": plane.name, **stats}
-    devices = add_devices(log, list(dict.fromkeys(r.allocator for r in records)), known)
+    allocators = records.counts(0)
+    devices = add_devices(log, list(allocators), known)
     notes = write_events(log, records, devices)
-    allocators = Counter(r.allocator for r in records)
     set_source_meta(
         log,
         format=NAME,
@@ -264,8 +261,8 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         notes=notes,
         extra={
             "planes": [p.name for p in planes],
-            "allocators": dict(allocators),
-            "region_types": dict(Counter(r.region_type for r in records if r.is_alloc and r.region_type)),
+            "allocators": allocators,
+            "region_types": {k: n for k, n in records.counts(4, allocations_only=True).items() if k},
         },
     )
     return finish(log)

@@ -1,0 +1,131 @@
+"""TensorFlow memory records held as columns: ``MemoryColumns`` is a sequence of ``MemoryRecord``
+that keeps each field in a NumPy array (about 80 bytes a record instead of ~400 as objects) and
+builds a record only when one is read. The XPlane importer decodes into it line by line and
+sorts it by time once, so a profile of millions of memory events is never a list of objects.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+
+from gpuviz.importers.tf_memory import MemoryRecord
+
+__all__ = ["MemoryColumns", "MemoryColumnsBuilder"]
+
+_INTS = ("time_ns", "address", "requested", "size", "bytes_in_use", "peak_bytes_in_use", "step", "thread")
+_BLOCK = 1 << 13  # records built at a time when iterating
+
+
+class MemoryColumns(Sequence[MemoryRecord]):
+    """Records in columns: the integer fields of ``_INTS``, ``is_alloc``, ``has_step`` (bools),
+    ``fragmentation`` (float) and ``texts``, an index into ``kinds``: the record's
+    (allocator, op, dtype, shape, region_type)."""
+
+    def __init__(self, columns: dict[str, np.ndarray], kinds: list[tuple[str, str, str | None, str | None, str]]):
+        self.columns = columns
+        self.kinds = kinds
+
+    def __len__(self) -> int:
+        return len(self.columns["time_ns"])
+
+    @overload
+    def __getitem__(self, index: int) -> MemoryRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[MemoryRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> MemoryRecord | list[MemoryRecord]:
+        n = len(self)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step == 1:
+                return list(self._records(start, stop))
+            return [self[i] for i in range(start, stop, step)]
+        position = index + n if index < 0 else index
+        if not 0 <= position < n:
+            raise IndexError(f"record {index} of {n}")
+        return next(self._records(position, position + 1))
+
+    def __iter__(self) -> Iterator[MemoryRecord]:
+        return self._records(0, len(self))
+
+    def _records(self, start: int, stop: int) -> Iterator[MemoryRecord]:
+        c = self.columns
+        kinds = self.kinds
+        names = (*_INTS, "is_alloc", "has_step", "fragmentation", "texts")
+        for first in range(start, stop, _BLOCK):
+            window = slice(first, min(stop, first + _BLOCK))
+            fields = [c[name][window].tolist() for name in names]
+            for time_ns, address, requested, size, in_use, peak, step, thread, is_alloc, has_step, frag, text in zip(
+                *fields, strict=True
+            ):
+                allocator, op, dtype, shape, region = kinds[text]
+                yield MemoryRecord(
+                    time_ns=time_ns, is_alloc=is_alloc, allocator=allocator, address=address, requested=requested,
+                    size=size, bytes_in_use=in_use, peak_bytes_in_use=peak, fragmentation=frag, op=op, dtype=dtype,
+                    shape=shape, region_type=region, step=step if has_step else None, thread=thread,
+                )  # fmt: skip
+
+    def counts(self, field: int, *, allocations_only: bool = False) -> dict[str, int]:
+        """How many records have each value of one ``kinds`` field (0: allocator, 4: region type), in
+        order of first appearance; ``allocations_only``: count allocations only."""
+        texts = self.columns["texts"]
+        if allocations_only:
+            texts = texts[self.columns["is_alloc"]]
+        kinds, first, counts = np.unique(texts, return_index=True, return_counts=True)
+        out: dict[str, int] = {}
+        for i in np.argsort(first, kind="stable").tolist():
+            value = self.kinds[int(kinds[i])][field]
+            out[str(value)] = out.get(str(value), 0) + int(counts[i])
+        return out
+
+    def sorted_by_time(self) -> MemoryColumns:
+        """The records in time order (stable: equal times keep their order)."""
+        order = np.argsort(self.columns["time_ns"], kind="stable")
+        columns = {}
+        for name in list(self.columns):
+            columns[name] = self.columns.pop(name)[order]  # one column copied at a time
+        return MemoryColumns(columns, self.kinds)
+
+
+class MemoryColumnsBuilder:
+    """Appends records into typed arrays (no object kept per record)."""
+
+    def __init__(self) -> None:
+        self._ints = {name: array("q") for name in _INTS}
+        self._flags = array("B")  # bit 0: is_alloc, bit 1: has step
+        self._fragmentation = array("d")
+        self._texts = array("i")
+        self._kinds: dict[tuple[str, str, str | None, str | None, str], int] = {}
+
+    def add(self, record: MemoryRecord) -> None:
+        ints = self._ints
+        ints["time_ns"].append(record.time_ns)
+        ints["address"].append(record.address)
+        ints["requested"].append(record.requested)
+        ints["size"].append(record.size)
+        ints["bytes_in_use"].append(record.bytes_in_use)
+        ints["peak_bytes_in_use"].append(record.peak_bytes_in_use)
+        ints["step"].append(0 if record.step is None else record.step)
+        ints["thread"].append(record.thread)
+        self._flags.append(int(record.is_alloc) | (record.step is not None) << 1)
+        self._fragmentation.append(record.fragmentation)
+        key = (record.allocator, record.op, record.dtype, record.shape, record.region_type)
+        text = self._kinds.get(key)
+        if text is None:
+            text = self._kinds[key] = len(self._kinds)
+        self._texts.append(text)
+
+    def build(self) -> MemoryColumns:
+        flags = np.frombuffer(self._flags, dtype=np.uint8)
+        columns = {name: np.frombuffer(values, dtype=np.int64) for name, values in self._ints.items()}
+        columns["is_alloc"] = (flags & 1) != 0
+        columns["has_step"] = (flags & 2) != 0
+        columns["fragmentation"] = np.frombuffer(self._fragmentation, dtype=np.float64)
+        columns["texts"] = np.frombuffer(self._texts, dtype=np.int32)
+        kinds = sorted(self._kinds, key=self._kinds.__getitem__)
+        return MemoryColumns(columns, kinds)
