@@ -121,6 +121,11 @@ class Source:
 
     def read_all(self) -> bytes:
         """The whole decompressed content. A gzip file cut short raises ``LogFormatError``."""
+        if not self.compressed:  # one read of the known size: no chunks joined (peak memory 1x the file)
+            with open(self.path, "rb") as file:
+                data = file.read()
+            self.progress.update(len(data))
+            return data
         with self.open() as stream:
             try:
                 return stream.read()

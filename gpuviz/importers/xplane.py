@@ -158,16 +158,15 @@ def _line_records(
     records: MemoryColumnsBuilder,
 ) -> None:  # fmt: skip
     line_id, timestamp_ns = 0, 0
-    events: list[tuple[int, int]] = []
-    for number, wire, value, pos in fields(data, start, end):
+    for number, wire, value, _ in fields(data, start, end):  # the line's id and time first (a field may repeat)
         if number == 1 and wire == VARINT:
             line_id = as_int64(value)
         elif number == 3 and wire == VARINT:
             timestamp_ns = as_int64(value)
-        elif number == 4 and wire == LEN:
-            events.append((pos, value))
     texts: dict[bytes, str] = {}  # op names, shapes, allocator names repeat: one str each
-    for a, b in events:
+    for number, wire, b, a in fields(data, start, end):  # then its events, one at a time
+        if number != 4 or wire != LEN:
+            continue
         metadata_id, offset_ps, stat_spans = None, 0, []
         for number, wire, value, pos in fields(data, a, b):
             if number == 1:
