@@ -28,13 +28,22 @@ TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "trace
 _MEASURE = """
 import resource, sys, time
 import gpuviz
-before = resource.getrusage(resource.RUSAGE_SELF)
+
+def peak_bytes():
+    # VmHWM: this process's own high-water mark (ru_maxrss keeps the parent's across fork+exec on Linux)
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+before, peak_before = resource.getrusage(resource.RUSAGE_SELF), peak_bytes()
 start = time.perf_counter()
 log = gpuviz.load(sys.argv[1], progress=False)
 seconds = time.perf_counter() - start
 after = resource.getrusage(resource.RUSAGE_SELF)
 print(len(log), seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-      (after.ru_maxrss - before.ru_maxrss) * 1024)
+      peak_bytes() - peak_before)
 """
 
 

@@ -53,6 +53,21 @@ def _assert_same_read(path: Path) -> None:
     assert stacks == want_stacks and log.stacks == want_log.stacks
 
 
+def _assert_same_import(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load`` with the C reader and without it: the same log or the same error."""
+    outcomes: list[Any] = []
+    for native in ("1", "0"):
+        monkeypatch.setenv("GPUVIZ_NATIVE", native)
+        try:
+            outcomes.append(load(path, progress=False))
+        except LogFormatError as exc:
+            outcomes.append(str(exc))
+    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+        assert outcomes[0] == outcomes[1], path
+    else:
+        _assert_same_log(outcomes[0], outcomes[1])
+
+
 def _assert_same_log(a: EventLog, b: EventLog) -> None:
     assert len(a) == len(b)
     for name, column in b.columns.items():
@@ -125,17 +140,7 @@ def test_generated_snapshots_import_the_same_with_and_without_the_reader(
 ) -> None:
     path = tmp_path / "s.pickle"
     path.write_bytes(pickle.dumps(snapshot, protocol=protocol))
-    outcomes = []
-    for native in ("1", "0"):
-        monkeypatch.setenv("GPUVIZ_NATIVE", native)
-        try:
-            outcomes.append(load(path, progress=False))
-        except LogFormatError as exc:
-            outcomes.append(str(exc))
-    if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
-        assert outcomes[0] == outcomes[1]
-    else:
-        _assert_same_log(outcomes[0], outcomes[1])
+    _assert_same_import(path, monkeypatch)
 
 
 # ------------------------------------------------------------------ refused and broken pickles
@@ -185,14 +190,4 @@ def test_cut_and_garbled_pickles_get_the_same_error_or_log(tmp_path: Path, monke
     for i, data in enumerate(damaged):
         path = tmp_path / f"{i}.pickle"
         path.write_bytes(data)
-        outcomes: list[Any] = []
-        for native in ("1", "0"):
-            monkeypatch.setenv("GPUVIZ_NATIVE", native)
-            try:
-                outcomes.append(load(path, progress=False))
-            except LogFormatError as exc:
-                outcomes.append(str(exc))
-        if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
-            assert outcomes[0] == outcomes[1], i
-        else:
-            _assert_same_log(outcomes[0], outcomes[1])
+        _assert_same_import(path, monkeypatch)

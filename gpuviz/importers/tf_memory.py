@@ -166,10 +166,14 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     start = records[0].time_ns
     heaps = {allocator: HeapBuilder(log, device) for allocator, device in devices.items()}
     seeds, skipped = _plan(records)
+    intervals: dict[str, list[tuple[int, int]]] = {allocator: [] for allocator in heaps}
+    for record in records:  # one pass, however many allocators
+        if record.is_alloc:
+            intervals[record.allocator].append((record.address, record.size))
+    for record in seeds:
+        intervals[record.allocator].append((record.address, record.size))
     for allocator, heap in heaps.items():
-        intervals = [(r.address, r.size) for r in records if r.allocator == allocator and r.is_alloc]
-        intervals += [(r.address, r.size) for r in seeds if r.allocator == allocator]
-        for base, size in infer_segments(intervals):
+        for base, size in infer_segments(intervals.pop(allocator)):
             heap.segment_alloc(start, base, size)
     in_use: Counter[str] = Counter()
     conflicts = 0
@@ -181,8 +185,11 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
         except HeapConflict:  # overlaps another seed: its free is skipped as a conflict too
             conflicts += 1
     untracked: dict[str, set[int]] = {a: set() for a in heaps}
+    peaks: dict[str, int] = {}  # allocator -> TF's largest peak_bytes_in_use (skipped records too)
     first, last = _step_bounds(records, skipped)
     for i, record in enumerate(records):
+        if record.peak_bytes_in_use > peaks.get(record.allocator, -1):
+            peaks[record.allocator] = record.peak_bytes_in_use
         if i in skipped:
             continue
         if i in first:
@@ -208,9 +215,8 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
         elif values:
             notes.append(f"{allocator}: the source's bytes in use differ from the replayed bytes in use by "
                          f"{min(values)}..{max(values)} bytes (events missing from the trace)")  # fmt: skip
-        peaks = [r.peak_bytes_in_use for r in records if r.allocator == allocator and r.peak_bytes_in_use >= 0]
-        if peaks:
-            device.options["tf_peak_bytes_in_use"] = max(peaks)
+        if allocator in peaks:
+            device.options["tf_peak_bytes_in_use"] = peaks[allocator]
     notes.append("segments are inferred: the connected address ranges ever allocated (TF does not trace regions)")
     if seeds:
         notes.append(f"{len(seeds)} allocations made before the trace began (freed in it) are placed at its start")

@@ -204,6 +204,21 @@ static PyObject *conflict(Core *c, const char *format, int64_t a, int64_t b) {
     return NULL;
 }
 
+/* format: "... %U (hex a) ... %lld (n) ... %U (hex b)" */
+static PyObject *range_conflict(Core *c, const char *format, int64_t a, int64_t n, int64_t b) {
+    PyObject *ha = hex(a), *hb = hex(b);
+    if (ha && hb) {
+        PyObject *msg = PyUnicode_FromFormat(format, ha, (long long)n, hb);
+        if (msg) {
+            PyErr_SetObject(c->conflict, msg);
+            Py_DECREF(msg);
+        }
+    }
+    Py_XDECREF(ha);
+    Py_XDECREF(hb);
+    return NULL;
+}
+
 /* free-size multiset */
 static void heap_push(Vec *h, int64_t x) {
     Py_ssize_t i = h->n;
@@ -382,26 +397,10 @@ static PyObject *Core_segment_alloc(Core *c, PyObject *args, PyObject *kw) {
         return NULL;
     if (size <= 0) return conflict(c, "dsegment at %U has size %lld", base, size);
     Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, base);
-    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size > base) {
-        PyObject *hb = hex(base), *ho = hex(c->segs[i - 1].base);
-        if (hb && ho) {
-            PyObject *m = PyUnicode_FromFormat("segment [%U, +%lld) overlaps the segment at %U", hb, size, ho);
-            if (m) PyErr_SetObject(c->conflict, m), Py_DECREF(m);
-        }
-        Py_XDECREF(hb);
-        Py_XDECREF(ho);
-        return NULL;
-    }
-    if (i < c->nsegs && base + size > c->segs[i].base) {
-        PyObject *hb = hex(base), *ho = hex(c->segs[i].base);
-        if (hb && ho) {
-            PyObject *m = PyUnicode_FromFormat("segment [%U, +%lld) overlaps the segment at %U", hb, size, ho);
-            if (m) PyErr_SetObject(c->conflict, m), Py_DECREF(m);
-        }
-        Py_XDECREF(hb);
-        Py_XDECREF(ho);
-        return NULL;
-    }
+    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size > base)
+        return range_conflict(c, "segment [%U, +%lld) overlaps the segment at %U", base, size, c->segs[i - 1].base);
+    if (i < c->nsegs && base + size > c->segs[i].base)
+        return range_conflict(c, "segment [%U, +%lld) overlaps the segment at %U", base, size, c->segs[i].base);
     if (c->nsegs == c->segcap) {
         Py_ssize_t cap = c->segcap ? c->segcap * 2 : 8;
         Segment *p = PyMem_Realloc(c->segs, cap * sizeof(Segment));
@@ -463,16 +462,8 @@ static PyObject *Core_alloc(Core *c, PyObject *args, PyObject *kw) {
     Chunk *found = containing(c, address, &start);
     if (!found) return conflict(c, "dallocation [%U, +%lld) lies outside every segment", address, size);
     if (found->requested) return conflict(c, "hallocation at %U overlaps the live allocation at %U", address, start);
-    if (address + size > start + found->size) {
-        PyObject *ha = hex(address), *hs = hex(start);
-        if (ha && hs) {
-            PyObject *m = PyUnicode_FromFormat("allocation [%U, +%lld) runs past the free chunk at %U", ha, size, hs);
-            if (m) PyErr_SetObject(c->conflict, m), Py_DECREF(m);
-        }
-        Py_XDECREF(ha);
-        Py_XDECREF(hs);
-        return NULL;
-    }
+    if (address + size > start + found->size)
+        return range_conflict(c, "allocation [%U, +%lld) runs past the free chunk at %U", address, size, start);
     if (address > start && split(c, time_ns, start, address - start, thread) < 0) return NULL;
     if (size < chunk_get(c, address)->size && split(c, time_ns, address, size, thread) < 0) return NULL;
     Chunk *ch = chunk_get(c, address);
