@@ -22,8 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuviz.base.tags import array_tag
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, infer_segments
@@ -115,9 +114,9 @@ def memory_tag(op: str | None, dtype: str | None, shape: str | None) -> str | No
     return array_tag(op, dtype, dims)
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryRecord:
-    """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns."""
+class MemoryRecord(NamedTuple):
+    """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns.
+    (A named tuple: importers build millions of them, one at a time.)"""
 
     time_ns: int
     is_alloc: bool
@@ -260,7 +259,7 @@ def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]
             if size <= 0:
                 skipped.add(i)
                 continue
-            seeds.append(replace(record, size=size))
+            seeds.append(record._replace(size=size))
             seen.add(key)
     return seeds, skipped
 
