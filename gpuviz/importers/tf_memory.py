@@ -164,15 +164,11 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
         return notes
     start = records[0].time_ns
     heaps = {allocator: HeapBuilder(log, device) for allocator, device in devices.items()}
-    seeds, skipped = _plan(records)
-    intervals: dict[str, list[tuple[int, int]]] = {allocator: [] for allocator in heaps}
-    for record in records:  # one pass, however many allocators
-        if record.is_alloc:
-            intervals[record.allocator].append((record.address, record.size))
+    seeds, skipped, intervals, (first, last) = _plan(records)
     for record in seeds:
-        intervals[record.allocator].append((record.address, record.size))
+        intervals.setdefault(record.allocator, []).append((record.address, record.size))
     for allocator, heap in heaps.items():
-        for base, size in infer_segments(intervals.pop(allocator)):
+        for base, size in infer_segments(intervals.pop(allocator, [])):
             heap.segment_alloc(start, base, size)
     in_use: Counter[str] = Counter()
     conflicts = 0
@@ -185,7 +181,6 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
             conflicts += 1
     untracked: dict[str, set[int]] = {a: set() for a in heaps}
     peaks: dict[str, int] = {}  # allocator -> TF's largest peak_bytes_in_use (skipped records too)
-    first, last = _step_bounds(records, skipped)
     for i, record in enumerate(records):
         if record.peak_bytes_in_use > peaks.get(record.allocator, -1):
             peaks[record.allocator] = record.peak_bytes_in_use
@@ -227,8 +222,14 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     return notes
 
 
-def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]]:
-    """Allocations to seed (freed in the trace, never allocated in it) and records to skip.
+_Intervals = dict[str, list[tuple[int, int]]]
+_StepBounds = tuple[dict[int, int], dict[int, int]]
+
+
+def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int], _Intervals, _StepBounds]:
+    """One pass over the records: allocations to seed (freed in the trace, never allocated in it),
+    records to skip, each allocator's allocated ``(address, size)`` (for inferring segments), and
+    the indices of the first and of the last record of each profiler step -> the step.
 
     A seeded free that names no size (XProf writes allocationBytes 0 for some) takes the drop
     of the source's bytes in use since the allocator's previous record, where both are known.
@@ -238,46 +239,46 @@ def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]
     previous_in_use: dict[str, int] = {}
     seeds: list[MemoryRecord] = []
     skipped: set[int] = set()
+    intervals: _Intervals = {}
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
     for i, record in enumerate(records):
         key = (record.allocator, record.address)
         before = previous_in_use.get(record.allocator, -1)
         previous_in_use[record.allocator] = record.bytes_in_use
+        skip = False
         if record.is_alloc:
+            intervals.setdefault(record.allocator, []).append((record.address, record.size))
             if key in live:
-                skipped.add(i)
-                continue
-            live[key] = i
-            seen.add(key)
+                skip = True
+            else:
+                live[key] = i
+                seen.add(key)
         elif key in live:
             del live[key]
         elif key in seen:
-            skipped.add(i)
+            skip = True
         else:
             size = record.size
             if size <= 0 and before >= 0 and record.bytes_in_use >= 0:
                 size = before - record.bytes_in_use
             if size <= 0:
-                skipped.add(i)
-                continue
-            seeds.append(record._replace(size=size))
-            seen.add(key)
-    return seeds, skipped
+                skip = True
+            else:
+                seeds.append(record._replace(size=size))
+                seen.add(key)
+        if skip:
+            skipped.add(i)
+        elif record.step is not None:
+            first.setdefault(record.step, i)
+            last[record.step] = i
+    bounds = ({i: step for step, i in first.items()}, {i: step for step, i in last.items()})
+    return seeds, skipped, intervals, bounds
 
 
 def _tag(log: EventLog, record: MemoryRecord) -> int:
     tag = memory_tag(record.op, record.dtype, record.shape)
     return NO_INDEX if tag is None else log.intern_string(tag)
-
-
-def _step_bounds(records: Sequence[MemoryRecord], skipped: set[int]) -> tuple[dict[int, int], dict[int, int]]:
-    """Indices of the first and of the last record of each profiler step -> the step."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i, record in enumerate(records):
-        if record.step is not None and i not in skipped:
-            first.setdefault(record.step, i)
-            last[record.step] = i
-    return {i: step for step, i in first.items()}, {i: step for step, i in last.items()}
 
 
 def _mark(log: EventLog, time_ns: int, phase: MarkPhase, step: int) -> None:
