@@ -129,6 +129,10 @@ static int need(R *r, Py_ssize_t n) {
             return unsupported("read() did not return bytes");
         }
         Py_ssize_t got = PyBytes_GET_SIZE(chunk);
+        if (got > want) {
+            Py_DECREF(chunk);
+            return unsupported("read() returned more than asked");
+        }
         if (got == 0) r->eof = 1;
         memcpy(r->buf + r->end, PyBytes_AS_STRING(chunk), got);
         r->end += got;

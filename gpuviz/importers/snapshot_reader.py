@@ -271,6 +271,8 @@ def _read_streaming(source: Source, stacks: Stacks) -> tuple[dict[str, Any], lis
     by_list = {id(trace): TraceColumns.from_bytes(parts) for trace, parts in traces}
     columns = []
     for trace in root["device_traces"]:
-        found = by_list.get(id(trace))
+        found = by_list.pop(id(trace), None)
         columns.append(found if found is not None else columns_of(trace or [], stacks))
+    if any(len(c) for c in by_list.values()):  # entries read into a list that is not a device's trace
+        return None
     return root, columns
