@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.heapbuilder import HeapBuilder, HeapConflict, event_row
 
@@ -15,6 +17,7 @@ __all__ = [
     "HeapConflict",
     "event_row",
     "infer_segments",
+    "infer_segments_of",
     "set_source_meta",
     "finish",
     "COLUMN_FIDELITY",
@@ -29,14 +32,23 @@ def infer_segments(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]
     ``intervals`` are ``(address, size)`` of every allocation; overlapping or touching ranges
     join. Returns sorted ``(base, size)``.
     """
-    merged: list[list[int]] = []
-    for start, size in sorted((a, s) for a, s in intervals if s > 0):
-        end = start + size
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(start, end - start) for start, end in merged]
+    pairs = list(intervals)
+    addresses = np.array([a for a, _ in pairs], dtype=np.int64)
+    sizes = np.array([n for _, n in pairs], dtype=np.int64)
+    return infer_segments_of(addresses, sizes)
+
+
+def infer_segments_of(addresses: np.ndarray, sizes: np.ndarray) -> list[tuple[int, int]]:
+    """``infer_segments`` of allocations given as two int64 arrays (addresses, sizes in bytes)."""
+    keep = sizes > 0
+    starts, ends = addresses[keep], addresses[keep] + sizes[keep]
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    if not len(starts):
+        return []
+    first = np.flatnonzero(np.r_[True, starts[1:] > ends[:-1]])  # a range starts past every end before it
+    last = np.r_[first[1:] - 1, len(starts) - 1]
+    return [(b, e - b) for b, e in zip(starts[first].tolist(), ends[last].tolist(), strict=True)]
 
 
 def set_source_meta(

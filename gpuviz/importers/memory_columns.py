@@ -121,6 +121,7 @@ class MemoryColumnsBuilder:
         self._texts.append(text)
 
     def build(self) -> MemoryColumns:
+        """The columns (the builder is left empty: the arrays belong to the columns)."""
         flags = np.frombuffer(self._flags, dtype=np.uint8)
         columns = {name: np.frombuffer(values, dtype=np.int64) for name, values in self._ints.items()}
         columns["is_alloc"] = (flags & 1) != 0
@@ -128,4 +129,5 @@ class MemoryColumnsBuilder:
         columns["fragmentation"] = np.frombuffer(self._fragmentation, dtype=np.float64)
         columns["texts"] = np.frombuffer(self._texts, dtype=np.int32)
         kinds = sorted(self._kinds, key=self._kinds.__getitem__)
+        self.__init__()  # type: ignore[misc]  # drop the arrays: a column is freed when its view goes
         return MemoryColumns(columns, kinds)

@@ -20,12 +20,15 @@ is recorded in the device's options as ``untracked_bytes_in_use``, else the note
 from __future__ import annotations
 
 import re
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from gpuviz.base.tags import array_tag
-from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, infer_segments
+from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, infer_segments_of
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind, MarkPhase
 
@@ -166,9 +169,10 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     heaps = {allocator: HeapBuilder(log, device) for allocator, device in devices.items()}
     seeds, skipped, intervals, (first, last) = _plan(records)
     for record in seeds:
-        intervals.setdefault(record.allocator, []).append((record.address, record.size))
+        _interval(intervals, record)
     for allocator, heap in heaps.items():
-        for base, size in infer_segments(intervals.pop(allocator, [])):
+        addresses, sizes = intervals.pop(allocator, (array("q"), array("q")))
+        for base, size in infer_segments_of(np.frombuffer(addresses, np.int64), np.frombuffer(sizes, np.int64)):
             heap.segment_alloc(start, base, size)
     in_use: Counter[str] = Counter()
     conflicts = 0
@@ -222,7 +226,15 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     return notes
 
 
-_Intervals = dict[str, list[tuple[int, int]]]
+_Intervals = dict[str, tuple["array[int]", "array[int]"]]  # allocator -> addresses, sizes of its allocations
+
+
+def _interval(intervals: _Intervals, record: MemoryRecord) -> None:
+    addresses, sizes = intervals.setdefault(record.allocator, (array("q"), array("q")))
+    addresses.append(record.address)
+    sizes.append(record.size)
+
+
 _StepBounds = tuple[dict[int, int], dict[int, int]]
 
 
@@ -234,8 +246,8 @@ def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]
     A seeded free that names no size (XProf writes allocationBytes 0 for some) takes the drop
     of the source's bytes in use since the allocator's previous record, where both are known.
     """
-    live: dict[tuple[str, int], int] = {}
-    seen: set[tuple[str, int]] = set()
+    live: dict[str, set[int]] = {}  # allocator -> addresses allocated and not freed
+    seen: dict[str, set[int]] = {}  # allocator -> addresses met
     previous_in_use: dict[str, int] = {}
     seeds: list[MemoryRecord] = []
     skipped: set[int] = set()
@@ -243,20 +255,22 @@ def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for i, record in enumerate(records):
-        key = (record.allocator, record.address)
+        address = record.address
+        allocator_live = live.setdefault(record.allocator, set())
+        allocator_seen = seen.setdefault(record.allocator, set())
         before = previous_in_use.get(record.allocator, -1)
         previous_in_use[record.allocator] = record.bytes_in_use
         skip = False
         if record.is_alloc:
-            intervals.setdefault(record.allocator, []).append((record.address, record.size))
-            if key in live:
+            _interval(intervals, record)
+            if address in allocator_live:
                 skip = True
             else:
-                live[key] = i
-                seen.add(key)
-        elif key in live:
-            del live[key]
-        elif key in seen:
+                allocator_live.add(address)
+                allocator_seen.add(address)
+        elif address in allocator_live:
+            allocator_live.discard(address)
+        elif address in allocator_seen:
             skip = True
         else:
             size = record.size
@@ -266,7 +280,7 @@ def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int]
                 skip = True
             else:
                 seeds.append(record._replace(size=size))
-                seen.add(key)
+                allocator_seen.add(address)
         if skip:
             skipped.add(i)
         elif record.step is not None:

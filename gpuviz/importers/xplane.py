@@ -212,21 +212,27 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
 
 def decode_memory_records(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
     """Every plane of an XSpace and the memory records of all, in time order (stable across threads)."""
+    planes, records = _decode(data)
+    return planes, records.sorted_by_time()
+
+
+def _decode(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
     planes = []
     records = MemoryColumnsBuilder()
     for number, wire, value, pos in fields(data):
         if number == 1 and wire == LEN:
             planes.append(_plane(data, pos, value, records))
-    return planes, records.build().sorted_by_time()
+    return planes, records.build()
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
     data = source.read_all()
     try:
-        planes, records = decode_memory_records(data)
+        planes, unsorted = _decode(data)
     except WireError as exc:
         raise LogFormatError(f"{source.path} is not a complete XSpace protobuf (truncated or corrupt: {exc})") from None
-    del data  # the records are columns now; the file's bytes are not needed while the log is written
+    del data  # the records are columns now: the file's bytes go before they are sorted and the log is written
+    records = unsorted.sorted_by_time()
     log = EventLog()
     known = {}
     for plane in planes:
