@@ -26,6 +26,7 @@ flagged ``truncated``.
 from __future__ import annotations
 
 import atexit
+import importlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +37,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
+
+try:  # empties the staging buffer keeping its allocation (see gpuviz/capture/_rows.h)
+    _take_staged: Callable[[bytearray, int], bytes] | None = importlib.import_module("gpuviz.log._staging").take
+except ImportError:  # no compiler at install time: the same in Python (the buffer is re-fitted)
+    _take_staged = None
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -193,8 +199,11 @@ class EventLog:
         nbytes = len(staged)
         if not nbytes:
             return
-        block = bytes(staged[:nbytes])
-        del staged[:nbytes]
+        if _take_staged is not None:
+            block = _take_staged(staged, nbytes)
+        else:
+            block = bytes(staged[:nbytes])
+            del staged[:nbytes]
         n = nbytes // _ROW
         self._blocks.append(block)
         self._block_rows += n
