@@ -365,9 +365,53 @@ static PyObject *timeline(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* free_of(kinds, addresses) -> bytes: for one device's alloc and free events in log order
+ * (uint8 / int64 buffers), int64 per event: for an alloc, the event number of the free that
+ * ends it (the next event at its address, when that is a free), else -1; -1 for a free.
+ * gpuviz.analysis.tables.allocation_table's pairing, in one pass with a hash map. */
+static PyObject *free_of(PyObject *module, PyObject *args) {
+    Py_buffer kinds, addresses;
+    if (!PyArg_ParseTuple(args, "y*y*", &kinds, &addresses)) return NULL;
+    PyObject *result = NULL;
+    map_t open = {0};
+    Py_ssize_t n = kinds.len;
+    if (addresses.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "columns of unequal length or wrong item size");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (result == NULL) goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    const uint8_t *kind = kinds.buf;
+    const int64_t *address = addresses.buf;
+    if (map_init(&open, 1024) < 0) goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = -1;
+        if (kind[i] == ALLOC) {
+            if (map_put(&open, address[i], i) < 0) goto nomem;
+        } else {
+            int64_t *made = map_get(&open, address[i]);
+            if (made != NULL) {
+                out[*made] = i;
+                map_remove(&open, address[i]);
+            }
+        }
+    }
+    goto done;
+nomem:
+    Py_CLEAR(result);
+    PyErr_NoMemory();
+done:
+    map_free(&open);
+    PyBuffer_Release(&kinds);
+    PyBuffer_Release(&addresses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
+    {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},
