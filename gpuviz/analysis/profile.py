@@ -26,7 +26,7 @@ from gpuviz.analysis.tables import (
     segment_table,
     transfer_table,
 )
-from gpuviz.analysis.timeline import Peak, TimelineSeries, peak, timeline_series
+from gpuviz.analysis.timeline import Peak, TimelineSeries, series_extremes, timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
@@ -157,7 +157,7 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
     devices = {}
     for name in gpus_first(heap.devices):
         series = timeline_series(log, name)
-        top = peak(log, name)
+        top = series_extremes(series).peak
         devices[name] = DeviceProfile(
             name,
             series,
@@ -167,17 +167,26 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
             opening_index(log, name, series=series),
         )
     time_ns = log["time_ns"]
+    transfers = transfer_table(log)
     result = Profile(
         log=log,
         options=options,
         devices=devices,
-        transfers=transfer_table(log),
+        transfers=transfers,
         marks=mark_table(log),
         ooms=oom_table(log),
         segments=segment_table(log),
         placements=placement_table(log),
         call_sites=call_site_table(log),
-        diagnosis=diagnose(log, top=options.top, group_by=options.group_by, heap=heap),
+        diagnosis=diagnose(
+            log,
+            top=options.top,
+            group_by=options.group_by,
+            heap=heap,
+            transfers=transfers,
+            series={name: d.series for name, d in devices.items()},
+            allocations={name: d.allocations for name, d in devices.items()},  # kept for the views too
+        ),
         t0_ns=int(time_ns.min()) if len(time_ns) else 0,
         strict=strict,
     )

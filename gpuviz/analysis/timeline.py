@@ -30,6 +30,7 @@ __all__ = [
     "internal_waste",
     "Extremes",
     "extremes",
+    "series_extremes",
     "operation_ends",
     "settled",
 ]
@@ -321,6 +322,20 @@ def extremes(log: EventLog, device: str | None = None) -> Extremes:
         carry[:] = (in_use[-1], in_req[-1], pool[-1])
         seen = True
     return Extremes(top, pool_most, Waste(name, waste_end, top_waste, waste_most))
+
+
+def series_extremes(series: TimelineSeries) -> Extremes:
+    """``extremes`` of a timeline already computed (the same values, without another pass)."""
+    if not len(series):
+        return Extremes(Peak(series.device, 0, -1, -1, 0), 0, Waste(series.device, 0, 0, 0))
+    i = int(np.argmax(series.bytes_in_use))
+    top = Peak(
+        series.device, int(series.bytes_in_use[i]), int(series.index[i]), int(series.seq[i]), int(series.time_ns[i])
+    )
+    waste = series.internal_waste
+    return Extremes(
+        top, int(series.pool_bytes.max()), Waste(series.device, int(waste[-1]), int(waste[i]), int(waste.max()))
+    )
 
 
 def peak(log: EventLog, device: str | None = None) -> Peak:
