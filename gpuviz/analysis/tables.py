@@ -147,7 +147,8 @@ def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
             "free_index": free_index,
             "alloc_ns": cols["time_ns"][rows],
             "free_ns": np.where(free_index >= 0, cols["time_ns"][np.maximum(free_index, 0)], -1),
-        }
+        },
+        copy=False,  # every column is a fresh array: keeping them as they are saves stacking them (a copy)
     )
 
 
@@ -268,16 +269,26 @@ def placement_table(log: EventLog) -> pd.DataFrame:
     sums = {
         name: np.zeros(len(place), dtype=np.int64) for name in ("bytes_allocated", "bytes_transferred", "transfer_ns")
     }
+    # each event's op as a number (the op's position in ``names``; -1: none), compared as integers
+    names = list(dict.fromkeys(ops.tolist()))
+    code = {op: i for i, op in enumerate(names)}
     allocs = np.flatnonzero(cols["kind"] == Kind.ALLOC)
-    alloc_ops = _parsed_tags(log, cols["tag"][allocs])[0]
+    tag_slots = cols["tag"][allocs].astype(np.int64) + 1
+    used = np.flatnonzero(np.bincount(tag_slots, minlength=len(log.strings) + 1))
+    op_of_slot = np.full(len(log.strings) + 1, -1, dtype=np.int64)
+    for slot in used.tolist():
+        parsed = parse_array_tag(log.strings[slot - 1]) if slot else None
+        op_of_slot[slot] = code.get(parsed.op if parsed else None, -1)
+    alloc_ops = op_of_slot[tag_slots]
     transfers = np.flatnonzero(cols["kind"] == Kind.TRANSFER)
-    transfer_ops = _strings(log, cols["tag"][transfers])
-    for op in dict.fromkeys(ops.tolist()):
+    string_ops = np.array([code.get(text, -1) for text in [*log.strings, None]], dtype=np.int64)
+    transfer_ops = string_ops[cols["tag"][transfers]]  # tag -1 picks the trailing None
+    for number, op in enumerate(names):
         rows = np.flatnonzero(ops == op)
         where = place[rows]
         for positions, column, duration in (
-            (allocs[alloc_ops == op], "bytes_allocated", False),
-            (transfers[transfer_ops == op], "bytes_transferred", True),
+            (allocs[alloc_ops == number], "bytes_allocated", False),
+            (transfers[transfer_ops == number], "bytes_transferred", True),
         ):
             if not len(positions):
                 continue

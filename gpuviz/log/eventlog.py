@@ -392,8 +392,8 @@ class EventLog:
         cols = self.columns
         mask = np.ones(len(cols["seq"]), dtype=bool)
         if kind is not None:
-            kinds = [kind] if isinstance(kind, str) else list(kind)
-            mask &= np.isin(cols["kind"], [kind_code(k) for k in kinds])
+            codes = [kind_code(k) for k in ([kind] if isinstance(kind, str) else list(kind))]
+            mask &= (cols["kind"] == codes[0]) if len(codes) == 1 else np.isin(cols["kind"], codes)
         if device is not None:
             mask &= cols["device"] == self.device_index(device)
         if start_ns is not None:
@@ -403,7 +403,8 @@ class EventLog:
         if tag is not None:
             tag_id = self._string_ids.get(tag)
             mask &= cols["tag"] == (tag_id if tag_id is not None else -2)
-        return self._view({name: array_[mask] for name, array_ in cols.items()})
+        rows = np.flatnonzero(mask)  # once: indexing each column by a boolean mask scans the mask again
+        return self._view({name: array_[rows] for name, array_ in cols.items()})
 
     def with_columns(self, **replacements: np.ndarray) -> EventLog:
         """A read-only view of this log with some columns replaced (same length and dtype cast),
