@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.base.torch_rules import CachingRules
+from gpuviz.base.torch_rules import FREE_REQUESTED_MARK, CachingRules
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, set_source_meta
 from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
@@ -277,7 +277,7 @@ class _Device:
                 if (following is None or following.get("action") != "free_completed"
                         or following.get("addr") != entry["addr"]):  # fmt: skip
                     self.pending_frees += 1
-                    self._mark(time_ns, "free_requested", MarkPhase.POINT, entry)
+                    self._mark(time_ns, FREE_REQUESTED_MARK, MarkPhase.POINT, entry)
             elif action in ("segment_alloc", "segment_map"):
                 heap.segment_alloc(time_ns, entry["addr"], int(entry["size"]),
                                    stack=self.stacks.index(entry.get("frames")))  # fmt: skip

@@ -165,6 +165,10 @@ class EventLog:
         """Index of ``text`` in the string table, adding it if new."""
         return self._intern(text, self.strings, self._string_ids)
 
+    def string_id(self, text: str) -> int:
+        """Index of ``text`` in the string table, or ``NO_INDEX`` when the log never used it."""
+        return self._string_ids.get(text, NO_INDEX)
+
     def intern_stack(self, frames: tuple[Frame, ...]) -> int:
         """Index of ``frames`` in the stack table, adding it if new."""
         return self._intern(frames, self.stacks, self._stack_ids)
@@ -401,8 +405,8 @@ class EventLog:
         if end_ns is not None:
             mask &= cols["time_ns"] < end_ns
         if tag is not None:
-            tag_id = self._string_ids.get(tag)
-            mask &= cols["tag"] == (tag_id if tag_id is not None else -2)
+            tag_id = self.string_id(tag)
+            mask &= cols["tag"] == (tag_id if tag_id != NO_INDEX else -2)
         rows = np.flatnonzero(mask)  # once: indexing each column by a boolean mask scans the mask again
         return self._view({name: array_[rows] for name, array_ in cols.items()})
 
