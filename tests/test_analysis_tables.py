@@ -161,3 +161,24 @@ def test_pairing_allocs_with_their_frees(events: list[tuple[bool, int]]) -> None
         assert tables._free_of(kinds, addresses).tolist() == expected
     finally:
         tables._pairing_kernel = kernel  # type: ignore[assignment]
+
+
+def test_allocated_by_address_index_equals_the_scan() -> None:
+    """Looking the live chunks up by address (what each scrubber frame does) gives what scanning
+    every allocation gives, at every event of a run that reuses addresses."""
+    alloc = BFCAllocator(SimUpstream("1GiB", base=BASE), growth=True)
+    rng = np.random.default_rng(5)
+    live: list[int] = []
+    for _ in range(400):
+        if live and rng.random() < 0.5:
+            alloc.free(live.pop(int(rng.integers(len(live)))))
+        else:
+            live.append(alloc.allocate(int(rng.integers(1, 4)) * 256))
+    p = profile(alloc.log)
+    dp = p.devices["GPU:0"]
+    t0 = p.t0_ns
+    for index in range(0, len(alloc.log), 7):
+        state = dp.state_at(index)
+        by_address = dp.allocated(index, t0, addresses=[c.address for c in state.chunks() if c.in_use])
+        assert by_address == dp.allocated(index, t0)
+        assert set(by_address) == {c.address for c in state.chunks() if c.in_use}

@@ -490,7 +490,8 @@ def map_spec_and_state(
     pinned = dp.pinning_at(at)
     specs = trace_specs(
         state, color_by=p.options.color_by, max_rectangles=max_rectangles or p.options.max_rectangles, lean=lean,
-        stacks=p.log.stacks, pinning=pinned, allocated=dp.allocated(at, p.t0_ns),
+        stacks=p.log.stacks, pinning=pinned,
+        allocated=dp.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use]),
     )  # fmt: skip
     if title is None:
         what = "out of memory" if pinned is not None else ("peak" if at == dp.peak.index else "")
