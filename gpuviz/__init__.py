@@ -27,6 +27,14 @@ from gpuviz.runtime.context import Session, device, reconfigure, record_into, re
 from gpuviz.scenarios import whatif
 
 
+def show_run(source: str, *, threshold: float = 0.1) -> object:
+    """The notebook view of the run in directory (or glob) ``source``: the ranks x time heatmap,
+    the per-rank table, and a rank's full views on selection (``gpuviz.widgets.cluster``)."""
+    from gpuviz.widgets.cluster import show_run as show
+
+    return show(source, threshold=threshold)
+
+
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext gpuviz``: registers the ``%gpuviz`` / ``%%gpuviz`` magics."""
     from gpuviz.frontends.magics import load_ipython_extension as load
@@ -49,6 +57,7 @@ __all__ = [
     "record_run",
     "Run",
     "load_run",
+    "show_run",
     "ClusterSummary",
     "cluster_summary",
     "reset",

@@ -6,6 +6,7 @@ All are pure functions of a ``ClusterSummary`` (``gpuviz.analysis.cluster``).
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from gpuviz.analysis.cluster import ClusterSummary
 from gpuviz.base.units import format_size
 from gpuviz.views.report import plot_div, plotlyjs_script
 
-__all__ = ["cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html", "cluster_text"]
+__all__ = ["CLUSTER_CSS", "cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html"]
+__all__ += ["cluster_text"]
 
 HEATMAP_METRICS = ("bytes_in_use", "fragmentation", "pool_bytes")
 
@@ -92,14 +94,30 @@ def _cell(column: str, value: object) -> str:
     return html.escape(str(value))
 
 
-def cluster_table_html(summary: ClusterSummary) -> str:
-    """The per-rank table as an HTML table; outlier rows have class ``outlier``."""
+def cluster_table_html(summary: ClusterSummary, *, links: Sequence[str | None] | None = None) -> str:
+    """The per-rank table as an HTML table; outlier rows have class ``outlier``; row ``i`` of
+    ``summary.table`` carries ``data-row="i"`` (whatever order the rows are shown in).
+
+    ``links``: per table row, the address of that rank's report (or None): such a row
+    carries ``data-href`` and its device cell links there.
+    """
+    if links is not None and len(links) != len(summary.table):
+        raise ValueError(f"links must give one address (or None) per table row: {len(links)} for {len(summary.table)}")
     columns = [c for c in summary.table.columns if c != "file"]
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
     rows = []
-    for row in summary.table.to_dict("records"):
-        cls = ' class="outlier"' if row["outlier"] else ""
-        rows.append(f"<tr{cls}>" + "".join(f"<td>{_cell(c, row[c])}</td>" for c in columns) + "</tr>")
+    for i, row in enumerate(summary.table.to_dict("records")):
+        href = links[i] if links is not None else None
+        attributes = f' data-row="{i}"' + (' class="outlier"' if row["outlier"] else "")
+        cells = []
+        for c in columns:
+            text = _cell(c, row[c])
+            if c == "device" and href:
+                text = f'<a href="{html.escape(href)}">{text}</a>'
+            cells.append(f"<td>{text}</td>")
+        if href:
+            attributes += f' data-href="{html.escape(href)}"'
+        rows.append(f"<tr{attributes}>" + "".join(cells) + "</tr>")
     return f'<table class="gpuviz-cluster"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -122,12 +140,15 @@ def cluster_text(summary: ClusterSummary) -> str:
     return "\n".join(lines)
 
 
-_CSS = """
-body { font: 14px/1.5 system-ui, sans-serif; margin: 24px; color: #222; }
+CLUSTER_CSS = """
 table.gpuviz-cluster { border-collapse: collapse; }
 table.gpuviz-cluster td, table.gpuviz-cluster th { border: 1px solid #ddd; padding: 2px 8px; text-align: right; }
 table.gpuviz-cluster tr.outlier { background: #fde2e1; }
+table.gpuviz-cluster tr[data-href], table.gpuviz-cluster tr[data-row] { cursor: pointer; }
 """
+"""The per-rank table's style (outlier rows highlighted; rows that open a rank's views show a hand)."""
+
+_CSS = "body { font: 14px/1.5 system-ui, sans-serif; margin: 24px; color: #222; }" + CLUSTER_CSS
 
 
 def cluster_report_html(summary: ClusterSummary, *, plotlyjs: str = "inline", title: str = "gpuviz run") -> str:
