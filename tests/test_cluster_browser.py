@@ -1,0 +1,65 @@
+"""A distributed run in a real browser (Debian's Chromium, Playwright): the notebook's cluster
+view in JupyterLab, where clicks open a rank's views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+from runs import write_leaky_run
+from test_browser import browser, pytestmark  # noqa: F401 - the Chromium fixture and its skip
+
+HEATMAP = ".gpuviz-cluster-view .gpuviz-heatmap"
+ROW_CENTER = """([selector, row]) => {
+  // the page coordinates of the middle of heatmap row ``row`` (a category of the y axis)
+  const gd = document.querySelector(selector);
+  const box = gd.getBoundingClientRect(), xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  return [box.left + xa._offset + xa._length / 2, box.top + ya._offset + ya.l2p(row)];
+}"""
+
+
+def test_notebook_cluster_view_opens_the_clicked_rank(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
+    base, token, root = lab_server
+    write_leaky_run(root / "run")
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz\n%gpuviz show run")])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, root / "run.ipynb")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/run.ipynb?token={token}")
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_selector(f"{HEATMAP} .main-svg", timeout=120_000)
+    assert (
+        page.locator(".gpuviz-cluster-view tr.outlier")
+        .all_inner_texts()[0]
+        .startswith("2\tnode0\t2\tnode0/rank2/GPU:0")
+    )
+    labels = page.locator(".gpuviz-cluster-view .gpuviz-rank option").all_inner_texts()
+    assert labels[3] == "node0/rank2/GPU:0  ⚠ peak,growth" and len(labels) == 6
+
+    # a click on rank 2's heatmap row opens its views, at its peak
+    x, y = page.evaluate(ROW_CENTER, [HEATMAP, 2])
+    page.mouse.click(x, y)
+    header = ".gpuviz-dashboard .gpuviz-header"
+    page.wait_for_selector(f"{header} >> text=node0/rank2/GPU:0 (node0-rank2.arrow)", timeout=60_000)
+    page.wait_for_function("document.querySelector('.gpuviz-slider-label')?.innerText.endsWith('· peak')")
+    assert page.locator(".gpuviz-dashboard .gpuviz-device option").all_inner_texts() == ["node0/rank2/GPU:0"]
+    assert page.locator(".gpuviz-dashboard .gpuviz-map .bars path").count() >= 2  # its chunks drawn
+    assert page.input_value(".gpuviz-cluster-view .gpuviz-rank") == "2"
+
+    # a click on a table row, then the dropdown
+    page.locator(".gpuviz-cluster-view tr[data-row='4'] td").first.click()
+    page.wait_for_selector(f"{header} >> text=node0/rank4/GPU:0 (node0-rank4.arrow)", timeout=60_000)
+    page.select_option(".gpuviz-cluster-view .gpuviz-rank", "0")
+    page.wait_for_selector(f"{header} >> text=node0/rank0/GPU:0 (node0-rank0.arrow)", timeout=60_000)
+    assert page.locator(".gpuviz-dashboard").count() == 1  # one rank's views at a time
+
+    # the switch redraws the heatmap with fragmentation
+    page.select_option(".gpuviz-cluster-view .gpuviz-metric", "fragmentation")
+    page.wait_for_selector(f"{HEATMAP} .gtitle >> text=fragmentation by rank over time", timeout=60_000)
+    assert errors == []
+    page.close()
