@@ -3,12 +3,13 @@ view in JupyterLab, where clicks open a rank's views."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
+import test_browser
 from nbformat.v4 import new_code_cell, new_notebook
 from runs import write_leaky_run
-from test_browser import browser, pytestmark  # noqa: F401 - the Chromium fixture and its skip
+
+pytestmark = test_browser.pytestmark  # skipped without Chromium
+chromium = test_browser.browser  # its module-scoped Chromium, as the fixture ``chromium``
 
 HEATMAP = ".gpuviz-cluster-view .gpuviz-heatmap"
 ROW_CENTER = """([selector, row]) => {
@@ -19,13 +20,13 @@ ROW_CENTER = """([selector, row]) => {
 }"""
 
 
-def test_notebook_cluster_view_opens_the_clicked_rank(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
+def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> None:  # type: ignore[no-untyped-def]
     base, token, root = lab_server
     write_leaky_run(root / "run")
     book = new_notebook(cells=[new_code_cell("%load_ext gpuviz\n%gpuviz show run")])
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(book, root / "run.ipynb")
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{base}/lab/tree/run.ipynb?token={token}")
@@ -42,6 +43,8 @@ def test_notebook_cluster_view_opens_the_clicked_rank(browser, lab_server) -> No
     assert labels[3] == "node0/rank2/GPU:0  ⚠ peak,growth" and len(labels) == 6
 
     # a click on rank 2's heatmap row opens its views, at its peak
+    page.wait_for_selector(".gpuviz-cluster-view[data-heatmap-draws]")
+    page.locator(HEATMAP).scroll_into_view_if_needed()
     x, y = page.evaluate(ROW_CENTER, [HEATMAP, 2])
     page.mouse.click(x, y)
     header = ".gpuviz-dashboard .gpuviz-header"
