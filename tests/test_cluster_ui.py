@@ -8,12 +8,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+import plotly
 import pytest
-from runs import write_leaky_run
+from runs import write_leaky_run, write_rank
 
 import gpuviz
+from gpuviz import cluster_summary, load_run
+from gpuviz.analysis.cluster import featured_rows
 from gpuviz.analysis.moments import opening_index
-from gpuviz.views.cluster import cluster_grid
+from gpuviz.frontends.cli import main
+from gpuviz.frontends.run_report import write_run_report
+from gpuviz.views.cluster import cluster_grid, cluster_report_html
 from gpuviz.widgets.cluster import ClusterDashboard
 from gpuviz.widgets.dashboard import Dashboard
 
@@ -105,3 +110,53 @@ def test_magic_show_of_a_run_directory_shows_the_cluster_view(leaky_run: Path) -
     empty.mkdir()
     with pytest.raises(UsageError, match="no log files"):
         shell.run_line_magic("gpuviz", f"show {empty}")
+
+
+# ------------------------------------------------------------------ the run's HTML report
+def test_featured_rows_are_the_outliers_and_the_highest_peak(tmp_path: Path, leaky_run: Path) -> None:
+    summary = cluster_summary(load_run(leaky_run))
+    assert featured_rows(summary) == [2]  # the outlier is also the highest peak
+    assert featured_rows(cluster_summary(load_run(leaky_run), threshold=0.05)) == [2, 3]
+    for rank in range(5):  # no outlier: the highest peak alone (rank 1, 6.25 % over the others)
+        write_rank(tmp_path, rank, extra=256 * 1024 if rank == 1 else 0)
+    calm = cluster_summary(load_run(tmp_path))
+    assert calm.outliers.empty and featured_rows(calm) == [1]
+
+
+def test_run_report_links_the_rows_of_ranks_with_their_own_report(
+    leaky_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = leaky_run.parent / "out"
+    out.mkdir()
+    assert main(["report", str(leaky_run), "-o", str(out / "run.html")]) == 0
+    assert capsys.readouterr().out == f"report written to {out / 'run.html'} (1 rank report in run-ranks/)\n"
+    assert sorted(p.name for p in (out / "run-ranks").iterdir()) == ["node0-rank2.arrow.html", "plotly.min.js"]
+    page = (out / "run.html").read_text(encoding="utf-8")
+    summary = cluster_summary(load_run(leaky_run))
+    link = "run-ranks/node0-rank2.arrow.html"
+    assert page == cluster_report_html(summary, title="gpuviz run: run", links=[None, None, link, None, None])
+    assert page.count("data-href=") == 1 and f'<tr data-row="2" class="outlier" data-href="{link}">' in page
+    assert "1 rank report: click a rank's row in a heatmap or in the table to open its views" in page
+    rank = (out / "run-ranks" / "node0-rank2.arrow.html").read_text(encoding="utf-8")
+    assert '<script src="plotly.min.js"></script>' in rank and "gpuviz report: node0/rank2" in rank
+    assert "<h2>node0/rank2/GPU:0: peak 14 MiB</h2>" in rank
+    assert (out / "run-ranks" / "plotly.min.js").read_text(encoding="utf-8") == plotly.offline.get_plotlyjs()
+
+    written = write_run_report(load_run(leaky_run), out / "all.html", rank_reports="all", cdn=True)
+    assert sorted(written.rank_reports) == [f"node0-rank{r}.arrow" for r in range(5)]
+    assert sorted(p.name for p in (out / "all-ranks").iterdir()) == [f"node0-rank{r}.arrow.html" for r in range(5)]
+    assert "cdn.plot.ly" in written.rank_reports["node0-rank0.arrow"].read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="rank reports must be one of outliers, all, none, not 'some'"):
+        write_run_report(load_run(leaky_run), out / "some.html", rank_reports="some")
+    assert not (out / "some.html").exists() and not (out / "some-ranks").exists()
+    with pytest.raises(ValueError, match="links must give one address"):
+        cluster_report_html(summary, links=[None])
+
+
+def test_the_report_of_a_log_whose_events_have_no_tag(leaky_run: Path) -> None:
+    """(Its scrubber labels used to read the string table at tag -1, and fail on an empty one.)"""
+    output = leaky_run.parent / "rank0.html"
+    assert main(["report", str(leaky_run / "node0-rank0.arrow"), "-o", str(output), "--cdn"]) == 0
+    assert '"label":"event 2 \\u00b7 t = 0.000000 s \\u00b7 peak \\u00b7 in use 4.0 MiB' in output.read_text(
+        encoding="utf-8"
+    )

@@ -29,8 +29,8 @@ from gpuviz.base.ranks import RankInfo
 from gpuviz.log.schema import Kind
 
 __all__ = [
-    "ClusterSummary", "DEFAULT_THRESHOLD", "RankSummary", "assemble_summary", "cluster_summary", "flag_outliers",
-    "rank_rows", "summarize_rank",
+    "ClusterSummary", "DEFAULT_THRESHOLD", "RankSummary", "assemble_summary", "cluster_summary", "featured_rows",
+    "flag_outliers", "rank_rows", "summarize_rank",
 ]  # fmt: skip
 
 DEFAULT_THRESHOLD = 0.1
@@ -174,3 +174,13 @@ def cluster_summary(
         raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
     ranks = (summarize_rank(run, i, points=points, gpus_only=gpus_only) for i in range(len(run)))
     return assemble_summary(ranks, threshold=threshold)
+
+
+def featured_rows(summary: ClusterSummary) -> list[int]:
+    """The table rows worth a rank's own report: every outlier and the row with the highest peak
+    (the first such row on ties), in table order; none when nothing allocated."""
+    table = summary.table
+    rows = {i for i, flag in enumerate(table["outlier"]) if flag}
+    if len(table) and int(table["peak_bytes"].max()) > 0:
+        rows.add(int(np.argmax(table["peak_bytes"].to_numpy())))
+    return sorted(rows)

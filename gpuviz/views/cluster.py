@@ -151,15 +151,55 @@ table.gpuviz-cluster tr[data-href], table.gpuviz-cluster tr[data-row] { cursor: 
 _CSS = "body { font: 14px/1.5 system-ui, sans-serif; margin: 24px; color: #222; }" + CLUSTER_CSS
 
 
-def cluster_report_html(summary: ClusterSummary, *, plotlyjs: str = "inline", title: str = "gpuviz run") -> str:
-    """The run's report as one HTML document: heatmaps of bytes in use and fragmentation, the table."""
+_LINKS = """
+function gpuvizRankLinks() {
+  // a click on a heatmap row or a table row opens that rank's report (rows with data-href)
+  var links = {};
+  document.querySelectorAll('table.gpuviz-cluster tr[data-href]').forEach(function (tr) {
+    links[tr.dataset.row] = tr.dataset.href;
+    tr.addEventListener('click', function (e) {
+      if (!e.target.closest('a')) { window.location.href = tr.dataset.href; }
+    });
+  });
+  document.querySelectorAll('.gpuviz-plot[id^="cluster-"]').forEach(function (div) {
+    div.on('plotly_click', function (e) {
+      var href = links[e.points[0].pointNumber[0]];
+      if (href) { window.location.href = href; }
+    });
+  });
+}
+gpuvizRankLinks();
+"""
+
+
+def cluster_report_html(
+    summary: ClusterSummary,
+    *,
+    plotlyjs: str = "inline",
+    title: str = "gpuviz run",
+    links: Sequence[str | None] | None = None,
+) -> str:
+    """The run's report as one HTML document: heatmaps of bytes in use and fragmentation, the table.
+
+    ``links``: per table row, the address of that rank's own report, or None: a click on such
+    a row of a heatmap or of the table opens it (see ``cluster_table_html``).
+    """
     script = plotlyjs_script(plotlyjs)
     plots = []
     for i, metric in enumerate(("bytes_in_use", "fragmentation")):
         plots.append(plot_div(f"cluster-{i}", cluster_heatmap(summary, metric)))
     text = html.escape(cluster_text(summary).splitlines()[0])
+    linked = [link for link in links or [] if link]
+    if linked:
+        reports = len(set(linked))
+        text += (
+            f" · {reports} rank report{'s' if reports != 1 else ''}: click a rank's row in a heatmap or in the"
+            " table to open its views"
+        )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_CSS}</style>{script}</head><body><h1>{html.escape(title)}</h1><p>{text}</p>"
-        f"{''.join(plots)}<h2>Per-rank table</h2>{cluster_table_html(summary)}</body></html>"
+        f"{''.join(plots)}<h2>Per-rank table</h2>{cluster_table_html(summary, links=links)}"
+        + (f"<script>{_LINKS}</script>" if linked else "")
+        + "</body></html>"
     )
