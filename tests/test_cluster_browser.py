@@ -66,3 +66,46 @@ def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> N
     page.wait_for_selector(f"{HEATMAP} .gtitle >> text=fragmentation by rank over time", timeout=60_000)
     assert errors == []
     page.close()
+
+
+def test_a_click_in_the_run_report_opens_that_ranks_report(chromium, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from gpuviz import load_run
+    from gpuviz.frontends.run_report import write_run_report
+
+    run = write_leaky_run(tmp_path / "run")
+    written = write_run_report(load_run(run), tmp_path / "run.html", rank_reports="all")
+    assert len(written.rank_reports) == 5
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.route("http*://**", lambda route: route.abort())  # offline: nothing but the files
+    page.goto((tmp_path / "run.html").as_uri())
+    page.wait_for_selector("#cluster-0 .main-svg")
+    for heatmap, rank in (("#cluster-0", 2), ("#cluster-1", 4)):  # bytes in use, then fragmentation
+        page.locator(heatmap).scroll_into_view_if_needed()
+        x, y = page.evaluate(ROW_CENTER, [heatmap, rank])
+        page.mouse.click(x, y)
+        page.wait_for_url(f"**/run-ranks/node0-rank{rank}.arrow.html")
+        page.wait_for_selector("#map0 .main-svg")  # its plotly.js: the folder's shared copy
+        assert page.inner_text("h1") == f"gpuviz report: node0/rank{rank}"
+        assert page.inner_text("h2 >> nth=1").startswith(f"node0/rank{rank}/GPU:0: peak ")
+        assert "· peak ·" in page.inner_text("#map0-label")  # opened at the peak
+        page.go_back()
+        page.wait_for_selector("#cluster-0 .main-svg")
+    page.locator("table.gpuviz-cluster tr[data-row='3'] td >> nth=0").click()  # a table row
+    page.wait_for_url("**/run-ranks/node0-rank3.arrow.html")
+    assert page.inner_text("h1") == "gpuviz report: node0/rank3"
+    # by default only the outlier (here also the highest peak) has a report: other rows stay put
+    write_run_report(load_run(run), tmp_path / "default.html")
+    page.goto((tmp_path / "default.html").as_uri())
+    page.wait_for_selector("#cluster-0 .main-svg")
+    page.locator("table.gpuviz-cluster tr[data-row='0'] td >> nth=0").click()
+    x, y = page.evaluate(ROW_CENTER, ["#cluster-0", 0])
+    page.mouse.click(x, y)
+    page.wait_for_timeout(500)
+    assert page.url == (tmp_path / "default.html").as_uri()
+    page.locator("table.gpuviz-cluster tr[data-row='2'] a").click()  # the device cell's link
+    page.wait_for_url("**/default-ranks/node0-rank2.arrow.html")
+    assert errors == []
+    page.close()
