@@ -109,3 +109,39 @@ def test_a_click_in_the_run_report_opens_that_ranks_report(chromium, tmp_path) -
     page.wait_for_url("**/default-ranks/node0-rank2.arrow.html")
     assert errors == []
     page.close()
+
+
+def test_jupyterlab_opens_a_run_manifest_and_a_click_opens_a_rank(chromium, lab_server) -> None:  # type: ignore[no-untyped-def]
+    base, token, root = lab_server
+    write_leaky_run(root / "run1")
+    (root / "run1" / "run.gpuviz-run").write_text("")
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/run1/run.gpuviz-run?reset&token={token}")
+    heatmap = ".jp-gpuviz-result .jp-gpuviz-figure[data-name='heatmap:bytes_in_use']"
+    page.wait_for_selector(f"{heatmap} .main-svg", timeout=90_000)
+    page.wait_for_function("document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === 2")
+    assert page.inner_text(".jp-gpuviz-result h3 >> nth=0") == "run1/run.gpuviz-run"
+    assert page.inner_text(".jp-gpuviz-summary").startswith("run: 5 ranks on 1 hosts, 5 devices")
+    rows = page.locator(".jp-gpuviz-result table[data-name='ranks'] tbody tr")
+    assert rows.count() == 5
+    highlighted = page.locator("table[data-name='ranks'] tr.jp-gpuviz-highlight").all_inner_texts()
+    assert len(highlighted) == 1 and "node0/rank2/GPU:0" in highlighted[0] and "peak,growth" in highlighted[0]
+
+    # a click on rank 2's heatmap row opens that rank's result below, through the server route
+    page.locator(heatmap).scroll_into_view_if_needed()
+    x, y = page.evaluate(ROW_CENTER, [heatmap, 2])
+    page.mouse.click(x, y)
+    linked = ".jp-gpuviz-linked[data-path='run1/node0-rank2.arrow']"
+    page.wait_for_selector(f"{linked} .js-plotly-plot", timeout=90_000)
+    assert page.inner_text(f"{linked} h3 >> nth=0") == "run1/node0-rank2.arrow"
+    assert "GPU:0: peak in use 14 MiB" in page.inner_text(f"{linked} .jp-gpuviz-summary")
+    assert page.inner_text(f"{linked} h3 >> nth=1") == "GPU:0: heap at the peak"
+    # a click on a table row replaces it with that rank's
+    page.locator("table[data-name='ranks'] tbody tr >> nth=4").click()
+    page.wait_for_selector(".jp-gpuviz-linked[data-path='run1/node0-rank4.arrow'] .js-plotly-plot", timeout=90_000)
+    assert page.locator(".jp-gpuviz-linked").count() == 1
+    assert errors == []
+    page.screenshot(path=str(root / "run.png"))
+    page.close()

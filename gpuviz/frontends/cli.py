@@ -2,8 +2,9 @@
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
-gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none]   (a distributed run)
-gpuviz summary RUN.arrow | RUN_DIR
+gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none]   (a distributed run;
+    also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: the run's result, for JupyterLab)
+gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
@@ -49,7 +50,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
-    if Path(args.log).is_dir():
+    if _is_run(args.log):
         return _run_report(args)
     log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
@@ -97,16 +98,24 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_run(path: str) -> bool:
+    """A distributed run: a directory of logs or a run manifest (``*.gpuviz-run``)."""
+    from gpuviz.analysis.run import RUN_EXTENSION
+
+    return Path(path).is_dir() or path.endswith(RUN_EXTENSION)
+
+
 def _run_report(args: argparse.Namespace) -> int:
     """``gpuviz report RUN_DIR``: the run's heatmaps and per-rank table, and the chosen ranks' reports."""
     from gpuviz.analysis.run import load_run
     from gpuviz.frontends.run_report import write_run_report
 
     folder = Path(args.log)
-    output = Path(args.output) if args.output else folder.with_name(folder.name + ".html")
+    name = folder.name.removesuffix(".gpuviz-run")
+    output = Path(args.output) if args.output else folder.with_name(name + ".html")
     written = write_run_report(
         load_run(folder), output, rank_reports=args.rank_reports, options=view_options(args), cdn=args.cdn,
-        title=f"gpuviz run: {folder.name}",
+        title=f"gpuviz run: {name}",
     )  # fmt: skip
     ranks = written.rank_reports
     where = f" ({len(ranks)} rank report{'s' if len(ranks) != 1 else ''} in {output.name.split('.')[0]}-ranks/)"
@@ -118,7 +127,7 @@ def _summary(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
     from gpuviz.views.text import summary_text
 
-    if Path(args.log).is_dir():
+    if _is_run(args.log):
         from gpuviz.analysis.cluster import cluster_summary
         from gpuviz.analysis.run import load_run
         from gpuviz.views.cluster import cluster_text

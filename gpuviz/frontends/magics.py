@@ -336,7 +336,7 @@ class GpuvizMagics(Magics):
         from gpuviz.base.errors import GpuvizError
         from gpuviz.importers import load
 
-        if Path(path).is_dir():  # a distributed run: its cluster view, a rank's views on selection
+        if Path(path).is_dir() or path.endswith(".gpuviz-run"):  # a run: its cluster view
             from gpuviz.widgets.cluster import show_run
 
             try:

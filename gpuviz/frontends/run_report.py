@@ -12,6 +12,7 @@ chosen ranks' files are opened again, one at a time.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -21,8 +22,9 @@ import plotly
 from gpuviz.analysis.cluster import ClusterSummary, cluster_summary, featured_rows
 from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.analysis.run import Run
-from gpuviz.views.cluster import cluster_report_html
+from gpuviz.views.cluster import cluster_report_html, cluster_result
 from gpuviz.views.report import report_html
+from gpuviz.views.result import FILE_EXTENSION
 
 __all__ = ["RANK_REPORTS", "RunReport", "rank_report_rows", "write_run_report"]
 
@@ -59,7 +61,8 @@ def write_run_report(
     cdn: bool = False,
     title: str | None = None,
 ) -> RunReport:
-    """Write the run's page to ``output`` and the chosen ranks' reports beside it (module doc).
+    """Write the run's page to ``output`` and the chosen ranks' reports beside it (module doc);
+    an ``output`` ending in ``.gpuviz.json`` gets the run's result (``cluster_result``) instead.
 
     ``options``: how the rank reports are drawn (their ``device`` is ignored: every device of a
     rank is shown). Raises ``ValueError`` for an unknown ``rank_reports`` before writing anything.
@@ -68,6 +71,10 @@ def write_run_report(
         raise ValueError(f"rank reports must be one of {', '.join(RANK_REPORTS)}, not {rank_reports!r}")
     target = Path(output)
     summary = summary if summary is not None else cluster_summary(run)
+    if target.name.endswith(FILE_EXTENSION):  # the result, for JupyterLab; no rank reports
+        result = cluster_result(summary, title=title or f"gpuviz run: {target.name}")
+        target.write_text(json.dumps(result, separators=(",", ":")), encoding="utf-8")
+        return RunReport(target)
     rows = rank_report_rows(summary, rank_reports)
     table = summary.table
     positions = {path.name: position for position, path in enumerate(run.paths)}

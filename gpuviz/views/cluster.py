@@ -6,18 +6,21 @@ All are pure functions of a ``ClusterSummary`` (``gpuviz.analysis.cluster``).
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.utils import PlotlyJSONEncoder
 
 from gpuviz.analysis.cluster import ClusterSummary
 from gpuviz.base.units import format_size
-from gpuviz.views.report import plot_div, plotlyjs_script
+from gpuviz.views.report import figure_json, plot_div, plotlyjs_script
+from gpuviz.views.result import FORMAT, FORMAT_VERSION, result_table
 
 __all__ = ["CLUSTER_CSS", "cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html"]
-__all__ += ["cluster_text"]
+__all__ += ["cluster_text", "cluster_result"]
 
 HEATMAP_METRICS = ("bytes_in_use", "fragmentation", "pool_bytes")
 
@@ -203,3 +206,46 @@ def cluster_report_html(
         + (f"<script>{_LINKS}</script>" if linked else "")
         + "</body></html>"
     )
+
+
+_KINDS = {
+    "rank": "count", "host": "text", "local_rank": "count", "device": "text", "peak_bytes": "bytes",
+    "peak_time_ns": "ns", "pool_at_peak": "bytes", "fragmentation_at_peak": "share", "end_bytes": "bytes",
+    "growth_bytes": "bytes", "ooms": "count", "transfers": "count", "transfer_bytes": "bytes", "file": "text",
+    "outlier": "text",
+}  # fmt: skip
+
+
+def cluster_result(
+    summary: ClusterSummary, *, title: str = "gpuviz run", links: Sequence[str | None] | None = None
+) -> dict[str, Any]:
+    """The run in the ``gpuviz-result`` layout (``gpuviz.views.result``), what JupyterLab renders:
+    the summary lines of ``cluster_text``, the bytes-in-use and fragmentation heatmaps and the
+    per-rank table ``ranks`` with its outlier rows highlighted.
+
+    Two optional fields let the extension open a rank: the table's ``links`` (per row, the
+    path of that rank's file relative to the Jupyter server's root, or None) and each
+    heatmap's ``rows`` (``"ranks"``: heatmap row i is row i of that table).
+    """
+    if links is not None and len(links) != len(summary.table):
+        raise ValueError(f"links must give one path (or None) per table row: {len(links)} for {len(summary.table)}")
+    flagged = [i for i, flag in enumerate(summary.table["outlier"]) if flag]
+    table = result_table("ranks", "Per-rank table (outliers highlighted)", summary.table, kinds=_KINDS, total=False,
+                         highlight=flagged)  # fmt: skip
+    if links is not None:
+        table["links"] = list(links)
+    figures = [
+        {"name": f"heatmap:{metric}", "title": metric.replace("_", " ") + " by rank over time",
+         "figure": figure_json(cluster_heatmap(summary, metric)), "rows": "ranks"}
+        for metric in ("bytes_in_use", "fragmentation")
+    ]  # fmt: skip
+    data = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "title": title,
+        "summary": cluster_text(summary).splitlines(),
+        "figures": figures,
+        "tables": [table],
+    }
+    parsed: dict[str, Any] = json.loads(json.dumps(data, cls=PlotlyJSONEncoder))
+    return parsed
