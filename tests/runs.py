@@ -29,7 +29,7 @@ def write_rank(
         for address in addresses:
             alloc.free(address)
         bounds.append((start, len(log)))
-    times = np.zeros(len(log), dtype=np.int64)
+    times = np.full(len(log), start_ns, dtype=np.int64)  # (the preallocated segment: at the start)
     for step, (start, end) in enumerate(bounds):
         times[start:end] = start_ns + step * 1_000_000 + np.arange(end - start)
     log.with_columns(time_ns=times).save(folder / f"node0-rank{rank}.arrow")

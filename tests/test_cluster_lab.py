@@ -89,8 +89,7 @@ def test_the_server_answers_a_run_manifest_with_the_runs_result(lab_server) -> N
     (root / "jobs" / "empty" / "e.gpuviz-run").write_text("")
     status, body = get(route + "jobs/empty/e.gpuviz-run")
     assert (
-        status == 400
-        and body["message"] == "jobs/empty: no log files (a run is a directory of logs or a glob pattern)"
+        status == 400 and body["message"] == "jobs/empty: no log files (a run is a directory of logs or a glob pattern)"
     )
     (root / "jobs" / "bad.gpuviz-run").write_text("{")
     status, body = get(route + "jobs/bad.gpuviz-run")

@@ -14,11 +14,12 @@ from runs import write_leaky_run, write_rank
 
 import gpuviz
 from gpuviz import cluster_summary, load_run
-from gpuviz.analysis.cluster import featured_rows
+from gpuviz.analysis.cluster import alignment, featured_rows
 from gpuviz.analysis.moments import opening_index
+from gpuviz.base.units import MiB
 from gpuviz.frontends.cli import main
 from gpuviz.frontends.run_report import write_run_report
-from gpuviz.views.cluster import cluster_grid, cluster_report_html
+from gpuviz.views.cluster import TIME_AXIS, cluster_grid, cluster_heatmap, cluster_report_html
 from gpuviz.widgets.cluster import ClusterDashboard
 from gpuviz.widgets.dashboard import Dashboard
 
@@ -160,3 +161,57 @@ def test_the_report_of_a_log_whose_events_have_no_tag(leaky_run: Path) -> None:
     assert '"label":"event 2 \\u00b7 t = 0.000000 s \\u00b7 peak \\u00b7 in use 4.0 MiB' in output.read_text(
         encoding="utf-8"
     )
+
+
+# ------------------------------------------------------------------ clock alignment
+EPOCH = 1_790_000_000_000_000_000  # ns since the Unix epoch
+
+
+def anchored_run(folder: Path, *, anchored: tuple[int, ...] = (0, 1, 2)) -> Path:
+    """Three ranks whose event clocks start at unrelated values (rank r: r x 5 ms) but which
+    started by wall clock 2 ms apart (rank r at EPOCH + r x 2 ms); ranks not in ``anchored``
+    have no wall-clock anchor."""
+    folder.mkdir()
+    for rank in range(3):
+        start = 5_000_000 * rank
+        run = {"clock_offset_ns": EPOCH + 2_000_000 * rank - start} if rank in anchored else {}
+        write_rank(folder, rank, run=run, start_ns=start, leak=MiB if rank == 2 else 0)
+    return folder
+
+
+def first_column(row: np.ndarray) -> int:
+    return int(np.flatnonzero(~np.isnan(row))[0])
+
+
+def test_ranks_with_wall_clock_anchors_line_up_by_wall_clock(tmp_path: Path) -> None:
+    summary = cluster_summary(load_run(anchored_run(tmp_path / "run")))
+    assert summary.start_epoch_ns == [EPOCH, EPOCH + 2_000_000, EPOCH + 4_000_000]
+    mode, offsets = alignment(summary)
+    assert mode == "clock" and offsets.tolist() == [0, 2_000_000, 4_000_000]
+    assert alignment(summary, "start")[1].tolist() == [0, 0, 0]
+    assert summary.table["peak_time_ns"].tolist()[2] == 9_000_000 + 3  # the table stays per rank
+    t_ns, z = cluster_grid(summary, columns=130)
+    last = int(summary.series[2].time_ns[-1])  # rank 2 ends last: 4 ms after rank 0 starts, plus its span
+    assert t_ns[1] == (4_000_000 + last + 1) // 130
+    for rank in range(3):
+        column = first_column(z[rank])
+        assert 0 <= 2_000_000 * rank - t_ns[column] <= t_ns[1] + 1  # its wall-clock start lies in that bucket
+        assert np.nanmax(z[rank]) == summary.table["peak_bytes"].iloc[rank] == (4 + 10 * (rank == 2)) * MiB
+    _, by_start = cluster_grid(summary, columns=130, align="start")
+    assert [first_column(row) for row in by_start] == [0, 0, 0]
+    assert cluster_heatmap(summary).layout.xaxis.title.text == TIME_AXIS["clock"]
+    assert cluster_heatmap(summary, align="start").layout.xaxis.title.text == TIME_AXIS["start"]
+    assert TIME_AXIS == {"start": "time since each rank's first event (s)",
+                         "clock": "time since the run's first event, ranks aligned by wall clock (s)"}  # fmt: skip
+
+
+def test_without_every_anchor_ranks_line_up_by_their_first_events(tmp_path: Path) -> None:
+    summary = cluster_summary(load_run(anchored_run(tmp_path / "run", anchored=(0, 2))))
+    assert summary.start_epoch_ns == [EPOCH, None, EPOCH + 4_000_000]
+    mode, offsets = alignment(summary)
+    assert mode == "start" and offsets.tolist() == [0, 0, 0]
+    assert cluster_heatmap(summary).layout.xaxis.title.text == TIME_AXIS["start"]
+    with pytest.raises(ValueError, match=r"align='clock' needs every rank's wall-clock anchor .*: node0-rank1\.arrow$"):
+        cluster_grid(summary, align="clock")
+    with pytest.raises(ValueError, match="align must be one of auto, clock, start, not 'wall'"):
+        alignment(summary, "wall")

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -119,10 +120,14 @@ def test_record_run_in_python_names_the_file_from_the_environment(tmp_path: Path
     )
     env = {**os.environ, "SLURM_PROCID": "6", "SLURM_LOCALID": "2", "SLURM_NTASKS": "8"}
     env.pop("RANK", None)
+    before = time.time_ns()
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, check=True, timeout=120)
+    after = time.time_ns()
     host = socket.gethostname()
     log = gpuviz.load(tmp_path / f"{host}-rank6.arrow")
-    assert log.meta["run"] == {"rank": 6, "local_rank": 2, "world_size": 8, "host": host}
+    offset = log.meta["run"]["clock_offset_ns"]  # the wall-clock anchor: event time + offset = epoch ns
+    assert log.meta["run"] == {"rank": 6, "local_rank": 2, "world_size": 8, "host": host, "clock_offset_ns": offset}
+    assert before < int(log["time_ns"].min()) + offset < int(log["time_ns"].max()) + offset < after
     assert log.device_names == ["CPU:0", "GPU:0"]  # the prefix is applied when a run is loaded
     assert load_run(tmp_path).open(0).log.device_names == [f"{host}/rank6/CPU:0", f"{host}/rank6/GPU:0"]
 
@@ -235,7 +240,8 @@ def test_magic_start_with_a_run_dir_records_this_rank_to_its_file(  # type: igno
     shell.run_cell("%reset -f")
     host = socket.gethostname()
     saved = gpuviz.load(tmp_path / f"{host}-rank3.arrow", progress=False)
-    assert saved.meta["run"] == {"rank": 3, "local_rank": 3, "world_size": 4, "host": host}
+    assert saved.meta["run"] == {"rank": 3, "local_rank": 3, "world_size": 4, "host": host,
+                                 "clock_offset_ns": saved.meta["run"]["clock_offset_ns"]}  # fmt: skip
     assert saved.truncated is False
     assert [e.tag for e in saved.filter(kind="mark")] == ["gpuviz start", "gpuviz stop"]
     assert len(saved) == len(magics.last)

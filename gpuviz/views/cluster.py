@@ -14,29 +14,35 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.utils import PlotlyJSONEncoder
 
-from gpuviz.analysis.cluster import ClusterSummary
+from gpuviz.analysis.cluster import ClusterSummary, alignment
 from gpuviz.base.units import format_size
 from gpuviz.views.report import figure_json, plot_div, plotlyjs_script
 from gpuviz.views.result import FORMAT, FORMAT_VERSION, result_table
 
 __all__ = ["CLUSTER_CSS", "cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html"]
-__all__ += ["cluster_text", "cluster_result"]
+__all__ += ["TIME_AXIS", "cluster_text", "cluster_result"]
 
 HEATMAP_METRICS = ("bytes_in_use", "fragmentation", "pool_bytes")
 
 
 def cluster_grid(
-    summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200
+    summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200, align: str = "auto"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(t_ns, z)``: ``columns`` equal time buckets from 0 to the longest rank's span (ns since
-    each log's first event; ``t_ns`` holds bucket starts) and, per table row, the highest
-    ``metric`` in each bucket. A bucket without events holds the previous bucket's value;
-    before a row's first event and after its last, the value is NaN."""
+    """``(t_ns, z)``: ``columns`` equal time buckets from 0 to the end of the latest rank
+    (``t_ns`` holds bucket starts, in ns) and, per table row, the highest ``metric`` in each
+    bucket. A bucket without events holds the previous bucket's value; before a row's first
+    event and after its last, the value is NaN.
+
+    ``align`` (``gpuviz.analysis.cluster.alignment``): ``"start"``, time 0 is each rank's first
+    event; ``"clock"``, time 0 is the run's earliest first event and ranks sit at their
+    wall-clock times; ``"auto"`` (default), ``"clock"`` when every rank has a wall-clock anchor.
+    """
     if metric not in HEATMAP_METRICS:
         raise ValueError(f"metric must be one of {', '.join(HEATMAP_METRICS)}, not {metric!r}")
     if columns < 1:
         raise ValueError(f"columns must be >= 1, got {columns}")
-    spans = [int(s.time_ns[-1]) for s in summary.series if len(s.time_ns)]
+    _, offsets = alignment(summary, align)
+    spans = [int(o) + int(s.time_ns[-1]) for o, s in zip(offsets, summary.series, strict=True) if len(s.time_ns)]
     end = max(spans, default=0) + 1
     width = end / columns
     t_ns = (np.arange(columns) * width).astype(np.int64)
@@ -44,7 +50,7 @@ def cluster_grid(
     for row, series in enumerate(summary.series):
         if not len(series.time_ns):
             continue
-        bucket = np.minimum((series.time_ns / width).astype(np.int64), columns - 1)
+        bucket = np.minimum(((series.time_ns + offsets[row]) / width).astype(np.int64), columns - 1)
         values = series.maximum[metric].astype(np.float64)
         np.fmax.at(z[row], bucket, values)
         first, last = int(bucket[0]), int(bucket[-1])
@@ -59,10 +65,21 @@ def _label(row: dict[Any, Any]) -> str:
     return f"{row['device']}{mark}"
 
 
-def cluster_heatmap(summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200) -> go.Figure:
+TIME_AXIS = {
+    "start": "time since each rank's first event (s)",
+    "clock": "time since the run's first event, ranks aligned by wall clock (s)",
+}
+"""The heatmap's time axis title, by alignment."""
+
+
+def cluster_heatmap(
+    summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200, align: str = "auto"
+) -> go.Figure:
     """Ranks x time heatmap of ``metric`` (bytes, or fragmentation 0..1), one row per device of
-    every rank (outliers marked ⚠), time in seconds since each log's first event."""
-    t_ns, z = cluster_grid(summary, metric, columns=columns)
+    every rank (outliers marked ⚠), time in seconds aligned as ``align`` says (``cluster_grid``;
+    the x axis title names the alignment used)."""
+    mode, _ = alignment(summary, align)
+    t_ns, z = cluster_grid(summary, metric, columns=columns, align=mode)
     labels = [_label(row) for row in summary.table.to_dict("records")]
     unit = "" if metric == "fragmentation" else " bytes"
     figure = go.Figure(
@@ -77,7 +94,7 @@ def cluster_heatmap(summary: ClusterSummary, metric: str = "bytes_in_use", *, co
     )
     figure.update_layout(
         title=f"{metric.replace('_', ' ')} by rank over time",
-        xaxis_title="time since the rank's first event (s)",
+        xaxis_title=TIME_AXIS[mode],
         yaxis={"autorange": "reversed", "type": "category"},
         height=max(300, 24 * len(labels) + 150),
     )
