@@ -215,3 +215,21 @@ def test_without_every_anchor_ranks_line_up_by_their_first_events(tmp_path: Path
         cluster_grid(summary, align="clock")
     with pytest.raises(ValueError, match="align must be one of auto, clock, start, not 'wall'"):
         alignment(summary, "wall")
+
+
+def test_every_front_end_takes_the_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = anchored_run(tmp_path / "run", anchored=(0, 2))
+    shown = gpuviz.show_run(str(run), align="start")
+    assert json.loads(shown.view.heatmap_json)["layout"]["xaxis"]["title"]["text"] == TIME_AXIS["start"]
+    with pytest.raises(ValueError, match=r"align='clock' needs .*: node0-rank1\.arrow$"):
+        gpuviz.show_run(str(run), align="clock")
+    assert main(["report", str(run), "-o", str(tmp_path / "run.html"), "--align", "clock", "--cdn"]) == 2
+    assert capsys.readouterr().err.endswith("without one: node0-rank1.arrow\n")
+    assert not (tmp_path / "run.html").exists() and not (tmp_path / "run-ranks").exists()
+    (run / "node0-rank1.arrow").unlink()  # the other two have anchors
+    assert main(["report", str(run), "-o", str(tmp_path / "run.gpuviz.json"), "--align", "start"]) == 0
+    saved = json.loads((tmp_path / "run.gpuviz.json").read_text())
+    assert saved["figures"][0]["figure"]["layout"]["xaxis"]["title"]["text"] == TIME_AXIS["start"]
+    summary = cluster_summary(load_run(run))
+    page = cluster_report_html(summary, plotlyjs="cdn")
+    assert TIME_AXIS["clock"] in page and TIME_AXIS["start"] not in page

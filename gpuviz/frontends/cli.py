@@ -2,8 +2,8 @@
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
-gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none]   (a distributed run;
-    also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: the run's result, for JupyterLab)
+gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none] [--align auto|clock|start]
+    (a distributed run; also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: its result, for JupyterLab)
 gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
@@ -115,7 +115,7 @@ def _run_report(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else folder.with_name(name + ".html")
     written = write_run_report(
         load_run(folder), output, rank_reports=args.rank_reports, options=view_options(args), cdn=args.cdn,
-        title=f"gpuviz run: {name}",
+        title=f"gpuviz run: {name}", align=args.align,
     )  # fmt: skip
     ranks = written.rank_reports
     where = f" ({len(ranks)} rank report{'s' if len(ranks) != 1 else ''} in {output.name.split('.')[0]}-ranks/)"
@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--rank-reports", choices=["outliers", "all", "none"], default="outliers",
                         help="a run: which ranks get their own report, opened by a click on their row "
                         "(outliers: the outliers and the highest peak)")  # fmt: skip
+    report.add_argument("--align", choices=["auto", "clock", "start"], default="auto",
+                        help="a run: line ranks up by wall clock or by their first events (auto: by wall clock "
+                        "when every rank has an anchor)")  # fmt: skip
     add_view_arguments(report)
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import plotly
 
-from gpuviz.analysis.cluster import ClusterSummary, cluster_summary, featured_rows
+from gpuviz.analysis.cluster import ClusterSummary, alignment, cluster_summary, featured_rows
 from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.analysis.run import Run
 from gpuviz.views.cluster import cluster_report_html, cluster_result
@@ -60,19 +60,22 @@ def write_run_report(
     options: ViewOptions | None = None,
     cdn: bool = False,
     title: str | None = None,
+    align: str = "auto",
 ) -> RunReport:
     """Write the run's page to ``output`` and the chosen ranks' reports beside it (module doc);
     an ``output`` ending in ``.gpuviz.json`` gets the run's result (``cluster_result``) instead.
 
     ``options``: how the rank reports are drawn (their ``device`` is ignored: every device of a
-    rank is shown). Raises ``ValueError`` for an unknown ``rank_reports`` before writing anything.
+    rank is shown); ``align``: how the heatmaps line ranks up (``cluster_grid``). Raises
+    ``ValueError`` for an unknown ``rank_reports`` or ``align`` before writing anything.
     """
     if rank_reports not in RANK_REPORTS:
         raise ValueError(f"rank reports must be one of {', '.join(RANK_REPORTS)}, not {rank_reports!r}")
     target = Path(output)
     summary = summary if summary is not None else cluster_summary(run)
+    alignment(summary, align)  # a bad value, or "clock" without every anchor, before anything is written
     if target.name.endswith(FILE_EXTENSION):  # the result, for JupyterLab; no rank reports
-        result = cluster_result(summary, title=title or f"gpuviz run: {target.name}")
+        result = cluster_result(summary, title=title or f"gpuviz run: {target.name}", align=align)
         target.write_text(json.dumps(result, separators=(",", ":")), encoding="utf-8")
         return RunReport(target)
     rows = rank_report_rows(summary, rank_reports)
@@ -99,7 +102,8 @@ def write_run_report(
         written[file] = page
     links = [f"{quote(folder.name)}/{quote(written[name].name)}" if name in written else None for name in table["file"]]
     document = cluster_report_html(
-        summary, plotlyjs="cdn" if cdn else "inline", title=title or f"gpuviz run: {target.stem}", links=links
-    )
+        summary, plotlyjs="cdn" if cdn else "inline", title=title or f"gpuviz run: {target.stem}", links=links,
+        align=align,
+    )  # fmt: skip
     target.write_text(document, encoding="utf-8")
     return RunReport(target, written)

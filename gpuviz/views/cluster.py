@@ -198,8 +198,10 @@ def cluster_report_html(
     plotlyjs: str = "inline",
     title: str = "gpuviz run",
     links: Sequence[str | None] | None = None,
+    align: str = "auto",
 ) -> str:
-    """The run's report as one HTML document: heatmaps of bytes in use and fragmentation, the table.
+    """The run's report as one HTML document: heatmaps of bytes in use and fragmentation (ranks
+    aligned as ``align`` says, see ``cluster_grid``), the table.
 
     ``links``: per table row, the address of that rank's own report, or None: a click on such
     a row of a heatmap or of the table opens it (see ``cluster_table_html``).
@@ -207,7 +209,7 @@ def cluster_report_html(
     script = plotlyjs_script(plotlyjs)
     plots = []
     for i, metric in enumerate(("bytes_in_use", "fragmentation")):
-        plots.append(plot_div(f"cluster-{i}", cluster_heatmap(summary, metric)))
+        plots.append(plot_div(f"cluster-{i}", cluster_heatmap(summary, metric, align=align)))
     text = html.escape(cluster_text(summary).splitlines()[0])
     linked = [link for link in links or [] if link]
     if linked:
@@ -234,11 +236,15 @@ _KINDS = {
 
 
 def cluster_result(
-    summary: ClusterSummary, *, title: str = "gpuviz run", links: Sequence[str | None] | None = None
+    summary: ClusterSummary,
+    *,
+    title: str = "gpuviz run",
+    links: Sequence[str | None] | None = None,
+    align: str = "auto",
 ) -> dict[str, Any]:
     """The run in the ``gpuviz-result`` layout (``gpuviz.views.result``), what JupyterLab renders:
     the summary lines of ``cluster_text``, the bytes-in-use and fragmentation heatmaps and the
-    per-rank table ``ranks`` with its outlier rows highlighted.
+    per-rank table ``ranks`` with its outlier rows highlighted (``align``: see ``cluster_grid``).
 
     Two optional fields let the extension open a rank: the table's ``links`` (per row, the
     path of that rank's file relative to the Jupyter server's root, or None) and each
@@ -253,7 +259,7 @@ def cluster_result(
         table["links"] = list(links)
     figures = [
         {"name": f"heatmap:{metric}", "title": metric.replace("_", " ") + " by rank over time",
-         "figure": figure_json(cluster_heatmap(summary, metric)), "rows": "ranks"}
+         "figure": figure_json(cluster_heatmap(summary, metric, align=align)), "rows": "ranks"}
         for metric in ("bytes_in_use", "fragmentation")
     ]  # fmt: skip
     data = {

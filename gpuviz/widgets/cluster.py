@@ -19,7 +19,7 @@ import anywidget
 import ipywidgets as widgets
 import traitlets
 
-from gpuviz.analysis.cluster import DEFAULT_THRESHOLD, ClusterSummary, cluster_summary
+from gpuviz.analysis.cluster import DEFAULT_THRESHOLD, ClusterSummary, alignment, cluster_summary
 from gpuviz.analysis.profile import ViewOptions
 from gpuviz.analysis.run import RankLog, Run, load_run
 from gpuviz.base.errors import GpuvizError
@@ -130,9 +130,11 @@ class ClusterView(anywidget.AnyWidget):
     rows = traitlets.List(traitlets.Unicode()).tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)  # a row of the summary's table; -1: none
 
-    def __init__(self, summary: ClusterSummary, *, header: str = "") -> None:
+    def __init__(self, summary: ClusterSummary, *, header: str = "", align: str = "auto") -> None:
+        alignment(summary, align)  # a bad value is refused before anything is drawn
         super().__init__(library=plotly_library())
         self.summary = summary
+        self.align = align
         labels = [f"{row['device']}{'  ⚠ ' + row['outlier'] if row['outlier'] else ''}"
                   for row in summary.table.to_dict("records")]  # fmt: skip
         self.set_trait("header", header)
@@ -144,7 +146,7 @@ class ClusterView(anywidget.AnyWidget):
     def _draw(self, metric: str) -> None:
         if metric not in ("bytes_in_use", "fragmentation"):
             raise traitlets.TraitError(f"metric must be bytes_in_use or fragmentation, not {metric!r}")
-        self.heatmap_json = to_json(cluster_heatmap(self.summary, metric).to_plotly_json())
+        self.heatmap_json = to_json(cluster_heatmap(self.summary, metric, align=self.align).to_plotly_json())
 
 
 class ClusterDashboard(widgets.VBox):  # type: ignore[misc]  # ipywidgets has no type hints
@@ -164,6 +166,7 @@ class ClusterDashboard(widgets.VBox):  # type: ignore[misc]  # ipywidgets has no
         *,
         threshold: float = DEFAULT_THRESHOLD,
         title: str = "gpuviz run",
+        align: str = "auto",
     ) -> None:
         self.run = run
         self.summary = summary if summary is not None else cluster_summary(run, threshold=threshold)
@@ -175,7 +178,7 @@ class ClusterDashboard(widgets.VBox):  # type: ignore[misc]  # ipywidgets has no
         self._row = -1  # the table row whose rank is shown
         self._positions = {path.name: position for position, path in enumerate(run.paths)}
         self._header = self._facts()
-        self.view = ClusterView(self.summary, header=self._header)
+        self.view = ClusterView(self.summary, header=self._header, align=align)
         self.detail = widgets.VBox()
         super().__init__([self.view, self.detail])
         self.view.observe(self._on_selected, names="selected")
@@ -230,10 +233,11 @@ class ClusterDashboard(widgets.VBox):  # type: ignore[misc]  # ipywidgets has no
 
 
 def show_run(
-    source: str | Run, options: ViewOptions | None = None, *, threshold: float = DEFAULT_THRESHOLD
+    source: str | Run, options: ViewOptions | None = None, *, threshold: float = DEFAULT_THRESHOLD, align: str = "auto"
 ) -> ClusterDashboard:
-    """The ``ClusterDashboard`` of the run in directory (or glob) ``source``; a notebook shows it
-    when it is a cell's value."""
+    """The ``ClusterDashboard`` of the run in directory (or glob, or run manifest) ``source``; a
+    notebook shows it when it is a cell's value. ``align``: how the heatmap lines ranks up in
+    time (``gpuviz.views.cluster.cluster_grid``)."""
     run = source if isinstance(source, Run) else load_run(source)
     name = str(source).rstrip("/").rsplit("/", 1)[-1] if not isinstance(source, Run) else "run"
-    return ClusterDashboard(run, options=options, threshold=threshold, title=f"gpuviz run: {name}")
+    return ClusterDashboard(run, options=options, threshold=threshold, title=f"gpuviz run: {name}", align=align)
