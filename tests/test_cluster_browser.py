@@ -23,7 +23,7 @@ ROW_CENTER = """([selector, row]) => {
 def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> None:  # type: ignore[no-untyped-def]
     base, token, root = lab_server
     write_leaky_run(root / "run")
-    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz\n%gpuviz show run")])
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell("%gpuviz show run")])
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(book, root / "run.ipynb")
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
@@ -32,6 +32,8 @@ def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> N
     page.goto(f"{base}/lab/tree/run.ipynb?token={token}")
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
     page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")  # the extension (and plotly.js, sent once) first, then the run
+    page.wait_for_selector(".jp-Cell >> nth=0 >> .jp-InputArea-prompt >> text=[1]:", timeout=120_000)
     page.keyboard.press("Shift+Enter")
     page.wait_for_selector(f"{HEATMAP} .main-svg", timeout=120_000)
     assert (

@@ -154,8 +154,9 @@ class ClusterDashboard(widgets.VBox):  # type: ignore[misc]  # ipywidgets has no
 
     ``select(row)`` (what the front-end's dropdown and clicks do through ``view.selected``)
     opens the file of table row ``row`` (that file only) as ``rank_log`` and shows its
-    ``Dashboard`` (``rank_dashboard``) on that row's device. A file that cannot be read
-    leaves the previous selection shown and says why in ``view.header``.
+    ``Dashboard`` (``rank_dashboard``) on that row's device, closing the one shown before (so
+    only one rank's log is held). A file that cannot be read leaves the previous selection
+    shown and says why in ``view.header``.
     """
 
     def __init__(
@@ -206,11 +207,14 @@ class ClusterDashboard(widgets.VBox):  # type: ignore[misc]  # ipywidgets has no
             self._show_selected(self._row)
             raise
         dashboard = Dashboard(rank_log.log, self.options.with_(device=device), title=f"{device} ({file})")
+        previous = self.rank_dashboard
         self.rank_log, self.rank_dashboard = rank_log, dashboard
         self.view.header = self._header
         self._row = row
         self._show_selected(row)
         self.detail.children = (dashboard,)
+        if previous is not None:  # one rank's log held at a time: the previous one's widget goes
+            previous.close()
         return dashboard
 
     def _show_selected(self, row: int) -> None:
