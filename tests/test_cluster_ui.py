@@ -110,6 +110,10 @@ def test_magic_show_of_a_run_directory_shows_the_cluster_view(leaky_run: Path) -
     assert cluster.view.header.startswith(f"<b>gpuviz run: {leaky_run.name}</b>")
     cluster.view.selected = 4
     assert cluster.rank_dashboard is not None and cluster.rank_dashboard.device == "node0/rank4/GPU:0"
+    (leaky_run / "run.gpuviz-run").write_text("")  # a run manifest shows the same
+    with capture_output():
+        shell.run_line_magic("gpuviz", f"show {leaky_run / 'run.gpuviz-run'}")
+    assert magics.cluster is not cluster and magics.cluster.view.rows == cluster.view.rows
     empty = leaky_run.parent / "empty"
     empty.mkdir()
     with pytest.raises(UsageError, match="no log files"):
