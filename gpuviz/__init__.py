@@ -27,6 +27,15 @@ from gpuviz.runtime.context import Session, device, reconfigure, record_into, re
 from gpuviz.scenarios import whatif
 
 
+def show_run(source: str, *, threshold: float = 0.1, align: str = "auto") -> object:
+    """The notebook view of the run in directory (or glob, or run manifest) ``source``: the ranks
+    x time heatmap, the per-rank table, and a rank's full views on selection
+    (``gpuviz.widgets.cluster``); ``align``: ``"auto"``, ``"clock"`` or ``"start"``."""
+    from gpuviz.widgets.cluster import show_run as show
+
+    return show(source, threshold=threshold, align=align)
+
+
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext gpuviz``: registers the ``%gpuviz`` / ``%%gpuviz`` magics."""
     from gpuviz.frontends.magics import load_ipython_extension as load
@@ -49,6 +58,7 @@ __all__ = [
     "record_run",
     "Run",
     "load_run",
+    "show_run",
     "ClusterSummary",
     "cluster_summary",
     "reset",

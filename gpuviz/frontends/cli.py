@@ -2,8 +2,9 @@
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
-gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn]   (a directory of per-rank logs: a distributed run)
-gpuviz summary RUN.arrow | RUN_DIR
+gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none] [--align auto|clock|start]
+    (a distributed run; also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: its result, for JupyterLab)
+gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
@@ -49,7 +50,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
-    if Path(args.log).is_dir():
+    if _is_run(args.log):
         return _run_report(args)
     log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
@@ -97,20 +98,28 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_run(path: str) -> bool:
+    """A distributed run: a directory of logs or a run manifest (``*.gpuviz-run``)."""
+    from gpuviz.analysis.run import RUN_EXTENSION
+
+    return Path(path).is_dir() or path.endswith(RUN_EXTENSION)
+
+
 def _run_report(args: argparse.Namespace) -> int:
-    """``gpuviz report RUN_DIR``: the run's heatmaps and per-rank table."""
-    from gpuviz.analysis.cluster import cluster_summary
+    """``gpuviz report RUN_DIR``: the run's heatmaps and per-rank table, and the chosen ranks' reports."""
     from gpuviz.analysis.run import load_run
-    from gpuviz.views.cluster import cluster_report_html
+    from gpuviz.frontends.run_report import write_run_report
 
     folder = Path(args.log)
-    output = Path(args.output) if args.output else folder.with_name(folder.name + ".html")
-    summary = cluster_summary(load_run(folder))
-    output.write_text(
-        cluster_report_html(summary, plotlyjs="cdn" if args.cdn else "inline", title=f"gpuviz run: {folder.name}"),
-        encoding="utf-8",
-    )
-    print(f"report written to {output}")
+    name = folder.name.removesuffix(".gpuviz-run")
+    output = Path(args.output) if args.output else folder.with_name(name + ".html")
+    written = write_run_report(
+        load_run(folder), output, rank_reports=args.rank_reports, options=view_options(args), cdn=args.cdn,
+        title=f"gpuviz run: {name}", align=args.align,
+    )  # fmt: skip
+    ranks = written.rank_reports
+    where = f" ({len(ranks)} rank report{'s' if len(ranks) != 1 else ''} in {output.name.split('.')[0]}-ranks/)"
+    print(f"report written to {output}" + (where if ranks else ""))
     return 0
 
 
@@ -118,7 +127,7 @@ def _summary(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
     from gpuviz.views.text import summary_text
 
-    if Path(args.log).is_dir():
+    if _is_run(args.log):
         from gpuviz.analysis.cluster import cluster_summary
         from gpuviz.analysis.run import load_run
         from gpuviz.views.cluster import cluster_text
@@ -212,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
         "gets the result as JSON, for JupyterLab",
     )
     report.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
+    report.add_argument("--rank-reports", choices=["outliers", "all", "none"], default="outliers",
+                        help="a run: which ranks get their own report, opened by a click on their row "
+                        "(outliers: the outliers and the highest peak)")  # fmt: skip
+    report.add_argument("--align", choices=["auto", "clock", "start"], default="auto",
+                        help="a run: line ranks up by wall clock or by their first events (auto: by wall clock "
+                        "when every rank has an anchor)")  # fmt: skip
     add_view_arguments(report)
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")

@@ -130,12 +130,15 @@ def figure_json(figure: go.Figure) -> dict[str, Any]:
 
 
 def plotlyjs_script(plotlyjs: str) -> str:
-    """The ``<script>`` element that loads plotly.js: embedded (``"inline"``) or from its CDN (``"cdn"``)."""
+    """The ``<script>`` element that loads plotly.js: embedded (``"inline"``), from its CDN
+    (``"cdn"``) or from ``plotly.min.js`` in the report's folder (``"directory"``)."""
     if plotlyjs == "inline":
         return f"<script>{plotly.offline.get_plotlyjs()}</script>"
     if plotlyjs == "cdn":
         return f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
-    raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+    if plotlyjs == "directory":  # reports sharing one copy: plotly.min.js beside the file
+        return '<script src="plotly.min.js"></script>'
+    raise ValueError(f"plotlyjs must be 'inline', 'cdn' or 'directory', not {plotlyjs!r}")
 
 
 def plot_div(div_id: str, figure: go.Figure) -> str:
@@ -167,9 +170,10 @@ def scrub_positions(device: DeviceProfile) -> list[int]:
 def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> str:
     seconds = (int(p.log["time_ns"][index]) - p.t0_ns) / 1e9
     kind = int(p.log["kind"][index])
-    what = {Kind.OOM: " · OUT OF MEMORY", Kind.MARK: f" · mark {p.log.strings[int(p.log['tag'][index])]}"}.get(
-        Kind(kind), " · peak" if index == device.peak.index else ""
-    )
+    if kind == Kind.MARK:  # (only a mark's tag is read: other events may have none, tag -1)
+        what = f" · mark {p.log.strings[int(p.log['tag'][index])]}"
+    else:
+        what = " · OUT OF MEMORY" if kind == Kind.OOM else " · peak" if index == device.peak.index else ""
     return f"event {index} · t = {seconds:.6f} s{what} · {text}"
 
 
