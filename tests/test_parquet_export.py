@@ -4,7 +4,9 @@ once, partitions right, and the README's DuckDB and Dask DataFrame examples run 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,16 +92,26 @@ def test_every_event_of_every_rank_once_in_its_partition(two_host_run: Path, tmp
     assert rank5.loc[rank5["kind"] == "mark", "tag"].tolist() == ["step 1"]
 
 
-def test_readme_duckdb_example_finds_each_ranks_peak(
-    two_host_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def run_example(two_host_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], dict[str, Any]]:
+    """Runs a README example in a folder holding ``run.parquet`` (the two-host run); returns its variables."""
     export_run_parquet(load_run(two_host_run), tmp_path / "run.parquet")
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {}
-    exec(readme_example("duckdb"), namespace)
-    peaks = namespace["peaks"]
-    assert peaks.columns.tolist() == ["host", "rank", "device", "peak_bytes"]  # type: ignore[attr-defined]
-    rows = peaks.values.tolist()  # type: ignore[attr-defined]
+
+    def run(name: str) -> dict[str, Any]:
+        namespace: dict[str, Any] = {}
+        exec(readme_example(name), namespace)
+        return namespace
+
+    return run
+
+
+def test_readme_duckdb_example_finds_each_ranks_peak(
+    two_host_run: Path, run_example: Callable[[str], dict[str, Any]]
+) -> None:
+    peaks = run_example("duckdb")["peaks"]
+    assert peaks.columns.tolist() == ["host", "rank", "device", "peak_bytes"]
+    rows = peaks.values.tolist()
     assert rows == [
         ["node0", 0, "node0/rank0/GPU:0", 4 * MiB],
         ["node0", 1, "node0/rank1/GPU:0", 4 * MiB],
@@ -113,16 +125,12 @@ def test_readme_duckdb_example_finds_each_ranks_peak(
 
 
 def test_readme_dask_dataframe_example_sums_bytes_allocated_per_host(
-    two_host_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    run_example: Callable[[str], dict[str, Any]],
 ) -> None:
-    export_run_parquet(load_run(two_host_run), tmp_path / "run.parquet")
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {}
-    exec(readme_example("dask-dataframe"), namespace)
-    per_host = namespace["per_host"]
+    per_host = run_example("dask-dataframe")["per_host"]
     # ten steps of 4 MiB on ranks 0, 1, 4; + 1 MiB leaked per step on rank 2; + 256 KiB per step on rank 3
     node0 = 3 * 10 * 4 * MiB + 10 * 5 * MiB + 10 * (4 * MiB + 256 * KiB)
-    assert {str(k): int(v) for k, v in per_host.items()} == {"node0": node0, "node1": 3 * MiB}  # type: ignore[attr-defined]
+    assert {str(k): int(v) for k, v in per_host.items()} == {"node0": node0, "node1": 3 * MiB}
 
 
 def test_cli_exports_a_run_directory(two_host_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
