@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from test_distributed import TRACES, leaky_run  # noqa: F401 - the five-rank run
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
 from gpuviz.analysis.cluster import ClusterSummary
+from gpuviz.analysis.timeline import ResampledSeries
 from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import MiB
 from gpuviz.dask import profile_run
@@ -42,18 +44,28 @@ def executor(request: pytest.FixtureRequest) -> Client | None:
 
 
 def assert_identical(got: ClusterSummary, expected: ClusterSummary) -> None:
-    pd.testing.assert_frame_equal(got.table, expected.table, check_exact=True, check_dtype=True)
-    assert got.threshold == expected.threshold
-    assert len(got.series) == len(expected.series) == len(expected.table)
-    for a, b in zip(got.series, expected.series, strict=True):
-        assert a.device == b.device
-        arrays = [("time_ns", a.time_ns, b.time_ns)]
-        for side in ("minimum", "maximum"):
-            mine, theirs = getattr(a, side), getattr(b, side)
-            assert list(mine) == list(theirs) and "bytes_in_use" in theirs
-            arrays += [(f"{side}[{m}]", mine[m], theirs[m]) for m in theirs]
-        for name, x, y in arrays:
-            assert x.dtype == y.dtype and np.array_equal(x, y), name
+    """Every field equal: the table (values and dtypes), every series array, the rest by ``==``."""
+    for field in dataclasses.fields(expected):
+        mine, theirs = getattr(got, field.name), getattr(expected, field.name)
+        if field.name == "table":
+            pd.testing.assert_frame_equal(mine, theirs, check_exact=True, check_dtype=True)
+        elif field.name == "series":
+            assert len(mine) == len(theirs) == len(expected.table)
+            for a, b in zip(mine, theirs, strict=True):
+                assert_same_series(a, b)
+        else:
+            assert mine == theirs, field.name
+
+
+def assert_same_series(a: ResampledSeries, b: ResampledSeries) -> None:
+    assert a.device == b.device
+    arrays = [("time_ns", a.time_ns, b.time_ns)]
+    for side in ("minimum", "maximum"):
+        mine, theirs = getattr(a, side), getattr(b, side)
+        assert list(mine) == list(theirs) and "bytes_in_use" in theirs
+        arrays += [(f"{side}[{m}]", mine[m], theirs[m]) for m in theirs]
+    for name, x, y in arrays:
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
 
 
 def test_the_summary_on_workers_equals_the_in_process_one(leaky_run: Path, executor: Client | None) -> None:  # noqa: F811
