@@ -9,7 +9,8 @@ events); the caller assembles them (``assemble_summary``). The result equals
 Dask is imported only when a client is given (``pip install 'gpuviz[dask]'``); without one
 the tasks run in a ``concurrent.futures.ProcessPoolExecutor`` of ``min(files, os.cpu_count())``
 processes started by a ``forkserver`` (a child forked from the caller would inherit its
-threads and CUDA context; the fork server is a fresh process that imports gpuviz once).
+threads and CUDA context; the fork server is a fresh process that imports gpuviz once;
+``spawn`` where there is no fork server).
 Workers read the files by the paths the caller gives, so on a multi-machine cluster the
 run directory must be on a filesystem every worker sees at the same path.
 """
@@ -20,6 +21,7 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +31,7 @@ from gpuviz.analysis.run import Run, load_run
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["profile_run", "as_run"]
+__all__ = ["profile_run", "as_run", "summarize_file"]
 
 
 def as_run(paths: str | Path | Run | Sequence[str | Path]) -> Run:
@@ -79,8 +81,11 @@ def _pool_task(position: int, points: int, gpus_only: bool) -> RankSummary:
 def _on_process_pool(run: Run, *, points: int, gpus_only: bool) -> list[RankSummary]:
     n = len(run)
     workers = min(n, os.cpu_count() or 1)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["gpuviz.analysis.cluster"])  # imported once, in the fork server
+    context: BaseContext = multiprocessing.get_context("spawn")
+    if "forkserver" in multiprocessing.get_all_start_methods():  # not on Windows
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(["gpuviz.analysis.cluster"])  # imported once, in the fork server
+        context = server
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_set_pool_run, initargs=(run,)) as pool:
         return list(pool.map(_pool_task, range(n), [points] * n, [gpus_only] * n))
 
