@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from test_distributed import _write_rank
+from runs import write_rank
 
 from gpuviz import load_run
 from gpuviz.analysis.cluster import ClusterSummary, RankSummary, assemble_summary, summarize_rank
@@ -17,8 +17,8 @@ from gpuviz.views.cluster import cluster_heatmap, cluster_report_html
 
 def wide_run(tmp_path: Path, ranks: int) -> ClusterSummary:
     """``ranks`` copies of one real rank summary (8 ranks per host; rank 1 is the real leaky one)."""
-    _write_rank(tmp_path, 0)
-    _write_rank(tmp_path, 1, leak=1 << 20)
+    write_rank(tmp_path, 0)
+    write_rank(tmp_path, 1, leak=1 << 20)
     run = load_run(tmp_path)
     steady, leaky = summarize_rank(run, 0), summarize_rank(run, 1)
     summaries = []

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
-from test_distributed import TRACES, leaky_run  # noqa: F401 - the five-rank run where rank 2 leaks
+from runs import write_leaky_run
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
@@ -23,6 +23,14 @@ from gpuviz.analysis.timeline import ResampledSeries
 from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import MiB
 from gpuviz.dask import profile_run
+
+TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
+
+
+@pytest.fixture
+def leaky_run(tmp_path: Path) -> Path:
+    """Five ranks on host node0; rank 2 leaks (see ``runs.write_leaky_run``)."""
+    return write_leaky_run(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +76,7 @@ def assert_same_series(a: ResampledSeries, b: ResampledSeries) -> None:
         assert x.dtype == y.dtype and np.array_equal(x, y), name
 
 
-def test_the_summary_on_workers_equals_the_in_process_one(leaky_run: Path, executor: Client | None) -> None:  # noqa: F811
+def test_the_summary_on_workers_equals_the_in_process_one(leaky_run: Path, executor: Client | None) -> None:
     got = profile_run(leaky_run, executor)
     assert_identical(got, cluster_summary(load_run(leaky_run)))
     # the leaking rank is the one outlier, found on the workers too
@@ -76,7 +84,7 @@ def test_the_summary_on_workers_equals_the_in_process_one(leaky_run: Path, execu
     assert got.table["file"].tolist() == [f"node0-rank{r}.arrow" for r in range(5)]
 
 
-def test_options_reach_the_workers(leaky_run: Path, executor: Client | None) -> None:  # noqa: F811
+def test_options_reach_the_workers(leaky_run: Path, executor: Client | None) -> None:
     log = EventLog(meta={"run": RankInfo(5, 0, 6, "node1").as_meta()})
     for device in ("GPU:0", "CPU:0"):
         alloc = BFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device=device, log=log)
@@ -101,14 +109,14 @@ def test_imported_traces_given_as_a_list_are_ranks_in_list_order(executor: Clien
     assert got.table["peak_bytes"].tolist() == [13927832064, 3861684736]
 
 
-def test_a_file_that_is_not_a_log_is_named(leaky_run: Path, executor: Client | None) -> None:  # noqa: F811
+def test_a_file_that_is_not_a_log_is_named(leaky_run: Path, executor: Client | None) -> None:
     bad = leaky_run / "node0-rank5.arrow"
     bad.write_bytes(b"this is not an event log")
     with pytest.raises(LogFormatError, match=r"node0-rank5\.arrow"):
         profile_run(leaky_run, executor)
 
 
-def test_a_bad_run_identity_is_named_with_its_file(leaky_run: Path, executor: Client | None) -> None:  # noqa: F811
+def test_a_bad_run_identity_is_named_with_its_file(leaky_run: Path, executor: Client | None) -> None:
     log = gpuviz.load(leaky_run / "node0-rank4.arrow", progress=False)
     log.meta["run"] = {"rank": "four", "local_rank": 4, "world_size": 5, "host": "node0"}
     (leaky_run / "node0-rank4.arrow").unlink()
@@ -117,7 +125,7 @@ def test_a_bad_run_identity_is_named_with_its_file(leaky_run: Path, executor: Cl
         profile_run(leaky_run, executor)
 
 
-def test_two_files_claiming_one_rank_are_refused(leaky_run: Path, executor: Client | None) -> None:  # noqa: F811
+def test_two_files_claiming_one_rank_are_refused(leaky_run: Path, executor: Client | None) -> None:
     (leaky_run / "copy.arrow").write_bytes((leaky_run / "node0-rank1.arrow").read_bytes())
     with pytest.raises(ValueError, match=r"node0-rank1\.arrow and copy\.arrow are both rank 1 on host node0"):
         profile_run(leaky_run, executor)
@@ -132,7 +140,7 @@ def test_no_files_is_an_error(tmp_path: Path) -> None:
         profile_run(tmp_path, points=0)
 
 
-def test_the_dask_client_is_left_clean(leaky_run: Path, client: Client) -> None:  # noqa: F811
+def test_the_dask_client_is_left_clean(leaky_run: Path, client: Client) -> None:
     """No task result or scattered file list stays on the cluster after a summary."""
     profile_run(leaky_run, client)
     assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0

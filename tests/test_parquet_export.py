@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
-from test_distributed import _write_rank, leaky_run  # noqa: F401 - the five-rank run where rank 2 leaks
+from runs import write_leaky_run, write_rank
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, SimUpstream, cluster_summary, load_run
@@ -51,7 +51,13 @@ def _write_two_device_rank(folder: Path) -> None:
 
 
 @pytest.fixture
-def two_host_run(leaky_run: Path) -> Path:  # noqa: F811
+def leaky_run(tmp_path: Path) -> Path:
+    """Five ranks on host node0; rank 2 leaks (see ``runs.write_leaky_run``)."""
+    return write_leaky_run(tmp_path / "run")
+
+
+@pytest.fixture
+def two_host_run(leaky_run: Path) -> Path:
     _write_two_device_rank(leaky_run)
     return leaky_run
 
@@ -145,7 +151,7 @@ def test_cli_exports_a_run_directory(two_host_run: Path, tmp_path: Path, capsys:
     assert sorted(out.rglob("*")) == before
 
 
-def test_a_duplicate_rank_leaves_no_dataset(leaky_run: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_duplicate_rank_leaves_no_dataset(leaky_run: Path, tmp_path: Path) -> None:
     (leaky_run / "node0-rank1-copy.arrow").write_bytes((leaky_run / "node0-rank1.arrow").read_bytes())
     out = tmp_path / "out" / "run.parquet"
     with pytest.raises(
@@ -156,7 +162,7 @@ def test_a_duplicate_rank_leaves_no_dataset(leaky_run: Path, tmp_path: Path) -> 
 
 
 def test_host_names_are_percent_encoded_in_partitions(tmp_path: Path) -> None:
-    _write_rank(tmp_path, 0)
+    write_rank(tmp_path, 0)
     log = gpuviz.load(tmp_path / "node0-rank0.arrow", progress=False)
     log.meta["run"] = RankInfo(0, 0, 1, "gpu node/7").as_meta()
     odd = tmp_path / "odd" / "x.arrow"
