@@ -7,6 +7,7 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 import gpuviz.views.comparison
 import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
+from gpuviz import dask as dask  # gpuviz.dask.profile_run(): Dask is imported only when a client is given
 from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.cluster import ClusterSummary, cluster_summary

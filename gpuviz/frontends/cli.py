@@ -8,6 +8,7 @@ gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
+gpuviz export RUN_DIR --to parquet -o DATASET_DIR   (a run, or one log: host=.../rank=.../part-0.parquet)
 gpuviz info
 """
 
@@ -169,6 +170,13 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.to == "parquet":
+        from gpuviz.analysis.run import load_run
+        from gpuviz.exporters.parquet import export_run_parquet
+
+        parts = export_run_parquet(load_run(args.log), args.output)
+        print(f"Parquet dataset of {len(parts)} rank(s) written to {args.output} (partitioned by host and rank)")
+        return 0
     from gpuviz.exporters.torch_snapshot import write_torch_snapshot
     from gpuviz.importers import load
 
@@ -247,9 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     imported.set_defaults(run=_import)
     export = commands.add_parser("export", help="write an event log (or any trace gpuviz reads) in another format")
     export.add_argument("log", help="an event-log file (.arrow) or any trace gpuviz reads")
-    export.add_argument("--to", required=True, choices=["torch-snapshot"],
-                        help="torch-snapshot: PyTorch's memory snapshot, for PyTorch's memory viewer")  # fmt: skip
-    export.add_argument("-o", "--output", required=True, help="file to write (.pickle as _dump_snapshot; .json: JSON)")
+    export.add_argument("--to", required=True, choices=["torch-snapshot", "parquet"],
+                        help="torch-snapshot: PyTorch's memory snapshot, for PyTorch's memory viewer; "
+                        "parquet: a run (or one log) as a Parquet dataset partitioned by host and rank")  # fmt: skip
+    export.add_argument("-o", "--output", required=True,
+                        help="file to write (.pickle as _dump_snapshot; .json: JSON); parquet: the dataset's folder "
+                        "(new or empty)")  # fmt: skip
     export.set_defaults(run=_export)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(run=_info)

@@ -96,7 +96,7 @@ def cluster_heatmap(
         title=f"{metric.replace('_', ' ')} by rank over time",
         xaxis_title=TIME_AXIS[mode],
         yaxis={"autorange": "reversed", "type": "category"},
-        height=max(300, 24 * len(labels) + 150),
+        height=max(300, 24 * min(len(labels), 64) + 150),  # past 64 rows, thinner rows: 1024 x 24 px drew ~2x slower
     )
     return figure
 
