@@ -156,6 +156,59 @@ def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # typ
     page.close()
 
 
+OOM_CELL = """%%gpuviz --growth --memory-limit 64MiB
+import numpy as np, gpuviz
+keep = [gpuviz.empty(1 << 20, np.float32) for _ in range(14)]  # 14 arrays of 4 MiB
+del keep[::2]  # every other one freed: 36 MiB free, in holes of at most 8 MiB
+big = gpuviz.empty(3 << 20, np.float32)  # 12 MiB: out of memory"""
+
+
+def test_dashboard_opens_at_the_oom_in_jupyterlab(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A ``%%gpuviz`` cell that runs out of memory: the cell shows its own error, and the
+    dashboard opens at the OOM with the ghost bar, the pinning allocations and their list."""
+    base, token, root = lab_server
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(OOM_CELL)])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, root / "oom.ipynb")
+    page = browser.new_page(viewport={"width": 1300, "height": 1250})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/oom.ipynb?reset&token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_selector(".jp-OutputArea-output >> text=OutOfMemoryError", timeout=120_000)
+    page.wait_for_function(
+        "document.querySelector('.gpuviz-slider-label')?.innerText.endsWith('oom \u00b7 OOM')", timeout=120_000
+    )
+    names = page.evaluate("document.querySelector('.gpuviz-dashboard .gpuviz-map').data.map(t => t.name)")
+    assert names[-2:] == ["pinning", "failed request"]
+    ghost = page.evaluate(
+        "document.querySelector('.gpuviz-dashboard .gpuviz-map').data.find(t => t.name === 'failed request').x"
+    )
+    assert ghost == [12 << 20]
+    assert page.locator(".gpuviz-dashboard .gpuviz-map .bars path").count() >= 10
+    rows = page.eval_on_selector_all(  # segment rows top to bottom, as drawn
+        ".gpuviz-dashboard .gpuviz-map .ytick text", "ts => ts.map(t => [t.getBoundingClientRect().y, t.textContent])"
+    )
+    drawn = [text for _, text in sorted(rows)]
+    assert len(drawn) == 5 and drawn == sorted(drawn, key=lambda t: int(t, 16))  # by address
+    page.wait_for_timeout(500)  # (a late resize of the map would show here)
+    box = page.locator(".gpuviz-dashboard .gpuviz-map .main-svg").first.bounding_box()
+    side = page.locator(".gpuviz-dashboard div.gpuviz-pinning").bounding_box()
+    assert box is not None and side is not None and box["x"] + box["width"] <= side["x"] + 1  # side by side
+    text = page.inner_text(".gpuviz-dashboard")
+    assert "Out of memory: 12 MiB requested" in text and "free 36 MiB in" in text and "largest 8.0 MiB" in text
+    assert errors == []
+    page.evaluate("document.querySelector('.gpuviz-dashboard').scrollIntoView()")
+    if page.locator(".jp-toast-button", has_text="No").count():
+        page.locator(".jp-toast-button", has_text="No").first.click()  # JupyterLab's news question
+    page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root)) / "dashboard-oom.png"))
+    page.close()
+
+
 def test_labextension_renders_saved_results(browser, lab_server, runtime_log) -> None:  # type: ignore[no-untyped-def]
     """Saved results render in JupyterLab without a kernel: a .gpuviz.json file opened from
     the file browser, and an EventLog output stored in an executed notebook."""

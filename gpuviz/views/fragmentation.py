@@ -396,7 +396,10 @@ def map_layout(
     """The map's layout as a plain dict: the metric strip in the title, one row per segment, the
     x range zoomed by ``zoom_range`` with buttons for the used range and the whole pool."""
     rows = max(1, len(state.segments))
-    yaxis: dict[str, Any] = {"title": {"text": "segment"}, "type": "category", "autorange": "reversed"}
+    yaxis: dict[str, Any] = {
+        "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
+        "categoryorder": "array", "categoryarray": [_label(s.base) for s in state.segments],  # by address
+    }  # fmt: skip
     if lean:
         yaxis = {"title": {"text": "segment"}, **segment_rows(state)}
         if pinning is not None:  # room for the ghost bar below the last row
