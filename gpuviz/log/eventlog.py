@@ -138,7 +138,8 @@ class EventLog:
     # ----------------------------------------------------------------- recording
     def append(self, row: tuple[int, ...]) -> None:
         """Stage one event: the fields of ``ROW_COLUMNS`` in order (all ints)."""
-        self._check_writable()
+        if self._readonly:
+            self._check_writable()
         staged = self._staged
         staged.extend(_pack(*row))
         if len(staged) >= self._flush_len:
@@ -163,7 +164,8 @@ class EventLog:
 
     def intern_string(self, text: str) -> int:
         """Index of ``text`` in the string table, adding it if new."""
-        return self._intern(text, self.strings, self._string_ids)
+        index = self._string_ids.get(text)  # the common case: known, no lock
+        return index if index is not None else self._intern(text, self.strings, self._string_ids)
 
     def string_id(self, text: str) -> int:
         """Index of ``text`` in the string table, or ``NO_INDEX`` when the log never used it."""
