@@ -12,19 +12,25 @@ setup(
         Extension(
             "gpuviz.capture._rowwriter",
             sources=["gpuviz/capture/_rowwriter.c"],
+            depends=["gpuviz/capture/_rows.h"],
+            optional=True,
+        ),
+        Extension(
+            "gpuviz.log._staging",
+            sources=["gpuviz/log/_staging.c"],
             optional=True,
         ),
         Extension(
             "gpuviz.capture._bfcnative",
             sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h"],
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(  # the core with gpuviz_malloc/gpuviz_free, for PyTorch's pluggable allocator (POSIX)
             "gpuviz.capture._pluggable",
             sources=["gpuviz/capture/_pluggable.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h"],
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h"],
             extra_compile_args=["-O2"],
             libraries=["dl", "pthread"],
             optional=True,

@@ -5,11 +5,15 @@ Reported per cell: first draw (request -> the first figure the dashboard sends),
 updates while the cell ran (each changes the header) and their rate, the cell's own time with the
 dashboard against the same cell run plainly (the cost), and the empty-cell overhead.
 
-Run by hand:  .venv/bin/python benchmarks/bench_live.py
+Run by hand:  .venv/bin/python benchmarks/bench_live.py [--busy-ops N]
+
+``--busy-ops``: ops in the busy cell (default 40000; since small ops got cheaper, 40000 take
+well under a second, so ``--busy-ops 400000`` gives the ~7 s busy cell of earlier measurements).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
@@ -29,7 +33,7 @@ import time, numpy as np, gpuviz
 x = gpuviz.asarray(np.ones((16, 16)))
 keep = []
 start = time.perf_counter()
-for i in range(40000):
+for i in range({ops}):
     y = x @ x
     if i % 100 == 0:
         keep.append(y)
@@ -78,6 +82,9 @@ def run(client: Any, code: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--busy-ops", type=int, default=40000)
+    busy = BUSY.replace("{ops}", str(parser.parse_args().busy_ops))
     manager, client = start_new_kernel(kernel_name="python3")
     try:
         run(client, "%load_ext gpuviz")
@@ -88,7 +95,7 @@ def main() -> None:
         plain = [run(client, "pass")["total"] for _ in range(5)]
         print(f"empty %%gpuviz cell: {min(empty) * 1e3:.0f} ms (plain empty cell {min(plain) * 1e3:.0f} ms)"
               f" -> overhead {(min(empty) - min(plain)) * 1e3:.0f} ms")  # fmt: skip
-        for name, code in (("sleepy 10 s cell", SLEEPY), ("busy cell", BUSY)):  # best of REPEAT each
+        for name, code in (("sleepy 10 s cell", SLEEPY), ("busy cell", busy)):  # best of REPEAT each
             bares, lives, cpus = [], [], []
             for _ in range(REPEAT):  # alternated, so that load from elsewhere hits both alike
                 bares.append(run(client, code)["cell"])

@@ -7,6 +7,7 @@ Data flows one way: capture (allocators, upstreams) -> log (EventLog) -> analysi
 import gpuviz.views.comparison
 import gpuviz.views.static  # noqa: F401 - registers the rich display of EventLog
 from gpuviz import config
+from gpuviz import dask as dask  # gpuviz.dask.profile_run(): Dask is imported only when a client is given
 from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.cluster import ClusterSummary, cluster_summary
@@ -25,6 +26,15 @@ from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, record_run, reset
 from gpuviz.scenarios import whatif
+
+
+def show_run(source: str, *, threshold: float = 0.1, align: str = "auto") -> object:
+    """The notebook view of the run in directory (or glob, or run manifest) ``source``: the ranks
+    x time heatmap, the per-rank table, and a rank's full views on selection
+    (``gpuviz.widgets.cluster``); ``align``: ``"auto"``, ``"clock"`` or ``"start"``."""
+    from gpuviz.widgets.cluster import show_run as show
+
+    return show(source, threshold=threshold, align=align)
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -49,6 +59,7 @@ __all__ = [
     "record_run",
     "Run",
     "load_run",
+    "show_run",
     "ClusterSummary",
     "cluster_summary",
     "reset",

@@ -15,6 +15,16 @@ import pytest
 from gpuviz import BFCAllocator, SimUpstream
 
 
+@pytest.fixture(autouse=True)
+def _real_main_module() -> Iterator[None]:
+    """IPython's InteractiveShell (the magic tests) puts its own ``__main__`` module in
+    ``sys.modules``, without the ``__spec__`` multiprocessing needs to start a worker (Dask's
+    LocalCluster, the process pool): put the real one back after each test."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
+
+
 def snapshot(alloc: BFCAllocator) -> tuple[object, object, int]:
     """Everything a bad call must leave unchanged: heap state, stats, log length."""
     return alloc.state(), alloc.stats(), len(alloc.log)
@@ -138,4 +148,8 @@ def lab_server(
         yield base, token, tmp_path
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # shutting kernels down can outlast 30 s on a loaded machine
+            server.kill()
+            server.wait(timeout=30)

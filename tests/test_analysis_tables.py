@@ -6,6 +6,8 @@ import gc
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, SimUpstream, config
@@ -135,3 +137,48 @@ def test_profile_options() -> None:
     assert p.devices["GPU:0"].opening == 2
     with pytest.raises(ValueError, match="has no allocator events"):
         profile(alloc.log, ViewOptions(device="GPU:9"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5)), max_size=60))
+def test_pairing_allocs_with_their_frees(events: list[tuple[bool, int]]) -> None:
+    """The free that ends an alloc is the next event at its address when that is a free (else
+    -1), the compiled pass and the NumPy one alike, on streams with repeated allocs and stray
+    frees (imported traces have both)."""
+    import gpuviz.analysis.tables as tables
+    from gpuviz.log.schema import Kind
+
+    kinds = np.array([Kind.ALLOC if alloc else Kind.FREE for alloc, _ in events], dtype=np.uint8)
+    addresses = np.array([address for _, address in events], dtype=np.int64)
+    expected = []
+    for i, (alloc, address) in enumerate(events):
+        later = [j for j in range(i + 1, len(events)) if events[j][1] == address]
+        expected.append(later[0] if alloc and later and not events[later[0]][0] else -1)
+    assert tables._free_of(kinds, addresses).tolist() == expected
+    kernel = tables._pairing_kernel
+    try:
+        tables._pairing_kernel = lambda: None  # type: ignore[assignment]
+        assert tables._free_of(kinds, addresses).tolist() == expected
+    finally:
+        tables._pairing_kernel = kernel  # type: ignore[assignment]
+
+
+def test_allocated_by_address_index_equals_the_scan() -> None:
+    """Looking the live chunks up by address (what each scrubber frame does) gives what scanning
+    every allocation gives, at every event of a run that reuses addresses."""
+    alloc = BFCAllocator(SimUpstream("1GiB", base=BASE), growth=True)
+    rng = np.random.default_rng(5)
+    live: list[int] = []
+    for _ in range(400):
+        if live and rng.random() < 0.5:
+            alloc.free(live.pop(int(rng.integers(len(live)))))
+        else:
+            live.append(alloc.allocate(int(rng.integers(1, 4)) * 256))
+    p = profile(alloc.log)
+    dp = p.devices["GPU:0"]
+    t0 = p.t0_ns
+    for index in range(0, len(alloc.log), 7):
+        state = dp.state_at(index)
+        by_address = dp.allocated(index, t0, addresses=[c.address for c in state.chunks() if c.in_use])
+        assert by_address == dp.allocated(index, t0)
+        assert set(by_address) == {c.address for c in state.chunks() if c.in_use}

@@ -9,13 +9,19 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 import gpuviz
+from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.frontends.options import write_report
+from gpuviz.log.schema import Kind
+from gpuviz.views.eventstream import decode_columns, event_stream
+from gpuviz.views.fragmentation import map_spec_and_state, metric_text
+from gpuviz.views.report import FRAME_RECTANGLES, _frame_label, report_html, scrub_positions, to_script_json
 
 CHROMIUM = "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM) and os.environ.get("CI"):
@@ -150,6 +156,59 @@ def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # typ
     page.close()
 
 
+OOM_CELL = """%%gpuviz --growth --memory-limit 64MiB
+import numpy as np, gpuviz
+keep = [gpuviz.empty(1 << 20, np.float32) for _ in range(14)]  # 14 arrays of 4 MiB
+del keep[::2]  # every other one freed: 36 MiB free, in holes of at most 8 MiB
+big = gpuviz.empty(3 << 20, np.float32)  # 12 MiB: out of memory"""
+
+
+def test_dashboard_opens_at_the_oom_in_jupyterlab(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
+    """A ``%%gpuviz`` cell that runs out of memory: the cell shows its own error, and the
+    dashboard opens at the OOM with the ghost bar, the pinning allocations and their list."""
+    base, token, root = lab_server
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(OOM_CELL)])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, root / "oom.ipynb")
+    page = browser.new_page(viewport={"width": 1300, "height": 1250})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/lab/tree/oom.ipynb?reset&token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_selector(".jp-OutputArea-output >> text=OutOfMemoryError", timeout=120_000)
+    page.wait_for_function(
+        "document.querySelector('.gpuviz-slider-label')?.innerText.endsWith('oom \u00b7 OOM')", timeout=120_000
+    )
+    names = page.evaluate("document.querySelector('.gpuviz-dashboard .gpuviz-map').data.map(t => t.name)")
+    assert names[-2:] == ["pinning", "failed request"]
+    ghost = page.evaluate(
+        "document.querySelector('.gpuviz-dashboard .gpuviz-map').data.find(t => t.name === 'failed request').x"
+    )
+    assert ghost == [12 << 20]
+    assert page.locator(".gpuviz-dashboard .gpuviz-map .bars path").count() >= 10
+    rows = page.eval_on_selector_all(  # segment rows top to bottom, as drawn
+        ".gpuviz-dashboard .gpuviz-map .ytick text", "ts => ts.map(t => [t.getBoundingClientRect().y, t.textContent])"
+    )
+    drawn = [text for _, text in sorted(rows)]
+    assert len(drawn) == 5 and drawn == sorted(drawn, key=lambda t: int(t, 16))  # by address
+    page.wait_for_timeout(500)  # (a late resize of the map would show here)
+    box = page.locator(".gpuviz-dashboard .gpuviz-map .main-svg").first.bounding_box()
+    side = page.locator(".gpuviz-dashboard div.gpuviz-pinning").bounding_box()
+    assert box is not None and side is not None and box["x"] + box["width"] <= side["x"] + 1  # side by side
+    text = page.inner_text(".gpuviz-dashboard")
+    assert "Out of memory: 12 MiB requested" in text and "free 36 MiB in" in text and "largest 8.0 MiB" in text
+    assert errors == []
+    page.evaluate("document.querySelector('.gpuviz-dashboard').scrollIntoView()")
+    if page.locator(".jp-toast-button", has_text="No").count():
+        page.locator(".jp-toast-button", has_text="No").first.click()  # JupyterLab's news question
+    page.screenshot(path=str(Path(os.environ.get("GPUVIZ_SCREENSHOT_DIR", root)) / "dashboard-oom.png"))
+    page.close()
+
+
 def test_labextension_renders_saved_results(browser, lab_server, runtime_log) -> None:  # type: ignore[no-untyped-def]
     """Saved results render in JupyterLab without a kernel: a .gpuviz.json file opened from
     the file browser, and an EventLog output stored in an executed notebook."""
@@ -231,8 +290,15 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
 def make_oom_report(path: Path) -> dict[str, int]:
     """One 16 MiB segment: free 3 MiB | A 1 MiB | free 3 MiB | B 2 MiB | free 1 MiB | C 512 KiB | D 5.5 MiB,
     then a 6 MiB request fails; releasing A alone would have made a 7 MiB hole."""
+    log, addresses = oom_log()
+    write_report(log, path)
+    return addresses
+
+
+def oom_log(later: int = 12, **options: Any) -> tuple[gpuviz.EventLog, dict[str, int]]:
+    """``make_oom_report``'s run, with ``later`` allocate/free pairs after the OOM."""
     log = gpuviz.EventLog()
-    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="16MiB", growth=False, log=log)
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="16MiB", growth=False, log=log, **options)
     sizes = {"x0": 3 << 20, "A": 1 << 20, "x1": 3 << 20, "B": 2 << 20, "x2": 1 << 20, "C": 512 << 10, "D": 11 << 19}
     addresses = {name: alloc.allocate(size, tag=name) for name, size in sizes.items()}
     for name in ("x0", "x1", "x2"):
@@ -240,10 +306,9 @@ def make_oom_report(path: Path) -> dict[str, int]:
     gpuviz.mark("before the failure", log=log)
     with pytest.raises(gpuviz.OutOfMemoryError):
         alloc.allocate(6 << 20, tag="big")
-    for i in range(12):  # later history: the scrubber has frames after the OOM too
+    for i in range(later):  # later history: the scrubber has frames after the OOM too
         alloc.free(alloc.allocate((i + 1) * 1000, tag=f"later {i}"))
-    write_report(log, path)
-    return addresses
+    return log, addresses
 
 
 def trace_bars(page, div: str, trace: str):  # type: ignore[no-untyped-def]
@@ -329,6 +394,129 @@ def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: P
     assert shown == ["512 KiB", "1.0 MiB", "2.0 MiB", "5.5 MiB"]
     assert errors == []
     page.close()
+
+
+def heap_rows(state: Any) -> list[list[Any]]:
+    """[address, size, requested, in use] per chunk, as the report's script keeps them."""
+    return [[c.address, c.size, c.requested, c.in_use] for c in state.chunks()]
+
+
+PAGE_HEAP = (
+    "e => e.gpuvizHeap && e.gpuvizHeap.flatMap(s => s.chunks.map(c => [c.address, c.size, c.requested, c.inUse]))"
+)
+
+
+def test_report_arrow_keys_step_event_by_event(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """From a stop, ArrowRight shows the next operation's heap (applied by the page from the
+    embedded events), ArrowLeft goes back; back at the OOM the ghost bar is drawn again."""
+    log, _ = oom_log(later=80)
+    path = tmp_path / "steps.html"
+    write_report(log, path)
+    p = profile(log)
+    dp = p.devices["GPU:0"]
+    stops = scrub_positions(dp)
+    settled = dp.series.index[dp.series.settled & (log["kind"][dp.series.index] != Kind.OOM)].tolist()
+    steps = sorted(set(stops) | set(settled))
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("http*://**", lambda route: route.abort())
+    page.goto(path.as_uri())
+    page.wait_for_selector("#map0 .main-svg")
+    oom_label = page.inner_text("#map0-label")
+    assert oom_label.startswith("event 18 · ") and "OUT OF MEMORY" in oom_label
+    page.locator("#map0").focus()
+    at = steps.index(18)
+    events_between = 0
+    for k in range(at + 1, at + 9):  # the 8 operations after the OOM, each a keypress
+        page.keyboard.press("ArrowRight")
+        position = steps[k]
+        assert page.inner_text("#map0-label").startswith(f"event {position} · "), (position, stops)
+        assert page.evaluate("document.getElementById('map0').dataset.position") == str(position)
+        if position not in stops:  # drawn from the events: the page's heap is replay's, chunk by chunk
+            events_between += 1
+            assert page.eval_on_selector("#map0", PAGE_HEAP) == heap_rows(dp.state_at(position))
+            assert page.evaluate("document.getElementById('map0-slider').value") == str(
+                sum(s < position for s in stops) - 1
+            )
+    assert events_between >= 4, stops  # most of these operations are between stops
+    # the drawn bars follow: one bar per chunk in use (used) and per free chunk
+    state = dp.state_at(steps[at + 8])
+    drawn = page.evaluate("document.getElementById('map0').data.map(t => [t.name, t.x.length])")
+    assert dict(drawn)["free"] == sum(not c.in_use for c in state.chunks())
+    assert dict(drawn)["used"] == sum(c.in_use for c in state.chunks())
+    for k in range(at + 7, at - 1, -1):  # ArrowLeft walks back the same operations
+        page.keyboard.press("ArrowLeft")
+        assert page.inner_text("#map0-label").startswith(f"event {steps[k]} · ")
+    assert page.inner_text("#map0-label") == oom_label
+    assert trace_bars(page, "map0", "failed request").count() == 1  # the ghost bar, at the OOM again
+    assert trace_bars(page, "map0", "pinning").count() == 1
+    page.keyboard.press("ArrowLeft")  # before the OOM: the mark, a stop
+    assert page.inner_text("#map0-label").startswith("event 17 · ") and "mark before the failure" in page.inner_text(
+        "#map0-label"
+    )
+    page.keyboard.press("ArrowLeft")
+    assert page.eval_on_selector("#map0", PAGE_HEAP) in (None, heap_rows(dp.state_at(steps[at - 2])))
+    assert errors == []
+    page.close()
+
+
+def stepper_frames(page, div: str, positions: list[int]) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """The maps the report's script draws from its embedded events at each log position."""
+    script = (
+        "([id, positions]) => {"
+        " const s = gpuvizStepper(JSON.parse(document.getElementById(id + '-events').textContent));"
+        " return positions.map(p => { const f = s.frame(p);"
+        " return {data: f.data, layout: f.layout, label: f.label}; });"
+        " }"
+    )
+    return list(page.evaluate(script, [div, positions]))
+
+
+@pytest.mark.parametrize("case", ["tagged with call sites", "aggregated"])
+def test_report_event_frames_are_the_python_maps(browser, tmp_path: Path, case: str) -> None:  # type: ignore[no-untyped-def]
+    """The page's map at an event is the one Python draws there (trace_specs/map_layout, lean):
+    every bar, hover datum and axis, for every operation of the embedded window."""
+    if case == "aggregated":  # more than FRAME_RECTANGLES / 2 chunks: bucketed bars
+        log = gpuviz.EventLog()
+        alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), growth=True, log=log)
+        keep = [alloc.allocate((i % 5 + 1) * 3000, tag=f"t{i % 3}") for i in range(900)]
+        for i, ptr in enumerate(keep):
+            if i % 2:
+                alloc.free(ptr)
+        options = ViewOptions()
+    else:
+        log, _ = oom_log(later=30, stacks=True)
+        options = ViewOptions(color_by="tag")
+    p = profile(log, options)
+    path = tmp_path / "frames.html"
+    path.write_text(report_html(p, plotlyjs="inline"), encoding="utf-8")
+    dp = p.devices["GPU:0"]
+    stream = event_stream(p, "GPU:0", max_rectangles=FRAME_RECTANGLES)
+    cols = decode_columns(stream["columns"])
+    positions = cols["position"][cols["settled"] == 1].tolist()
+    if case == "aggregated":
+        positions = positions[-40:]  # a heap of ~900 chunks: the last 40 operations
+    page = browser.new_page()
+    page.goto(path.as_uri())
+    page.wait_for_selector("#map0 .main-svg")
+    frames = stepper_frames(page, "map0", positions)
+    page.close()
+    for position, frame in zip(positions, frames, strict=True):
+        spec, state = map_spec_and_state(p, "GPU:0", position, lean=True, max_rectangles=FRAME_RECTANGLES)
+        expected = json.loads(to_script_json({"data": spec["data"], "layout": spec["layout"]}).replace("\\u003c", "<"))
+        assert frame["data"] == expected["data"], position
+        assert frame["layout"] == expected["layout"], position
+        assert frame["label"] == _frame_label(p, dp, position, metric_text(state))
+    names = {t["name"] for f in frames for t in f["data"] if t["x"]}
+    if case == "aggregated":
+        assert names == {"free (aggregated)", "waste (aggregated)", "used (aggregated)"}
+    else:
+        assert {"later 29", "D"} <= names  # one trace per tag
+        sites = {
+            s.split()[-1] for f in frames for t in f["data"] for s in t["meta"]["strings"] if "test_browser.py:" in s
+        }
+        assert "(oom_log)" in sites  # call sites, from the recorded stacks
 
 
 def test_jupyterlab_result_opens_at_the_oom(browser, lab_server) -> None:  # type: ignore[no-untyped-def]

@@ -126,3 +126,24 @@ def test_live_dashboard_follows_a_growing_log_from_its_thread() -> None:
     dashboard.stop_live()
     assert dashboard.refresh_count == 1 and len(kept) == 200
     assert dashboard.header.startswith("<b>gpuviz</b> · ") and f"{len(log)} events" in dashboard.header
+
+
+def test_live_map_redraws_stay_within_their_share_of_the_time() -> None:
+    """A changed heap is redrawn at once the first time, then not before its drawing cost divided
+    by ``MAP_SHARE`` has passed (the timeline and header still update); once due, it is drawn."""
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), growth=True, log=log)
+    kept = [alloc.allocate(1 << 16, tag="first")]
+    board = Dashboard(log)
+    board.live_update()
+    first = board.map_json
+    assert "(live)" in first and board._map_due > 0
+    board._map_due = time.perf_counter() + 3600  # as if that map had cost a minute: not due for an hour
+    kept.append(alloc.allocate(1 << 20, tag="second"))
+    board.live_update()
+    kept.append(alloc.allocate(1 << 20, tag="third"))
+    board.live_update()
+    assert board.map_json == first and board.live_updates == 3 and f"{len(log)} events" in board.header
+    board._map_due = 0.0  # due: the heap changed meanwhile, so it is drawn though nothing is new
+    board.live_update()
+    assert board.map_json != first and "third" in board.map_json and len(kept) == 3

@@ -146,6 +146,12 @@ def test_scrub_stops_hold_every_oom_the_peak_and_every_mark() -> None:
     assert len(stops) <= 10 + len(marks) + len(ooms) + 1
     with pytest.raises(ValueError, match="count"):
         scrub_stops(log, count=0)
+    # more marks than max_marks: that many, evenly spaced, the first and the last among them
+    fewer = scrub_stops(log, count=10, series=series, max_marks=2)
+    assert set(fewer) & set(marks) == {marks[0], marks[-1]} and set(ooms) <= set(fewer) and peak in fewer
+    assert not set(scrub_stops(log, count=10, series=series, max_marks=0)) & set(marks)
+    with pytest.raises(ValueError, match="max_marks"):
+        scrub_stops(log, max_marks=-1)
 
 
 def test_operation_ends() -> None:

@@ -48,6 +48,7 @@ def two_device_log(n_steps: int, seed: int) -> EventLog:
 @needs_kernel
 @pytest.mark.parametrize("every", [1, 3, 64, 8192])
 def test_the_compiled_pass_gives_the_python_pass_states(every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUVIZ_NATIVE", "1")  # the compiled pass, whatever the environment says
     log = two_device_log(3000, seed=every)
     compiled = replay(log, checkpoint_every=every)
     for device in ("GPU:0", "GPU:1"):

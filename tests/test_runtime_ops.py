@@ -106,6 +106,30 @@ def test_numpy_code_gives_numpys_results(runtime_log: EventLog) -> None:
     assert x.numpy()[0, 0] == 42.0
 
 
+def test_operators_with_arrays_scalars_and_host_arrays(runtime_log: EventLog) -> None:
+    """Python operators run the op directly for DeviceArray and scalar operands (reflected ones
+    too) and through NumPy's dispatch for anything else: the same values, op names and tags."""
+    x_host = np.arange(1.0, 7.0).reshape(2, 3)
+    x = gpuviz.asarray(x_host)
+    start = len(placements(runtime_log))
+    checks = [
+        (x + x, x_host + x_host), (2 - x, 2 - x_host), (x * 3, x_host * 3), (1 / x, 1 / x_host),
+        (x // 2, x_host // 2), (7 % x, 7 % x_host), (x**2, x_host**2), (2**x, 2**x_host),
+        (x @ x.T, x_host @ x_host.T), (x + x_host, x_host + x_host), (x_host - x, x_host - x_host),
+        (x - [1.0, 2.0, 3.0], x_host - [1.0, 2.0, 3.0]),
+    ]  # fmt: skip
+    for got, expected in checks:
+        assert isinstance(got, gpuviz.DeviceArray) and got.device == "GPU:0"
+        np.testing.assert_allclose(got.numpy(), expected)
+    ops = [tag for tag, *_ in placements(runtime_log)[start:] if tag not in ("Transpose", "Const")]
+    assert ops == ["AddV2", "Sub", "Mul", "Divide", "FloorDiv", "Remainder", "Pow", "Pow", "MatMul", "AddV2",
+                   "Sub", "Sub"]  # fmt: skip
+    assert runtime_log.filter(kind="alloc")[-1].tag == "Sub:float64[2,3]"
+    x.release()
+    with pytest.raises(RuntimeError, match="was released"):
+        x + 1
+
+
 def test_views_share_memory_and_outputs_get_new_memory(runtime_log: EventLog) -> None:
     x = gpuviz.asarray(np.arange(12.0))
     allocs = len(runtime_log.filter(kind="alloc"))

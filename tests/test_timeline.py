@@ -92,3 +92,39 @@ def test_series_needs_a_device_when_there_are_several() -> None:
     with pytest.raises(ValueError, match="pass device="):
         timeline_series(log)
     assert timeline_series(log, "GPU:1").bytes_in_use.tolist() == [0, 0, 256]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_extremes_in_chunks_equal_the_whole_series(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Peak, largest pool and waste computed a chunk of events at a time (carrying the running
+    sums) are those of the whole timeline, on a log with two devices and marks between."""
+    import gpuviz.analysis.timeline as timeline
+
+    monkeypatch.setattr(timeline, "EXTREMES_CHUNK", chunk)
+    log = EventLog()
+    gpu = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log, device="GPU:0")
+    cpu = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log, device="CPU:0")
+    rng = np.random.default_rng(3)
+    live: list[tuple[BFCAllocator, int]] = []
+    for step in range(300):
+        if live and rng.random() < 0.45:
+            owner, address = live.pop(int(rng.integers(len(live))))
+            owner.free(address)
+        else:
+            owner = gpu if rng.random() < 0.7 else cpu
+            live.append((owner, owner.allocate(int(rng.integers(1, 3 * MiB)))))
+        if step % 17 == 0:
+            log.mark(f"step {step}")
+    for device in ("GPU:0", "CPU:0"):
+        series = timeline_series(log, device)
+        i = int(np.argmax(series.bytes_in_use))
+        found = timeline.extremes(log, device)
+        assert (found.peak.bytes, found.peak.index, found.peak.seq, found.peak.time_ns) == (
+            int(series.bytes_in_use[i]), int(series.index[i]), int(series.seq[i]), int(series.time_ns[i])
+        )  # fmt: skip
+        assert found.pool_bytes == int(series.pool_bytes.max())
+        waste = series.internal_waste
+        assert (found.waste.at_end, found.waste.at_peak, found.waste.maximum) == (
+            int(waste[-1]), int(waste[i]), int(waste.max())
+        )  # fmt: skip
+        assert peak(log, device) == found.peak and internal_waste(log, device) == found.waste

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuviz import OutOfMemoryError, SimUpstream, replay
+from gpuviz import InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.torch_rules import CachingRules, allocation_size
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
 from gpuviz.capture.torch_caching import TorchCachingAllocator
@@ -157,3 +157,71 @@ def test_every_policy_keeps_its_invariants_and_replays_exactly(ops, spec) -> Non
         alloc.check()  # type: ignore[attr-defined]
     if len(alloc.log):
         assert replay(alloc.log).state_at(-1) == alloc.state()  # type: ignore[attr-defined]
+
+
+def test_torch_deferred_free_keeps_the_block_until_its_streams_are_done() -> None:
+    """A block used on other streams (record_stream) is not reused until its free completes."""
+    t = TorchCachingAllocator(SimUpstream("1GiB"))
+    a = t.allocate(3 * MiB)  # a 20 MiB segment, split: a at its start
+    t.free(a, deferred=True)
+    b = t.allocate(3 * MiB)  # a's block still waits: b comes from the 17 MiB remainder
+    assert (a, b) == (B, B + 3 * MiB)
+    assert t.complete_free(a) is True
+    c = t.allocate(3 * MiB)  # now a's 3 MiB block is the best fit
+    assert c == B
+    kinds = [(e.kind, e.address - B) for e in t.log if e.kind in ("alloc", "free")]
+    assert kinds == [("alloc", 0), ("alloc", 3 * MiB), ("free", 0), ("alloc", 0)]
+    t.check()
+
+
+def test_torch_synchronizes_deferred_frees_before_running_out_of_memory() -> None:
+    """Before giving up, PyTorch waits for every deferred free (release_cached_blocks), so the
+    waiting block's segment is released and the request fits in its place."""
+    t = TorchCachingAllocator(SimUpstream(42 * MiB))
+    a = t.allocate(30 * MiB)
+    t.free(a, deferred=True)
+    b = t.allocate(30 * MiB)  # 12 MiB left: synchronize, release a's segment, retry at the same place
+    assert b == B
+    assert _events(t.log) == [("segment_alloc", 0, 30 * MiB), ("segment_free", 0, 30 * MiB),
+                              ("segment_alloc", 0, 30 * MiB)]  # fmt: skip
+    assert t.complete_free(a) is False  # the synchronization completed it already
+    t.free(b)
+    t.check()
+
+
+def test_deferred_free_errors_name_the_block_and_change_nothing() -> None:
+    t = TorchCachingAllocator(SimUpstream("1GiB"))
+    a = t.allocate(1000)
+    t.free(a, deferred=True)
+    with pytest.raises(InvalidFreeError, match="already freed; its free waits on other streams"):
+        t.free(a)
+    with pytest.raises(InvalidFreeError, match="has no deferred free waiting"):
+        t.complete_free(a + 512)
+    t.check()
+    assert t.complete_free(a) is True
+    t.check()
+
+
+def test_whatif_replays_a_free_that_waited_on_another_stream(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """From a PyTorch trace whose free waited on another stream: PyTorch's model frees the block
+    at the synchronization before an OOM, and fits 42 MiB; a policy without deferred frees
+    returns the memory only at the recorded completion, after the request, and runs out."""
+    import json
+
+    import gpuviz
+
+    base, mib = 0x7F0000000000, 1 << 20
+    entry = lambda action, addr, size, t: {"action": action, "addr": addr, "size": size, "stream": 0,  # noqa: E731
+                                           "time_us": t, "frames": []}  # fmt: skip
+    trace = [entry("segment_alloc", base, 30 * mib, 1), entry("alloc", base, 30 * mib, 2),
+             entry("free_requested", base, 30 * mib, 3), entry("segment_alloc", base + 32 * mib, 30 * mib, 4),
+             entry("alloc", base + 32 * mib, 30 * mib, 5), entry("free_completed", base, 30 * mib, 6),
+             entry("free_requested", base + 32 * mib, 30 * mib, 7),
+             entry("free_completed", base + 32 * mib, 30 * mib, 8)]  # fmt: skip
+    path = tmp_path / "two_streams.json"
+    path.write_text(json.dumps({"segments": [], "device_traces": [trace]}))
+    log = gpuviz.load(path)
+    comparison = gpuviz.whatif(log, ["torch", "tf-bfc"], capacity=42 * mib)
+    torch_outcome, bfc = comparison.outcomes[1], comparison.outcomes[2]
+    assert torch_outcome.oom is None and torch_outcome.served == torch_outcome.requests == 5
+    assert bfc.oom is not None and bfc.served == 2

@@ -1,8 +1,10 @@
 /* gpuviz.analysis._replaykernel: replay's one pass over a device's heap events, in C (optional).
  *
- * checkpoints(kinds, addresses, sizes, requested, tags, stacks, every) applies the events
- * (columns as contiguous uint8 / int64 / int64 / int64 / int32 / int32 buffers) exactly as
- * gpuviz.analysis.replay._apply does and snapshots the heap after every ``every`` events:
+ * checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) applies the
+ * events (columns as contiguous uint8 / int64 / int64 / int64 / int32 / int32 buffers; with
+ * ``positions``, an int64 buffer of row numbers, only those rows, in that order: one device's
+ * events read in place from the whole log's columns) exactly as gpuviz.analysis.replay._apply
+ * does and snapshots the heap after every ``every`` events:
  *
  *   returns (chunks, chunk_offsets, segments, segment_offsets), all bytes:
  *     chunks           records of 32 bytes: address, size, requested (int64), tag, stack (int32)
@@ -238,32 +240,40 @@ static int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer
 }
 
 static PyObject *checkpoints(PyObject *module, PyObject *args) {
-    Py_buffer kinds, addresses, sizes, requested, tags, stacks;
+    Py_buffer kinds, addresses, sizes, requested, tags, stacks, picked = {0};
     Py_ssize_t every;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*n", &kinds, &addresses, &sizes, &requested, &tags, &stacks, &every))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*n|y*", &kinds, &addresses, &sizes, &requested, &tags, &stacks, &every,
+                          &picked))
         return NULL;
     PyObject *result = NULL;
     heap_t h = {0};
     buffer_t chunks = {0}, chunk_offsets = {0}, segments = {0}, segment_offsets = {0};
-    Py_ssize_t n = kinds.len;
-    if (every < 1 || addresses.len != n * 8 || sizes.len != n * 8 || requested.len != n * 8 || tags.len != n * 4 ||
-        stacks.len != n * 4) {
+    Py_ssize_t rows = kinds.len, n = picked.buf ? picked.len / 8 : rows;
+    if (every < 1 || addresses.len != rows * 8 || sizes.len != rows * 8 || requested.len != rows * 8 ||
+        tags.len != rows * 4 || stacks.len != rows * 4 || (picked.buf && picked.len % 8)) {
         PyErr_SetString(PyExc_ValueError, "columns of unequal length or wrong item size, or every < 1");
         goto done;
     }
-    const uint8_t *kind = kinds.buf;
-    const int64_t *address = addresses.buf, *size = sizes.buf, *req = requested.buf;
-    const int32_t *tag = tags.buf, *stack = stacks.buf;
+    const int64_t *position = picked.buf; /* the events to apply, in order; NULL: every row */
+    for (Py_ssize_t i = 0; position && i < n; i++)
+        if (position[i] < 0 || position[i] >= rows) {
+            PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
+            goto done;
+        }
+    const uint8_t *kind_of = kinds.buf;
+    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
+    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
     if (map_init(&h.chunk_at, 1024) < 0 || map_init(&h.segment_at, 64) < 0) goto nomem;
     int64_t zeros[2] = {0, 0}; /* snapshot 0, the empty heap: records [0, 0) */
     if (buffer_add(&chunk_offsets, zeros, sizeof zeros) < 0 || buffer_add(&segment_offsets, zeros, sizeof zeros) < 0)
         goto nomem;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t a = address[i], s = size[i], old;
+        Py_ssize_t e = position ? position[i] : i;
+        int64_t a = address_of[e], s = size_of[e], old;
         int failed = 0;
-        switch (kind[i]) {
+        switch (kind_of[e]) {
         case ALLOC:
-            failed = set_chunk(&h, a, s, req[i], tag[i], stack[i]) < 0 ? -2 : 0;
+            failed = set_chunk(&h, a, s, req_of[e], tag_of[e], stack_of[e]) < 0 ? -2 : 0;
             break;
         case FREE:
             failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
@@ -306,6 +316,7 @@ done:
     PyBuffer_Release(&requested);
     PyBuffer_Release(&tags);
     PyBuffer_Release(&stacks);
+    if (picked.buf) PyBuffer_Release(&picked);
     return result;
 }
 
@@ -354,11 +365,55 @@ static PyObject *timeline(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* free_of(kinds, addresses) -> bytes: for one device's alloc and free events in log order
+ * (uint8 / int64 buffers), int64 per event: for an alloc, the event number of the free that
+ * ends it (the next event at its address, when that is a free), else -1; -1 for a free.
+ * gpuviz.analysis.tables.allocation_table's pairing, in one pass with a hash map. */
+static PyObject *free_of(PyObject *module, PyObject *args) {
+    Py_buffer kinds, addresses;
+    if (!PyArg_ParseTuple(args, "y*y*", &kinds, &addresses)) return NULL;
+    PyObject *result = NULL;
+    map_t open = {0};
+    Py_ssize_t n = kinds.len;
+    if (addresses.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "columns of unequal length or wrong item size");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (result == NULL) goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    const uint8_t *kind = kinds.buf;
+    const int64_t *address = addresses.buf;
+    if (map_init(&open, 1024) < 0) goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = -1;
+        if (kind[i] == ALLOC) {
+            if (map_put(&open, address[i], i) < 0) goto nomem;
+        } else {
+            int64_t *made = map_get(&open, address[i]);
+            if (made != NULL) {
+                out[*made] = i;
+                map_remove(&open, address[i]);
+            }
+        }
+    }
+    goto done;
+nomem:
+    Py_CLEAR(result);
+    PyErr_NoMemory();
+done:
+    map_free(&open);
+    PyBuffer_Release(&kinds);
+    PyBuffer_Release(&addresses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
+    {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
     {"checkpoints", checkpoints, METH_VARARGS,
-     "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every) -> "
+     "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},
     {NULL, NULL, 0, NULL},
 };

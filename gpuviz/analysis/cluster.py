@@ -2,8 +2,11 @@
 device's bytes in use resampled for the ranks x time heatmap.
 
 The run's logs are opened one at a time; only the compact rows and resampled series are
-kept. Times are ns since the first event of each rank's log (clocks of different hosts
-are not comparable).
+kept. Times are ns since the first event of each rank's log. A log recorded as part of a
+run also has a wall-clock anchor (``meta["run"]["clock_offset_ns"]``, see
+``gpuviz.base.ranks.CLOCK_OFFSET``): ``start_epoch_ns`` is then the wall-clock time of its
+first event, and ``alignment`` lines ranks up by it (``"clock"``) or by their first events
+(``"start"``).
 
 Outliers: with ``m`` the median peak over the rows that allocated anything (peak > 0; an
 idle GPU is a row of zeros and never flagged), such a row is flagged ``"peak"`` when
@@ -16,7 +19,7 @@ frees what each step allocates, positive for one that keeps memory step over ste
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,12 +28,12 @@ import pandas as pd
 from gpuviz.analysis.run import RankLog, Run
 from gpuviz.analysis.tables import devices_present
 from gpuviz.analysis.timeline import ResampledSeries, resample, timeline_series
-from gpuviz.base.ranks import RankInfo
+from gpuviz.base.ranks import CLOCK_OFFSET, RankInfo
 from gpuviz.log.schema import Kind
 
 __all__ = [
-    "ClusterSummary", "DEFAULT_THRESHOLD", "RankSummary", "assemble_summary", "cluster_summary", "flag_outliers",
-    "rank_rows", "summarize_rank",
+    "ALIGNS", "ClusterSummary", "DEFAULT_THRESHOLD", "RankSummary", "alignment", "assemble_summary", "cluster_summary",
+    "featured_rows", "flag_outliers", "rank_rows", "start_epoch_ns", "summarize_rank",
 ]  # fmt: skip
 
 DEFAULT_THRESHOLD = 0.1
@@ -50,6 +53,9 @@ class ClusterSummary:
     table: pd.DataFrame
     series: list[ResampledSeries]
     threshold: float
+    start_epoch_ns: list[int | None] = field(default_factory=list)
+    """Per table row, the wall-clock time (ns since the Unix epoch) of its log's first event, or
+    None for a log without a wall-clock anchor (empty: none known)."""
 
     @property
     def outliers(self) -> pd.DataFrame:
@@ -130,13 +136,28 @@ class RankSummary:
     file: str
     rows: list[dict[str, Any]]
     series: list[ResampledSeries]
+    start_epoch_ns: int | None = None
+    """The wall-clock time (ns since the Unix epoch) of the log's first event; None without an anchor."""
 
 
 def summarize_rank(run: Run, position: int, *, points: int = 500, gpus_only: bool = True) -> RankSummary:
     """Open file ``position`` of ``run`` (only that one) and summarise its devices."""
     rank_log = run.open(position)
     pairs = rank_rows(rank_log, points=points, gpus_only=gpus_only)
-    return RankSummary(rank_log.info, rank_log.path.name, [r for r, _ in pairs], [s for _, s in pairs])
+    return RankSummary(
+        rank_log.info, rank_log.path.name, [r for r, _ in pairs], [s for _, s in pairs], start_epoch_ns(rank_log)
+    )
+
+
+def start_epoch_ns(rank_log: RankLog) -> int | None:
+    """The wall-clock time (ns since the Unix epoch) of the log's first event, from its
+    ``meta["run"]["clock_offset_ns"]``; None for a log without one (or without events)."""
+    log = rank_log.log
+    meta = log.meta.get("run")
+    offset = meta.get(CLOCK_OFFSET) if isinstance(meta, dict) else None
+    if not isinstance(offset, int) or isinstance(offset, bool) or not len(log):
+        return None
+    return int(log.columns["time_ns"].min()) + offset
 
 
 def assemble_summary(ranks: Iterable[RankSummary], *, threshold: float = DEFAULT_THRESHOLD) -> ClusterSummary:
@@ -147,7 +168,7 @@ def assemble_summary(ranks: Iterable[RankSummary], *, threshold: float = DEFAULT
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
-    collected: list[tuple[dict[str, Any], ResampledSeries]] = []
+    collected: list[tuple[dict[str, Any], ResampledSeries, int | None]] = []
     seen: dict[tuple[str, int], str] = {}
     for rank in ranks:
         key = (rank.info.host, rank.info.rank)
@@ -155,11 +176,11 @@ def assemble_summary(ranks: Iterable[RankSummary], *, threshold: float = DEFAULT
             first, second = sorted((seen[key], rank.file))
             raise ValueError(f"{second} and {first} are both rank {key[1]} on host {key[0]}")
         seen[key] = rank.file
-        collected.extend(zip(rank.rows, rank.series, strict=True))
+        collected.extend((row, series, rank.start_epoch_ns) for row, series in zip(rank.rows, rank.series, strict=True))
     order = sorted(range(len(collected)), key=lambda i: (collected[i][0]["rank"], collected[i][0]["device"]))
     table = pd.DataFrame([collected[i][0] for i in order], columns=COLUMNS)
     table["outlier"] = flag_outliers(table, threshold)
-    return ClusterSummary(table, [collected[i][1] for i in order], threshold)
+    return ClusterSummary(table, [collected[i][1] for i in order], threshold, [collected[i][2] for i in order])
 
 
 def cluster_summary(
@@ -174,3 +195,41 @@ def cluster_summary(
         raise ValueError(f"threshold must be a fraction >= 0, got {threshold!r}")
     ranks = (summarize_rank(run, i, points=points, gpus_only=gpus_only) for i in range(len(run)))
     return assemble_summary(ranks, threshold=threshold)
+
+
+ALIGNS = ("auto", "clock", "start")
+"""How ranks line up in time: by wall clock, by their first events, or ``auto`` (by wall clock
+when every row has an anchor, else by first events)."""
+
+
+def alignment(summary: ClusterSummary, align: str = "auto") -> tuple[str, np.ndarray]:
+    """``(mode, offsets)``: the alignment used (``"clock"`` or ``"start"``) and per table row the
+    ns to add to its series' times (ns since its log's first event) to put it on a common axis:
+    with ``"clock"`` that axis is ns since the earliest first event of the run by wall clock,
+    with ``"start"`` every offset is 0. ``align="clock"`` raises ``ValueError`` naming the files
+    without a wall-clock anchor."""
+    if align not in ALIGNS:
+        raise ValueError(f"align must be one of {', '.join(ALIGNS)}, not {align!r}")
+    starts = summary.start_epoch_ns
+    anchored = len(starts) == len(summary.table) and all(start is not None for start in starts)
+    if align == "clock" and not anchored:
+        missing = sorted({str(f) for f, start in zip(summary.table["file"], starts or [None] * len(summary.table),
+                                                    strict=True) if start is None})  # fmt: skip
+        raise ValueError(
+            f"align='clock' needs every rank's wall-clock anchor (meta['run']['{CLOCK_OFFSET}']); "
+            f"without one: {', '.join(missing)}"
+        )
+    if align == "start" or not anchored or not len(starts):
+        return "start", np.zeros(len(summary.table), dtype=np.int64)
+    epochs = np.array(starts, dtype=np.int64)
+    return "clock", epochs - epochs.min()
+
+
+def featured_rows(summary: ClusterSummary) -> list[int]:
+    """The table rows worth a rank's own report: every outlier and the row with the highest peak
+    (the first such row on ties), in table order; none when nothing allocated."""
+    table = summary.table
+    rows = {i for i, flag in enumerate(table["outlier"]) if flag}
+    if len(table) and int(table["peak_bytes"].max()) > 0:
+        rows.add(int(np.argmax(table["peak_bytes"].to_numpy())))
+    return sorted(rows)

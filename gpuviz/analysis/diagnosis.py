@@ -5,6 +5,7 @@ Pure functions of an EventLog. Sizes in bytes, times in ns.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,7 +14,7 @@ import pandas as pd
 from gpuviz.analysis.moments import Pinning, call_site, oom_indices, pinning
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
-from gpuviz.analysis.timeline import Peak, internal_waste, peak, timeline_series
+from gpuviz.analysis.timeline import Peak, TimelineSeries, series_extremes, timeline_series
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 
@@ -140,11 +141,22 @@ def _leaks(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(result, ignore_index=True)
 
 
-def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag", heap: Replay | None = None) -> Diagnosis:
+def diagnose(
+    log: EventLog,
+    *,
+    top: int = 10,
+    group_by: str = "tag",
+    heap: Replay | None = None,
+    series: Mapping[str, TimelineSeries] | None = None,
+    allocations: Mapping[str, pd.DataFrame] | None = None,
+    transfers: pd.DataFrame | None = None,
+) -> Diagnosis:
     """The summary of a run: per device peak and composition, leaks, OOMs, and hints.
 
     ``group_by``: ``"tag"``, ``"dtype"`` or ``"call site"`` for the top allocations at the peak.
-    ``heap``: a replay of ``log`` to reuse (one is made when needed). Each device's summary
+    ``heap``, ``series`` (per device name), ``allocations`` (per device name) and ``transfers``:
+    results of ``log`` already computed, reused instead of computed again (a caller that has
+    them, like ``profile``, passes them; missing ones are computed). Each device's summary
     holds the allocations live at its first OOM (else at its peak) and, at an OOM, the pinning
     analysis (``moments.pinning``).
     """
@@ -158,11 +170,12 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag", heap: Repla
     hints: list[str] = []
     for device_id in heap_devices:
         name = log.devices[device_id].name
-        series = timeline_series(log, name)
-        top_peak = peak(log, name)
-        allocations = allocation_table(log, name)
-        live = alive_at(allocations, top_peak.index) if top_peak.index >= 0 else allocations.iloc[:0]
-        at = int(np.searchsorted(series.index, top_peak.index)) if top_peak.index >= 0 else 0
+        timeline = series[name] if series is not None and name in series else timeline_series(log, name)
+        extremes = series_extremes(timeline)
+        top_peak = extremes.peak
+        table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)
+        live = alive_at(table, top_peak.index) if top_peak.index >= 0 else table.iloc[:0]
+        at = int(np.searchsorted(timeline.index, top_peak.index)) if top_peak.index >= 0 else 0
         dtype = _top(live, log, "dtype", top_peak.bytes, 50)
         ooms_here = oom_indices(log, name)
         moment_index = int(ooms_here[0]) if len(ooms_here) else top_peak.index
@@ -176,19 +189,17 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag", heap: Repla
         summary = DeviceSummary(
             device=name,
             peak=top_peak,
-            peak_pool_bytes=int(series.pool_bytes.max()) if len(series) else 0,
-            bytes_in_use_at_end=int(series.bytes_in_use[-1]) if len(series) else 0,
-            fragmentation_at_peak=float(series.fragmentation[at]) if len(series) else 0.0,
-            fragmentation_at_end=float(series.fragmentation[-1]) if len(series) else 0.0,
-            waste_at_peak=internal_waste(log, name).at_peak,
+            peak_pool_bytes=extremes.pool_bytes,
+            bytes_in_use_at_end=int(timeline.bytes_in_use[-1]) if len(timeline) else 0,
+            fragmentation_at_peak=float(timeline.fragmentation[at]) if len(timeline) else 0.0,
+            fragmentation_at_end=float(timeline.fragmentation[-1]) if len(timeline) else 0.0,
+            waste_at_peak=extremes.waste.at_peak,
             top_at_peak=_top(live, log, group_by, top_peak.bytes, top),
             dtype_at_peak=dtype,
-            leaks=_leaks(log, allocations),
+            leaks=_leaks(log, table),
             moment="OOM" if len(ooms_here) else "peak",
             moment_index=moment_index,
-            live=live_table(log, allocations, moment_index)
-            if moment_index >= 0
-            else pd.DataFrame(columns=LIVE_COLUMNS),
+            live=live_table(log, table, moment_index) if moment_index >= 0 else pd.DataFrame(columns=LIVE_COLUMNS),
             pinning=pinned,
         )
         devices.append(summary)
@@ -206,7 +217,7 @@ def diagnose(log: EventLog, *, top: int = 10, group_by: str = "tag", heap: Repla
                 f"{name}: {summary.waste_at_peak / top_peak.bytes:.0%} of the peak is internal waste"
                 " (chunks larger than requested); similar-sized requests reuse memory better."
             )
-    transfers = transfer_table(log)
+    transfers = transfer_table(log) if transfers is None else transfers
     time_ns = cols["time_ns"]
     wall = int(time_ns.max() - time_ns.min()) if len(time_ns) else 0
     transfer_ns = int(transfers["duration_ns"].sum())

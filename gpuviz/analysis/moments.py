@@ -40,6 +40,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
 __all__ = [
+    "MARK_STOPS",
     "ROUNDING",
     "PinningChunk",
     "PinningWindow",
@@ -87,17 +88,31 @@ def opening_index(log: EventLog, device: str | None = None, *, series: TimelineS
     return _peak_index(series if series is not None else timeline_series(log, device))
 
 
+MARK_STOPS = 100
+"""The most marks a scrubber stops at (each stop is a drawn frame in a report): a run that marks
+every step has thousands. Beyond it, that many marks evenly spaced over the run, first and last
+included."""
+
+
 def scrub_stops(
-    log: EventLog, device: str | None = None, *, count: int = 40, series: TimelineSeries | None = None
+    log: EventLog,
+    device: str | None = None,
+    *,
+    count: int = 40,
+    series: TimelineSeries | None = None,
+    max_marks: int = MARK_STOPS,
 ) -> np.ndarray:
     """The log positions a time scrubber of ``device`` offers, ascending and unique.
 
     ``count`` evenly spaced stops over the device's settled allocator events (those that end a
     public operation, ``TimelineSeries.settled``), plus every OOM of the device, its peak and
-    every mark of the log (marks are annotations of the whole run: cell, step, span).
+    every mark of the log (marks are annotations of the whole run: cell, step, span) — at most
+    ``max_marks`` of them, evenly spaced, when the run has more.
     """
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
+    if max_marks < 0:
+        raise ValueError(f"max_marks must be >= 0, got {max_marks}")
     if series is None:
         series = timeline_series(log, device)
     settled = series.index[series.settled]
@@ -106,7 +121,10 @@ def scrub_stops(
     peak = _peak_index(series)
     if peak >= 0:
         parts.append(np.array([peak], dtype=np.int64))
-    parts.append(np.flatnonzero(log.columns["kind"] == Kind.MARK).astype(np.int64))
+    marks = np.flatnonzero(log.columns["kind"] == Kind.MARK).astype(np.int64)
+    if len(marks) > max_marks:
+        marks = marks[np.linspace(0, len(marks) - 1, max_marks).round().astype(np.int64)] if max_marks else marks[:0]
+    parts.append(marks)
     return np.unique(np.concatenate(parts))
 
 

@@ -7,6 +7,7 @@ call ``profile``; views render a ``Profile``. Nothing here draws or writes files
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,7 +27,7 @@ from gpuviz.analysis.tables import (
     segment_table,
     transfer_table,
 )
-from gpuviz.analysis.timeline import Peak, TimelineSeries, peak, timeline_series
+from gpuviz.analysis.timeline import Peak, TimelineSeries, series_extremes, timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
@@ -83,6 +84,7 @@ class DeviceProfile:
     opening: int = -1  # log position views open at: the first OOM, else the peak (moments.opening_index)
 
     _allocations: pd.DataFrame | None = field(default=None, repr=False)
+    _by_address: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = field(default=None, repr=False)
 
     def state_at(self, index: int) -> HeapState:
         return self._replay.state_at(index, device=self.device)
@@ -94,16 +96,56 @@ class DeviceProfile:
             self._allocations = allocation_table(self._replay.log, self.device)
         return self._allocations
 
-    def allocated(self, index: int, t0_ns: int = 0) -> dict[int, tuple[int, int]]:
+    def allocated(
+        self, index: int, t0_ns: int = 0, *, addresses: Iterable[int] | None = None
+    ) -> dict[int, tuple[int, int]]:
         """address -> (log position of its alloc event, its time in ns from ``t0_ns``) for every
-        allocation live right after log position ``index`` (-1: the end)."""
+        allocation live right after log position ``index`` (-1: the end).
+
+        ``addresses``: the live chunks' addresses when the caller has the state (e.g. from
+        ``state_at``): each is then looked up in an index of the allocations by address
+        (O(live · log allocations) instead of a scan of every allocation).
+        """
         if index < 0:
             index += len(self._replay.log)
-        live = alive_at(self.allocations, index)
+        if addresses is None:
+            live = alive_at(self.allocations, index)
+            made, times = live["alloc_index"].to_numpy(), live["alloc_ns"].to_numpy()
+            return {int(a): (int(i), int(t) - t0_ns) for a, i, t in zip(live["address"], made, times, strict=True)}
+        wanted = np.fromiter(addresses, dtype=np.int64)
+        order, keys, ranks, span = self._address_index()
+        rank = np.searchsorted(ranks, wanted)
+        known = (rank < len(ranks)) & (ranks[np.minimum(rank, len(ranks) - 1)] == wanted)
+        # the latest allocation at each address made at or before ``index``
+        at = np.searchsorted(keys, rank * span + index, side="right") - 1
+        found = known & (at >= 0) & (keys[np.maximum(at, 0)] // span == rank)
+        rows = order[at[found]]
+        table = self.allocations
+        made = table["alloc_index"].to_numpy()[rows]
+        freed = table["free_index"].to_numpy()[rows]
+        alive = (freed < 0) | (freed > index)
+        times = table["alloc_ns"].to_numpy()[rows]
         return {
             int(a): (int(i), int(t) - t0_ns)
-            for a, i, t in zip(live["address"], live["alloc_index"], live["alloc_ns"], strict=True)
+            for a, i, t in zip(wanted[found][alive], made[alive], times[alive], strict=True)
         }
+
+    def _address_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The allocation table's rows sorted by (address, alloc_index): ``order`` (row numbers),
+        ``keys`` = address rank · span + alloc_index (ascending), the distinct addresses (``ranks``,
+        ascending), and ``span`` (> every log position)."""
+        if self._by_address is None:
+            table = self.allocations
+            address = table["address"].to_numpy()
+            order = np.argsort(address, kind="stable")  # rows are in alloc_index order: stays so per address
+            by_address = address[order]
+            starts = np.ones(len(order), dtype=bool)
+            starts[1:] = by_address[1:] != by_address[:-1]
+            rank = np.cumsum(starts) - 1  # per sorted row: its address's rank
+            span = len(self._replay.log) + 1
+            keys = rank * span + table["alloc_index"].to_numpy()[order]
+            self._by_address = (order, keys, by_address[starts], span)
+        return self._by_address
 
     def pinning_at(self, index: int) -> Pinning | None:
         """The pinning analysis when log position ``index`` is an OOM of this device, else None."""
@@ -157,7 +199,7 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
     devices = {}
     for name in gpus_first(heap.devices):
         series = timeline_series(log, name)
-        top = peak(log, name)
+        top = series_extremes(series).peak
         devices[name] = DeviceProfile(
             name,
             series,
@@ -167,17 +209,26 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
             opening_index(log, name, series=series),
         )
     time_ns = log["time_ns"]
+    transfers = transfer_table(log)
     result = Profile(
         log=log,
         options=options,
         devices=devices,
-        transfers=transfer_table(log),
+        transfers=transfers,
         marks=mark_table(log),
         ooms=oom_table(log),
         segments=segment_table(log),
         placements=placement_table(log),
         call_sites=call_site_table(log),
-        diagnosis=diagnose(log, top=options.top, group_by=options.group_by, heap=heap),
+        diagnosis=diagnose(
+            log,
+            top=options.top,
+            group_by=options.group_by,
+            heap=heap,
+            transfers=transfers,
+            series={name: d.series for name, d in devices.items()},
+            allocations={name: d.allocations for name, d in devices.items()},  # kept for the views too
+        ),
         t0_ns=int(time_ns.min()) if len(time_ns) else 0,
         strict=strict,
     )

@@ -86,14 +86,19 @@ class _PackedCheckpoints:
 
 @dataclass
 class _DeviceReplay:
-    positions: np.ndarray  # log positions of this device's heap events
-    kinds: np.ndarray
-    addresses: np.ndarray
-    sizes: np.ndarray
-    requested: np.ndarray
-    tags: np.ndarray
-    stacks: np.ndarray
+    """One device's heap events, read in place from the log's columns (no copies): event j is
+    row ``positions[j]`` (``positions`` None: row j, when every event is this device's)."""
+
+    positions: np.ndarray | None
+    count: int  # the device's heap events
+    columns: tuple[np.ndarray, ...]  # kind, address, size, requested, tag, stack: the whole log's
     checkpoints: Any  # k -> (chunks, segments) after k * checkpoint_every events (copies)
+
+    def applied_through(self, index: int) -> int:
+        """How many of the device's events are at log positions <= ``index``."""
+        if self.positions is None:
+            return min(index + 1, self.count)
+        return int(np.searchsorted(self.positions, index, side="right"))
 
 
 def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int, int, int, int, int]]) -> None:
@@ -170,33 +175,26 @@ class Replay:
             return prepared
         cols = self.log.columns
         mask = (cols["device"] == device_id) & _heap_mask(cols["kind"])
-        if bool(mask.all()):  # every event is this device's heap event: the columns themselves
-            positions = np.arange(self._n)
-            pick: Callable[[np.ndarray], np.ndarray] = lambda column: column  # noqa: E731
-        else:
-            positions = np.flatnonzero(mask)
-            pick = lambda column: column[positions]  # noqa: E731
+        positions = None if bool(mask.all()) else np.flatnonzero(mask)
+        del mask
         prepared = _DeviceReplay(
             positions=positions,
-            kinds=pick(cols["kind"]),
-            addresses=pick(cols["address"]),
-            sizes=pick(cols["size"]),
-            requested=pick(cols["requested"]),
-            tags=pick(cols["tag"]),
-            stacks=pick(cols["stack"]),
+            count=self._n if positions is None else len(positions),
+            columns=tuple(
+                np.ascontiguousarray(cols[n]) for n in ("kind", "address", "size", "requested", "tag", "stack")
+            ),
             checkpoints=None,
         )
         step = self.checkpoint_every
         kernel = _load_kernel()
         if kernel is not None:
-            columns = (prepared.kinds, prepared.addresses, prepared.sizes, prepared.requested)
-            packed = kernel(*(np.ascontiguousarray(c) for c in (*columns, prepared.tags, prepared.stacks)), step)
-            prepared.checkpoints = _PackedCheckpoints(packed)
+            extra = () if positions is None else (positions,)
+            prepared.checkpoints = _PackedCheckpoints(kernel(*prepared.columns, step, *extra))
         else:
             chunks: _Chunks = {}
             segments: _Segments = {}
             snapshots: list[tuple[_Chunks, _Segments]] = [({}, {})]
-            for start in range(0, len(positions) - step + 1, step):
+            for start in range(0, prepared.count - step + 1, step):
                 _apply(chunks, segments, self._events(prepared, start, start + step))
                 snapshots.append((chunks.copy(), segments.copy()))
             prepared.checkpoints = _DictCheckpoints(snapshots)
@@ -205,15 +203,8 @@ class Replay:
 
     @staticmethod
     def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int, int]]:
-        return zip(
-            p.kinds[start:stop].tolist(),
-            p.addresses[start:stop].tolist(),
-            p.sizes[start:stop].tolist(),
-            p.requested[start:stop].tolist(),
-            p.tags[start:stop].tolist(),
-            p.stacks[start:stop].tolist(),
-            strict=True,
-        )
+        rows: slice | np.ndarray = slice(start, stop) if p.positions is None else p.positions[start:stop]
+        return zip(*(column[rows].tolist() for column in p.columns), strict=True)
 
     def state_at(self, index: int = -1, *, device: str | None = None) -> HeapState:
         """The device's HeapState right after the event at position ``index`` of the log.
@@ -227,7 +218,7 @@ class Replay:
             index += self._n
         device_id = self._device_id(device)
         p = self._prepare(device_id)
-        applied = int(np.searchsorted(p.positions, index, side="right"))
+        applied = p.applied_through(index)
         checkpoint = applied // self.checkpoint_every
         chunks, segments = p.checkpoints[checkpoint]
         _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))

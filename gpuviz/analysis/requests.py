@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuviz.log.eventlog import EventLog
+from gpuviz.base.torch_rules import FREE_REQUESTED_MARK
+from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
 
 __all__ = ["RequestStream", "request_stream"]
@@ -22,7 +23,10 @@ __all__ = ["RequestStream", "request_stream"]
 class RequestStream:
     """One device's requests. Arrays are aligned, one entry per request, in log order.
 
-    ``is_alloc``: True for an allocation, False for a free. ``alloc_of``: for a free, the
+    ``is_alloc``: True for an allocation, False for a free. ``deferred``: True for a *free
+    request* whose completion waited on other streams (a ``free_requested`` mark of an imported
+    PyTorch snapshot): the allocation's memory is returned by its later free, in the stream too,
+    unless the allocator synchronizes first. ``alloc_of``: for a free (or free request), the
     position (in this stream) of the allocation it frees, or -1 for a free of an allocation
     made before ``start`` (kept only with ``keep_unmatched``; ``address`` then names it).
     ``requested`` (bytes), ``time_ns``, ``tag``/``stack`` (indices into the source log's tables)
@@ -33,6 +37,7 @@ class RequestStream:
 
     device: str
     is_alloc: np.ndarray
+    deferred: np.ndarray
     alloc_of: np.ndarray
     requested: np.ndarray
     time_ns: np.ndarray
@@ -49,6 +54,11 @@ class RequestStream:
     def allocations(self) -> int:
         return int(self.is_alloc.sum())
 
+    @property
+    def frees(self) -> int:
+        """Frees, not counting free requests (``deferred``)."""
+        return int((~self.is_alloc & ~self.deferred).sum())
+
 
 def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched: bool = False) -> RequestStream:
     """The requests of ``device`` in ``log`` from log position ``start`` on (allocations and frees).
@@ -59,24 +69,33 @@ def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched
     device_id = log.device_index(device)
     cols = log.columns
     kinds = cols["kind"]
-    mask = (cols["device"] == device_id) & ((kinds == Kind.ALLOC) | (kinds == Kind.FREE))
+    requested_tag = log.string_id(FREE_REQUESTED_MARK)
+    is_request = (kinds == Kind.MARK) & (cols["tag"] == requested_tag) & (requested_tag != NO_INDEX)
+    mask = (cols["device"] == device_id) & ((kinds == Kind.ALLOC) | (kinds == Kind.FREE) | is_request)
     mask[: max(start, 0)] = False
     positions = np.flatnonzero(mask)
     is_alloc = kinds[positions] == Kind.ALLOC
+    deferred = is_request[positions]
     addresses = cols["address"][positions].tolist()
     keep = np.ones(len(positions), dtype=bool)
     alloc_of = np.full(len(positions), -1, dtype=np.int64)
     live: dict[int, int] = {}
-    for i, (alloc, address) in enumerate(zip(is_alloc.tolist(), addresses, strict=True)):
+    for i, (alloc, request, address) in enumerate(zip(is_alloc.tolist(), deferred.tolist(), addresses, strict=True)):
         if alloc:
             live[address] = i
+        elif request:  # the allocation stays live until its free
+            j = live.get(address)
+            if j is None:
+                keep[i] = keep_unmatched
+            else:
+                alloc_of[i] = j
         else:
             j = live.pop(address, None)
             if j is None:
                 keep[i] = keep_unmatched
             else:
                 alloc_of[i] = j
-    unmatched = int((~is_alloc & (alloc_of < 0)).sum())
+    unmatched = int((~is_alloc & ~deferred & (alloc_of < 0)).sum())
     # renumber after dropping unmatched frees
     new_index = np.cumsum(keep) - 1
     alloc_of = np.where(alloc_of >= 0, new_index[np.maximum(alloc_of, 0)], -1)[keep]
@@ -84,6 +103,7 @@ def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched
     return RequestStream(
         device=device,
         is_alloc=is_alloc[keep],
+        deferred=deferred[keep],
         alloc_of=alloc_of,
         requested=cols["requested"][kept],
         time_ns=cols["time_ns"][kept],

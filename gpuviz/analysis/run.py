@@ -15,6 +15,7 @@ opened with ``gpuviz.load`` reads as before.
 from __future__ import annotations
 
 import glob
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from gpuviz.base.ranks import RankInfo, device_prefix
 from gpuviz.importers import load
 from gpuviz.log.eventlog import DeviceInfo, EventLog
 
-__all__ = ["Run", "RankLog", "load_run"]
+__all__ = ["RUN_EXTENSION", "Run", "RankLog", "load_run"]
 
 
 @dataclass(frozen=True)
@@ -70,17 +71,45 @@ class Run:
             yield self.open(position)
 
 
+RUN_EXTENSION = ".gpuviz-run"
+"""A run manifest: a file naming a run, what JupyterLab opens (a folder cannot be opened as a
+document). Its text is empty (the run is the folder the manifest lies in) or JSON
+``{"logs": "DIR_OR_GLOB"}``, relative to the manifest's folder."""
+
+
+def _manifest_source(manifest: Path) -> str:
+    """The directory or glob a run manifest names (see ``RUN_EXTENSION``)."""
+    text = manifest.read_text(encoding="utf-8").strip()
+    if not text:
+        return str(manifest.parent)
+    try:
+        logs = json.loads(text)["logs"]
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(
+            f'{manifest}: a run manifest is empty or JSON {{"logs": "DIR_OR_GLOB"}}, not {text[:80]!r}'
+        ) from None
+    if not isinstance(logs, str) or not logs:
+        raise ValueError(f'{manifest}: "logs" must name a directory or glob, not {logs!r}')
+    return str(manifest.parent / logs)
+
+
 def load_run(source: str | Path) -> Run:
-    """The run in directory ``source`` (every regular file not starting with ``.``) or
-    matched by the glob pattern ``source`` (e.g. ``"logs/*.arrow"``).
+    """The run in directory ``source`` (every regular file not starting with ``.``, run
+    manifests aside), matched by the glob pattern ``source`` (e.g. ``"logs/*.arrow"``), or
+    named by the run manifest ``source`` (a ``*.gpuviz-run`` file, see ``RUN_EXTENSION``).
 
     Files are only listed here; ``Run.open`` loads them. Raises ``FileNotFoundError`` when
-    the directory or pattern names no file.
+    the directory or pattern names no file, ``ValueError`` for a malformed manifest.
     """
     text = str(source)
+    if text.endswith(RUN_EXTENSION) and Path(text).is_file():
+        text = _manifest_source(Path(text))
     folder = Path(text)
     if folder.is_dir():
-        paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        paths = sorted(
+            p for p in folder.iterdir()
+            if p.is_file() and not p.name.startswith(".") and not p.name.endswith(RUN_EXTENSION)
+        )  # fmt: skip
     elif folder.is_file():
         paths = [folder]
     else:

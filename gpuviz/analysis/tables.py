@@ -6,6 +6,10 @@ Sizes in bytes, times in ns (``time_ns`` on the log's monotonic clock).
 
 from __future__ import annotations
 
+import importlib
+import os
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -42,14 +46,17 @@ def _names(log: EventLog, ids: np.ndarray) -> np.ndarray:
 
 
 def _parsed_tags(log: EventLog, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(op, dtype, shape) per tag id, parsing each distinct tag once."""
-    unique, inverse = np.unique(ids, return_inverse=True)
-    parsed = [parse_array_tag(log.strings[i]) if i >= 0 else None for i in unique.tolist()]
-    ops = np.array([p.op if p else None for p in parsed], dtype=object)
-    dtypes = np.array([p.dtype if p else None for p in parsed], dtype=object)
-    shapes = np.empty(len(parsed), dtype=object)
-    shapes[:] = [p.shape if p else None for p in parsed]
-    return ops[inverse], dtypes[inverse], shapes[inverse]
+    """(op, dtype, shape) per tag id (-1: no tag), parsing each distinct tag once."""
+    slot = ids.astype(np.int64) + 1  # 0: no tag
+    used = np.flatnonzero(np.bincount(slot, minlength=len(log.strings) + 1))
+    ops = np.full(len(log.strings) + 1, None, dtype=object)
+    dtypes = np.full(len(log.strings) + 1, None, dtype=object)
+    shapes = np.full(len(log.strings) + 1, None, dtype=object)
+    for i in used.tolist():
+        parsed = parse_array_tag(log.strings[i - 1]) if i else None
+        if parsed is not None:
+            ops[i], dtypes[i], shapes[i] = parsed.op, parsed.dtype, parsed.shape
+    return ops[slot], dtypes[slot], shapes[slot]
 
 
 def gpus_first(names: list[str]) -> list[str]:
@@ -67,8 +74,42 @@ def devices_present(log: EventLog) -> list[str]:
     return gpus_first([name for i, name in enumerate(log.device_names) if i in used])
 
 
+def _free_of(kinds: np.ndarray, addresses: np.ndarray) -> np.ndarray:
+    """For one device's alloc/free events in log order: per event, the event number of the free
+    that ends it (for an alloc whose next event at its address is a free), else -1."""
+    kernel = _pairing_kernel()
+    if kernel is not None:
+        return np.frombuffer(kernel(np.ascontiguousarray(kinds), np.ascontiguousarray(addresses)), dtype=np.int64)
+    n = len(kinds)
+    order = np.lexsort((np.arange(n), addresses))  # by address, then time: a free follows its alloc
+    a, alloc = addresses[order], kinds[order] == Kind.ALLOC
+    following = np.append(order[1:], 0)
+    matched = alloc.copy()
+    matched[:-1] &= ~alloc[1:] & (a[1:] == a[:-1])
+    matched[-1:] = False
+    out = np.full(n, -1, dtype=np.int64)
+    out[order[matched]] = following[matched]
+    return out
+
+
+def _pairing_kernel() -> Any:
+    # importlib: a compiled module has no imports of its own for the layering check to follow
+    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
+        return None
+    try:
+        return importlib.import_module("gpuviz.analysis._replaykernel").free_of
+    except (ImportError, AttributeError):  # built without a C compiler
+        return None
+
+
+def _column(values: np.ndarray) -> pd.Series:
+    """A table column of Python objects (strings, tuples) kept as they are: converting millions of
+    strings to pandas' string dtype costs seconds and tells users nothing more."""
+    return pd.Series(values, dtype=object, copy=False)
+
+
 def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
-    """One row per allocation: where, how big, tag, stack, and when it was made and freed.
+    """One row per allocation, in log order: where, how big, tag, stack, and when it was made and freed.
 
     ``alloc_index``/``free_index`` are positions in the log (``free_index`` -1: never freed).
     ``op``/``dtype``/``shape`` are parsed from array tags (``op:dtype[shape]``) when present.
@@ -79,38 +120,36 @@ def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
     if device is not None:
         mask &= cols["device"] == log.device_index(device)
     positions = np.flatnonzero(mask)
-    dev = cols["device"][positions].astype(np.int64)
-    address = cols["address"][positions]
+    devices = cols["device"][positions]
+    free_at = np.full(len(positions), -1, dtype=np.int64)  # per event: its free's position in the log
+    present = [log.device_index(device)] if device is not None else np.unique(devices).tolist()
+    for index in present:  # pairs never cross devices
+        mine = np.flatnonzero(devices == index) if device is None else np.arange(len(positions))
+        pairs = _free_of(kind[positions[mine]], cols["address"][positions[mine]])
+        ended = pairs >= 0
+        free_at[mine[ended]] = positions[mine[pairs[ended]]]
     is_alloc = kind[positions] == Kind.ALLOC
-    # sort by (device, address, position): each free directly follows its alloc
-    order = np.lexsort((positions, address, dev))
-    p, d, a, alloc = positions[order], dev[order], address[order], is_alloc[order]
-    nxt = np.append(np.arange(1, len(p)), 0) if len(p) else np.zeros(0, dtype=np.int64)
-    matched = np.zeros(len(p), dtype=bool)
-    if len(p):
-        matched = alloc & ~alloc[nxt] & (d[nxt] == d) & (a[nxt] == a) & (np.arange(len(p)) < len(p) - 1)
-    rows = p[alloc]
-    free_index = np.where(matched[alloc], p[nxt][alloc], -1)
-    tags = _strings(log, cols["tag"][rows])
+    rows = positions[is_alloc]  # in log order
+    free_index = free_at[is_alloc]
     ops, dtypes, shapes = _parsed_tags(log, cols["tag"][rows])
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
-            "device": _names(log, cols["device"][rows]),
+            "device": _column(_names(log, cols["device"][rows])),
             "address": cols["address"][rows],
             "size": cols["size"][rows],
             "requested": cols["requested"][rows],
-            "tag": tags,
-            "op": ops,
-            "dtype": dtypes,
-            "shape": shapes,
+            "tag": _column(_strings(log, cols["tag"][rows])),
+            "op": _column(ops),
+            "dtype": _column(dtypes),
+            "shape": _column(shapes),
             "stack": cols["stack"][rows],
             "alloc_index": rows,
             "free_index": free_index,
             "alloc_ns": cols["time_ns"][rows],
             "free_ns": np.where(free_index >= 0, cols["time_ns"][np.maximum(free_index, 0)], -1),
-        }
+        },
+        copy=False,  # every column is a fresh array: keeping them as they are saves stacking them (a copy)
     )
-    return frame.sort_values("alloc_index", kind="stable").reset_index(drop=True)
 
 
 def alive_at(allocations: pd.DataFrame, index: int) -> pd.DataFrame:
@@ -230,16 +269,26 @@ def placement_table(log: EventLog) -> pd.DataFrame:
     sums = {
         name: np.zeros(len(place), dtype=np.int64) for name in ("bytes_allocated", "bytes_transferred", "transfer_ns")
     }
+    # each event's op as a number (the op's position in ``names``; -1: none), compared as integers
+    names = list(dict.fromkeys(ops.tolist()))
+    code = {op: i for i, op in enumerate(names)}
     allocs = np.flatnonzero(cols["kind"] == Kind.ALLOC)
-    alloc_ops = _parsed_tags(log, cols["tag"][allocs])[0]
+    tag_slots = cols["tag"][allocs].astype(np.int64) + 1
+    used = np.flatnonzero(np.bincount(tag_slots, minlength=len(log.strings) + 1))
+    op_of_slot = np.full(len(log.strings) + 1, -1, dtype=np.int64)
+    for slot in used.tolist():
+        parsed = parse_array_tag(log.strings[slot - 1]) if slot else None
+        op_of_slot[slot] = code.get(parsed.op if parsed else None, -1)
+    alloc_ops = op_of_slot[tag_slots]
     transfers = np.flatnonzero(cols["kind"] == Kind.TRANSFER)
-    transfer_ops = _strings(log, cols["tag"][transfers])
-    for op in dict.fromkeys(ops.tolist()):
+    string_ops = np.array([code.get(text, -1) for text in [*log.strings, None]], dtype=np.int64)
+    transfer_ops = string_ops[cols["tag"][transfers]]  # tag -1 picks the trailing None
+    for number, op in enumerate(names):
         rows = np.flatnonzero(ops == op)
         where = place[rows]
         for positions, column, duration in (
-            (allocs[alloc_ops == op], "bytes_allocated", False),
-            (transfers[transfer_ops == op], "bytes_transferred", True),
+            (allocs[alloc_ops == number], "bytes_allocated", False),
+            (transfers[transfer_ops == number], "bytes_transferred", True),
         ):
             if not len(positions):
                 continue

@@ -28,6 +28,9 @@ __all__ = [
     "resample",
     "peak",
     "internal_waste",
+    "Extremes",
+    "extremes",
+    "series_extremes",
     "operation_ends",
     "settled",
 ]
@@ -163,43 +166,65 @@ def _timeline_kernel() -> Callable[..., None] | None:
     return kernel
 
 
-def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
-    """The per-event timeline of one device's allocator."""
-    name, device_id = _single_device(log, device)
-    cols = log.columns
-    # (vectorised without temporaries per kind: 10M events in well under a second)
-    mask = (cols["device"] == device_id) & (cols["kind"] <= _LAST_ALLOCATOR_KIND)
-    if bool(mask.all()):  # an allocator-only log of this device: the columns themselves
-        positions = np.arange(len(mask))
-        pick: Callable[[np.ndarray], np.ndarray] = lambda column: column  # noqa: E731
-    else:
-        positions = np.flatnonzero(mask)
-        pick = lambda column: column[positions]  # noqa: E731
-    kind = pick(cols["kind"])
-    size = pick(cols["size"])
+def _running_values(
+    kind: np.ndarray, size: np.ndarray, requested: np.ndarray, largest_free: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes in use, bytes requested, pool bytes, largest free chunk and fragmentation after
+    each of one device's allocator events (columns picked in log order), summed from zero."""
     kernel = _timeline_kernel()
     if kernel is not None:  # the same series in one compiled pass
         n = len(kind)
         in_use, in_req, pool, largest = (np.empty(n, dtype=np.int64) for _ in range(4))
         fragmentation = np.empty(n, dtype=np.float64)
-        columns = (kind, size, pick(cols["requested"]), pick(cols["largest_free"]))
+        columns = (kind, size, requested, largest_free)
         kernel(*(np.ascontiguousarray(c) for c in columns), in_use, in_req, pool, largest, fragmentation)
+        return in_use, in_req, pool, largest, fragmentation
+    use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
+    in_use = np.multiply(size, use_sign, dtype=np.int64)
+    np.cumsum(in_use, out=in_use)
+    in_req = np.multiply(requested, use_sign, dtype=np.int64)
+    np.cumsum(in_req, out=in_req)
+    pool = np.multiply(size, _POOL_SIGN[kind], dtype=np.int64)  # +1 segment_alloc, -1 segment_free
+    np.cumsum(pool, out=pool)
+    largest = np.maximum(largest_free, 0)
+    free = pool - in_use
+    # (free - largest) / free where free > 0, else 0.0; the difference is exact in float64
+    # (byte counts < 2**53), as the division converts it anyway
+    fragmentation = np.subtract(free, largest, dtype=np.float64)
+    nothing_free = free <= 0
+    np.divide(fragmentation, free, out=fragmentation, where=~nothing_free)
+    fragmentation[nothing_free] = 0.0
+    return in_use, in_req, pool, largest, fragmentation
+
+
+def _allocator_positions(log: EventLog, device_id: int, start: int = 0, stop: int | None = None) -> np.ndarray | None:
+    """Log positions in [start, stop) of the device's allocator events; None when that is all of them."""
+    cols = log.columns
+    window = slice(start, stop)
+    mask = (cols["device"][window] == device_id) & (cols["kind"][window] <= _LAST_ALLOCATOR_KIND)
+    if bool(mask.all()):
+        return None
+    positions: np.ndarray = np.flatnonzero(mask)
+    positions += start
+    return positions
+
+
+def timeline_series(log: EventLog, device: str | None = None) -> TimelineSeries:
+    """The per-event timeline of one device's allocator."""
+    name, device_id = _single_device(log, device)
+    cols = log.columns
+    # (vectorised without temporaries per kind: 10M events in well under a second)
+    picked = _allocator_positions(log, device_id)
+    if picked is None:  # an allocator-only log of this device: the columns themselves
+        positions = np.arange(len(log))
+        pick: Callable[[np.ndarray], np.ndarray] = lambda column: column  # noqa: E731
     else:
-        use_sign = _IN_USE_SIGN[kind]  # +1 alloc, -1 free, 0 otherwise
-        in_use = np.multiply(size, use_sign, dtype=np.int64)
-        np.cumsum(in_use, out=in_use)
-        in_req = np.multiply(pick(cols["requested"]), use_sign, dtype=np.int64)
-        np.cumsum(in_req, out=in_req)
-        pool = np.multiply(size, _POOL_SIGN[kind], dtype=np.int64)  # +1 segment_alloc, -1 segment_free
-        np.cumsum(pool, out=pool)
-        largest = np.maximum(pick(cols["largest_free"]), 0)
-        free = pool - in_use
-        # (free - largest) / free where free > 0, else 0.0; the difference is exact in float64
-        # (byte counts < 2**53), as the division converts it anyway
-        fragmentation = np.subtract(free, largest, dtype=np.float64)
-        nothing_free = free <= 0
-        np.divide(fragmentation, free, out=fragmentation, where=~nothing_free)
-        fragmentation[nothing_free] = 0.0
+        positions = picked
+        pick = lambda column: column[picked]  # noqa: E731
+    kind = pick(cols["kind"])
+    in_use, in_req, pool, largest, fragmentation = _running_values(
+        kind, pick(cols["size"]), pick(cols["requested"]), pick(cols["largest_free"])
+    )
     return TimelineSeries(
         device=name,
         index=positions,
@@ -249,22 +274,75 @@ def resample(series: TimelineSeries, points: int = 1000) -> ResampledSeries:
     )
 
 
-def peak(log: EventLog, device: str | None = None) -> Peak:
-    """Where the device's bytes in use were highest (the first time, on ties)."""
-    series = timeline_series(log, device)
+@dataclass(frozen=True)
+class Extremes:
+    """What a summary needs of a device's timeline, without keeping the timeline: its peak,
+    the most pool bytes (reserved) at any event, and the internal waste."""
+
+    peak: Peak
+    pool_bytes: int
+    waste: Waste
+
+
+EXTREMES_CHUNK = 1 << 18
+"""Events per pass of ``extremes``: bounds its working memory (~60 B per event) whatever the log's length."""
+
+
+def extremes(log: EventLog, device: str | None = None) -> Extremes:
+    """Peak, largest pool and internal waste of one device, computed ``EXTREMES_CHUNK`` events at
+    a time (running sums carried from chunk to chunk), so a 10M-event log costs no more memory
+    than a 1M-event one. The same values as from ``timeline_series``."""
+    name, device_id = _single_device(log, device)
+    cols = log.columns
+    carry = np.zeros(3, dtype=np.int64)  # bytes in use, requested, pool after the events so far
+    top = Peak(name, 0, -1, -1, 0)
+    top_waste = pool_most = waste_most = waste_end = 0
+    seen = False
+    for start in range(0, len(log), EXTREMES_CHUNK):
+        stop = min(len(log), start + EXTREMES_CHUNK)
+        picked = _allocator_positions(log, device_id, start, stop)
+        if picked is not None and not len(picked):
+            continue
+        window = slice(start, stop) if picked is None else picked
+        in_use, in_req, pool, _, _ = _running_values(
+            cols["kind"][window], cols["size"][window], cols["requested"][window], cols["largest_free"][window]
+        )
+        in_use += carry[0]
+        in_req += carry[1]
+        pool += carry[2]
+        i = int(np.argmax(in_use))
+        if not seen or int(in_use[i]) > top.bytes:  # the first time, on ties
+            index = start + i if picked is None else int(picked[i])
+            top = Peak(name, int(in_use[i]), index, int(cols["seq"][index]), int(cols["time_ns"][index]))
+            top_waste = int(in_use[i] - in_req[i])
+        waste = in_use - in_req
+        pool_most = max(pool_most, int(pool.max())) if seen else int(pool.max())
+        waste_most = max(waste_most, int(waste.max())) if seen else int(waste.max())
+        waste_end = int(waste[-1])
+        carry[:] = (in_use[-1], in_req[-1], pool[-1])
+        seen = True
+    return Extremes(top, pool_most, Waste(name, waste_end, top_waste, waste_most))
+
+
+def series_extremes(series: TimelineSeries) -> Extremes:
+    """``extremes`` of a timeline already computed (the same values, without another pass)."""
     if not len(series):
-        return Peak(series.device, 0, -1, -1, 0)
+        return Extremes(Peak(series.device, 0, -1, -1, 0), 0, Waste(series.device, 0, 0, 0))
     i = int(np.argmax(series.bytes_in_use))
-    return Peak(
+    top = Peak(
         series.device, int(series.bytes_in_use[i]), int(series.index[i]), int(series.seq[i]), int(series.time_ns[i])
     )
+    waste = series.internal_waste
+    return Extremes(
+        top, int(series.pool_bytes.max()), Waste(series.device, int(waste[-1]), int(waste[i]), int(waste.max()))
+    )
+
+
+def peak(log: EventLog, device: str | None = None) -> Peak:
+    """Where the device's bytes in use were highest (the first time, on ties)."""
+    return extremes(log, device).peak
 
 
 def internal_waste(log: EventLog, device: str | None = None) -> Waste:
     """Internal waste of live allocations at the end, at the peak, and at its maximum."""
-    series = timeline_series(log, device)
-    if not len(series):
-        return Waste(series.device, 0, 0, 0)
-    waste = series.internal_waste
-    i = int(np.argmax(series.bytes_in_use))
-    return Waste(series.device, int(waste[-1]), int(waste[i]), int(waste.max()))
+    return extremes(log, device).waste

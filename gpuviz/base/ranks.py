@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["LOG_DIR_VARIABLE", "RankInfo", "rank_from_env", "rank_file_name", "device_prefix"]
+__all__ = ["CLOCK_OFFSET", "LOG_DIR_VARIABLE", "RankInfo", "clock_offset_ns", "rank_from_env", "rank_file_name"]
+__all__ += ["device_prefix"]
 
 LOG_DIR_VARIABLE = "GPUVIZ_LOG_DIR"
 """The environment variable naming the directory every process of a run records into."""
@@ -89,3 +91,14 @@ def rank_file_name(info: RankInfo) -> str:
 def device_prefix(info: RankInfo) -> str:
     """What a run puts before a device name of this process, e.g. ``node3/rank12/`` (``node3/rank12/GPU:4``)."""
     return f"{info.host}/rank{info.rank}/"
+
+
+CLOCK_OFFSET = "clock_offset_ns"
+"""The ``meta["run"]`` key of a log's wall-clock anchor: ``time_ns + meta["run"]["clock_offset_ns"]``
+is an event's wall-clock time (ns since the Unix epoch), so ranks on different hosts line up
+as far as the hosts' clocks agree (NTP: about a millisecond; PTP: microseconds)."""
+
+
+def clock_offset_ns() -> int:
+    """This process's wall clock minus the clock events are stamped with (``time.perf_counter_ns``), in ns."""
+    return time.time_ns() - time.perf_counter_ns()

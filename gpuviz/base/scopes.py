@@ -23,7 +23,7 @@ class ThreadStack(Generic[T]):
         return stack
 
     def top(self) -> T | None:
-        stack = self._stack()
+        stack: list[T] | None = self._local.__dict__.get("stack")  # (no list made for a thread without one)
         return stack[-1] if stack else None
 
     @contextmanager

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FREE_REQUESTED_MARK",
     "MIN_BLOCK",
     "SMALL_SIZE",
     "SMALL_BUFFER",
@@ -37,6 +38,10 @@ __all__ = [
     "CachingRules",
     "allocation_size",
 ]
+
+FREE_REQUESTED_MARK = "free_requested"
+"""The label of the mark a PyTorch snapshot's ``free_requested`` becomes when its ``free_completed``
+does not follow at once (the free waited on other streams' work)."""
 
 MIN_BLOCK = 512  # kMinBlockSize: every block is a multiple of this
 SMALL_SIZE = 1 << 20  # kSmallSize: the largest request served from the small pool

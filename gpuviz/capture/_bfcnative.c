@@ -24,15 +24,11 @@
 #include <string.h>
 
 #include "_bfc_core.h"
+#include "_rows.h"
 
 #ifdef Py_GIL_DISABLED
 #error "the native allocator relies on the GIL; the Python allocator is used instead"
 #endif
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "rows are written as native little-endian integers"
-#endif
-
-#define ROW_BYTES 78
 
 typedef struct {
     PyObject_HEAD
@@ -66,38 +62,19 @@ static int64_t perf_counter_ns(void) {
 static void write_row(Core *self, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
                       int64_t largest, int32_t tag, int32_t stack) {
     if (self->staged == Py_None || self->emit_failed) return;
+    row_t r = {.time_ns = self->stamp ? self->stamp : perf_counter_ns(),
+               .thread = (int64_t)PyThread_get_thread_ident(), .address = address, .size = size,
+               .requested = requested, .segment = segment, .largest = largest, .tag = tag, .stack = stack,
+               .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
     unsigned char row[ROW_BYTES];
-    unsigned char *p = row;
-    int64_t time_ns = self->stamp ? self->stamp : perf_counter_ns();
-    int64_t thread = (int64_t)PyThread_get_thread_ident();
-    uint8_t kind8 = (uint8_t)kind;
-    int8_t flags = 0;
-    int16_t peer = -1;
-    int64_t duration = 0;
-#define PUT(v) (memcpy(p, &(v), sizeof(v)), p += sizeof(v))
-    PUT(time_ns);
-    PUT(kind8);
-    PUT(flags);
-    PUT(self->device_index);
-    PUT(peer);
-    PUT(thread);
-    PUT(address);
-    PUT(size);
-    PUT(requested);
-    PUT(segment);
-    PUT(largest);
-    PUT(duration);
-    PUT(tag);
-    PUT(stack);
-#undef PUT
-    Py_ssize_t n = PyByteArray_GET_SIZE(self->staged);
-    if (PyByteArray_Resize(self->staged, n + ROW_BYTES) < 0) {
+    pack_row(row, &r);
+    Py_ssize_t n = rows_append(self->staged, row);
+    if (n < 0) {
         PyErr_Clear();
         self->emit_failed = 1;
         return;
     }
-    memcpy(PyByteArray_AS_STRING(self->staged) + n, row, ROW_BYTES);
-    if (n + ROW_BYTES >= self->limit) self->need_flush = 1;
+    if (n >= self->limit) self->need_flush = 1;
 }
 
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,

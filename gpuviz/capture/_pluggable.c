@@ -25,8 +25,8 @@
 #include <time.h>
 
 #include "_bfc_core.h"
+#include "_rows.h"
 
-#define ROW_BYTES 78
 #define MAX_DEVICES 64
 #define MIB ((int64_t)1 << 20)
 
@@ -64,28 +64,11 @@ static void emit_row(void *ctx, int kind, int64_t address, int64_t size, int64_t
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int64_t time_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    int64_t thread = (int64_t)(uintptr_t)pthread_self();
-    uint8_t kind8 = (uint8_t)kind;
-    int8_t flags = 0;
-    int16_t peer = -1;
-    int64_t duration = 0;
-    unsigned char row[ROW_BYTES], *p = row;
-#define PUT(v) (memcpy(p, &(v), sizeof(v)), p += sizeof(v))
-    PUT(time_ns);
-    PUT(kind8);
-    PUT(flags);
-    PUT(d->log_device);
-    PUT(peer);
-    PUT(thread);
-    PUT(address);
-    PUT(size);
-    PUT(requested);
-    PUT(segment);
-    PUT(largest);
-    PUT(duration);
-    PUT(tag);
-    PUT(stack);
-#undef PUT
+    row_t r = {.time_ns = time_ns, .thread = (int64_t)(uintptr_t)pthread_self(), .address = address, .size = size,
+               .requested = requested, .segment = segment, .largest = largest, .tag = tag, .stack = stack,
+               .device = d->log_device, .peer = -1, .kind = (uint8_t)kind};
+    unsigned char row[ROW_BYTES];
+    pack_row(row, &r);
     pthread_mutex_lock(&rows_mutex);
     if (rows_size + ROW_BYTES > rows_room) {
         size_t room = rows_room ? rows_room * 2 : 1 << 20;

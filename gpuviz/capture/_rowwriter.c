@@ -7,7 +7,7 @@
  * once ``staged`` holds ``limit`` bytes or more. It writes exactly the bytes that the
  * pure-Python recorder (gpuviz.capture.recorder) writes; tests hold the two together.
  *
- * The row is added by one resize + copy while holding the GIL, so concurrent appends are
+ * The row is added by one copy (rows_append) while holding the GIL, so concurrent appends are
  * never torn (as with the Python recorder's single bytearray.extend). Builds that cannot
  * guarantee that (free-threaded CPython) or hosts that are not little-endian do not build
  * this module; gpuviz then records with the Python recorder.
@@ -20,11 +20,7 @@
 #ifdef Py_GIL_DISABLED
 #error "the row writer relies on the GIL; the pure-Python recorder is used instead"
 #endif
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the row writer copies native integers into a little-endian row"
-#endif
-
-#define ROW_BYTES 78
+#include "_rows.h"
 
 typedef struct {
     PyObject_HEAD
@@ -77,34 +73,14 @@ static PyObject *RowWriter_emit(RowWriter *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_OverflowError, "kind does not fit a byte");
         return NULL;
     }
+    row_t r = {.time_ns = perf_counter_ns(), .thread = (int64_t)PyThread_get_thread_ident(), .address = address,
+               .size = size, .requested = requested, .segment = segment, .largest = largest, .tag = tag,
+               .stack = stack, .device = self->device, .peer = -1, .kind = (uint8_t)kind};
     unsigned char row[ROW_BYTES];
-    unsigned char *p = row;
-    int64_t time_ns = perf_counter_ns();
-    int64_t thread = (int64_t)PyThread_get_thread_ident();
-    uint8_t kind8 = (uint8_t)kind;
-    int8_t flags = 0;
-    int16_t peer = -1;
-    int64_t duration = 0;
-#define PUT(v) (memcpy(p, &(v), sizeof(v)), p += sizeof(v))
-    PUT(time_ns);
-    PUT(kind8);
-    PUT(flags);
-    PUT(self->device);
-    PUT(peer);
-    PUT(thread);
-    PUT(address);
-    PUT(size);
-    PUT(requested);
-    PUT(segment);
-    PUT(largest);
-    PUT(duration);
-    PUT(tag);
-    PUT(stack);
-#undef PUT
-    Py_ssize_t n = PyByteArray_GET_SIZE(self->staged);
-    if (PyByteArray_Resize(self->staged, n + ROW_BYTES) < 0) return NULL;
-    memcpy(PyByteArray_AS_STRING(self->staged) + n, row, ROW_BYTES);
-    if (n + ROW_BYTES >= self->limit) return PyObject_CallNoArgs(self->flush);
+    pack_row(row, &r);
+    Py_ssize_t n = rows_append(self->staged, row);
+    if (n < 0) return NULL;
+    if (n >= self->limit) return PyObject_CallNoArgs(self->flush);
     Py_RETURN_NONE;
 }
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpuviz.base.ranks import LOG_DIR_VARIABLE, RankInfo, rank_file_name, rank_from_env
+from gpuviz.base.ranks import CLOCK_OFFSET, LOG_DIR_VARIABLE, RankInfo, clock_offset_ns, rank_file_name, rank_from_env
 from gpuviz.base.scopes import ThreadStack
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import MarkPhase
@@ -39,12 +39,14 @@ def run_log(directory: str | Path, info: RankInfo | None = None) -> EventLog:
     """A new log recording to this process's file in the run ``directory`` (created if missing).
 
     The file is named from ``info`` (default: ``rank_from_env()``), e.g. ``node3-rank12.arrow``,
-    and ``log.meta["run"]`` holds rank, local_rank, world_size and host.
+    and ``log.meta["run"]`` holds rank, local_rank, world_size and host, and ``clock_offset_ns``:
+    wall clock minus event clock, read now (``gpuviz.base.ranks.CLOCK_OFFSET``).
     """
     info = info if info is not None else rank_from_env()
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    return EventLog(folder / rank_file_name(info), meta={"run": info.as_meta()})
+    run = {**info.as_meta(), CLOCK_OFFSET: clock_offset_ns()}  # the wall-clock anchor of the log's times
+    return EventLog(folder / rank_file_name(info), meta={"run": run})
 
 
 def set_default_log(log: EventLog) -> None:

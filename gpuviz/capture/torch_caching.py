@@ -18,10 +18,15 @@ Policy, as PyTorch's source defines it (sizes in bytes; the size rules are
                  new segment; on failure release oversize cached segments (with max_split_size),
                  then every wholly free segment, and retry; then out of memory
     limit        with ``memory_fraction`` f, reserved + new segment must stay <= f · capacity
+    deferred     a block used on other streams (``record_stream``) is not reusable when freed:
+                 PyTorch records an event on each of those streams and returns the block to its
+                 pool once they complete (``complete_free``, at the trace's ``free_completed``) or
+                 when it synchronizes them all, which ``release_cached_blocks`` (``empty_cache``,
+                 and the last step before an out-of-memory error) does first
 
-Not modelled (no real trace here to check them against): expandable segments, CUDA graph
-private pools, and frees delayed by other streams' events (``record_stream``): a free here is
-immediate, as the trace's ``free_completed``.
+Not modelled (no real trace here to check them against): expandable segments and CUDA graph
+private pools. Deferred frees have no real trace either (none of the snapshots here has one):
+they are tested on hand-computed cases.
 
 Decisions are recorded through ``HeapBuilder`` (the model decides, the builder records), so the
 log is an ordinary gpuviz log: ``replay(log).state_at(-1)`` is this allocator's heap.
@@ -107,6 +112,9 @@ class TorchCachingAllocator:
         self.peak_reserved = 0
         self.in_use = 0
         self.time_ns = 0  # time stamp of the next events (set by the driver)
+        # deferred frees: address -> the caller's key, in the order they were freed (cuda_events)
+        self._pending: dict[int, object] = {}
+        self._synchronized: set[object] = set()  # keys of deferred frees completed by synchronizing
 
     # ------------------------------------------------------------------ seeding
     def seed(self, state: HeapState, *, streams: dict[int, int] | None = None) -> None:
@@ -205,8 +213,20 @@ class TorchCachingAllocator:
         self._release_block(address)
         return True
 
+    def synchronize_and_free_events(self) -> int:
+        """Complete every deferred free (waiting on other streams' work), in the order they were
+        freed; returns how many. ``complete_free`` of one of them afterwards is a no-op."""
+        pending = list(self._pending.items())
+        self._pending.clear()
+        for address, key in pending:
+            self._synchronized.add(key)
+            self._free_block(address, self._blocks[address])
+        return len(pending)
+
     def release_cached_blocks(self) -> int:
-        """``torch.cuda.empty_cache()``: release every wholly free segment; returns bytes released."""
+        """``torch.cuda.empty_cache()``: complete deferred frees, then release every wholly free
+        segment; returns bytes released."""
+        self.synchronize_and_free_events()
         released = 0
         for small in (False, True):  # release_blocks(large_blocks), then small_blocks
             pool = self._pools[small]
@@ -289,11 +309,37 @@ class TorchCachingAllocator:
         self.in_use += block.size
         return address
 
-    def free(self, address: int) -> None:
-        """Return the block at ``address``; it joins its free neighbours (previous, then next)."""
+    def free(self, address: int, *, deferred: bool = False, key: object = None) -> None:
+        """Return the block at ``address``; it joins its free neighbours (previous, then next).
+
+        ``deferred``: the block was used on other streams, so it stays out of the pool until
+        ``complete_free(address)`` (or a synchronization: ``synchronize_and_free_events``);
+        ``key`` names this free for ``complete_free`` (default: the address).
+        """
         block = self._blocks.get(address)
         if block is None or block.requested == 0:
             raise InvalidFreeError(f"{address:#x} is not a live allocation of this allocator")
+        if address in self._pending:
+            raise InvalidFreeError(f"{address:#x} was already freed; its free waits on other streams")
+        if deferred:
+            self._pending[address] = address if key is None else key
+            return
+        self._free_block(address, block)
+
+    def complete_free(self, address: int, *, key: object = None) -> bool:
+        """The other streams' work on a deferred free's block is done: return it to its pool.
+        False (nothing done) when a synchronization already completed that free."""
+        key = address if key is None else key
+        if key in self._synchronized:
+            self._synchronized.discard(key)
+            return False
+        if self._pending.get(address, self) != key:
+            raise InvalidFreeError(f"{address:#x} has no deferred free waiting to complete")
+        del self._pending[address]
+        self._free_block(address, self._blocks[address])
+        return True
+
+    def _free_block(self, address: int, block: _Block) -> None:
         self.in_use -= block.size
         self.heap.free(self.time_ns, address)
         start = address
@@ -334,3 +380,5 @@ class TorchCachingAllocator:
             raise InvariantError("free blocks and pools differ")
         if self.reserved != sum(self.heap.segments.values()):
             raise InvariantError("reserved bytes differ from the segments")
+        if any(self._blocks.get(a) is None or self._blocks[a].requested == 0 for a in self._pending):
+            raise InvariantError("a deferred free waits on a block that is not in use")

@@ -66,6 +66,7 @@ class SimUpstream:
         self._hole_size: dict[int, int] = {}
         self._tail = base
         self._maps: dict[int, mmap.mmap] = {}
+        self._last: tuple[int, int, mmap.mmap] | None = None  # (start, end, map) of the last region mapped
         self.reserved = 0
 
     @property
@@ -114,6 +115,7 @@ class SimUpstream:
             self.reserved -= size
             self._release_range(address, size)
             region = self._maps.pop(address, None)
+            self._last = None
         if region is not None:
             with contextlib.suppress(BufferError):  # a caller still holds a view; the map goes with it
                 region.close()
@@ -141,6 +143,15 @@ class SimUpstream:
 
     def buffer(self, address: int, nbytes: int) -> memoryview:
         """Writable bytes ``[address, address + nbytes)`` of a backed region."""
+        region, offset = self.mapped(address, nbytes)
+        return memoryview(region)[offset : offset + nbytes]
+
+    def mapped(self, address: int, nbytes: int) -> tuple[mmap.mmap, int]:
+        """The host memory backing ``[address, address + nbytes)`` of a backed region: its
+        region's map and the byte offset in it (a NumPy array over it is one constructor call)."""
+        last = self._last  # most arrays of a loop live in one region: no lock, no search
+        if last is not None and last[0] <= address and address + nbytes <= last[1] and nbytes >= 0:
+            return last[2], address - last[0]
         if not self.backed:
             raise RuntimeError("this SimUpstream is not backed by host memory (create it with backed=True)")
         with self._lock:
@@ -148,9 +159,8 @@ class SimUpstream:
             start = self._starts[index] if index >= 0 else -1
             if start < 0 or address + nbytes > start + self._regions[start] or nbytes < 0:
                 raise ValueError(f"[{address:#x}, +{nbytes}) is not inside a reserved region")
-            view = memoryview(self._maps[start])
-        offset = address - start
-        return view[offset : offset + nbytes]
+            self._last = (start, start + self._regions[start], self._maps[start])
+            return self._maps[start], address - start
 
     def __repr__(self) -> str:
         return f"SimUpstream(capacity={self._capacity}, base={self.base:#x}, reserved={self.reserved})"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuviz.analysis.replay import HEAP_KINDS, replay
+from gpuviz.base.torch_rules import FREE_REQUESTED_MARK
 from gpuviz.log.eventlog import EventLog, Frame
 from gpuviz.log.schema import Kind, MarkPhase
 
@@ -39,7 +40,7 @@ __all__ = ["to_torch_snapshot", "write_torch_snapshot", "device_indices"]
 _GPU = re.compile(r"^GPU:(\d+)$")
 _HEAP = {int(k) for k in HEAP_KINDS} | {int(Kind.OOM)}
 _SMALL_SEGMENT = 2 << 20  # PyTorch's small-pool segments are exactly 2 MiB
-_TRACE_MARKS = ("free_requested", "snapshot")  # marks an imported snapshot's trace entries became
+_TRACE_MARKS = (FREE_REQUESTED_MARK, "snapshot")  # marks an imported snapshot's trace entries became
 
 
 def device_indices(log: EventLog) -> dict[str, int]:
@@ -112,7 +113,7 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
         elif kind == Kind.MARK:
             label = strings[tag] if tag >= 0 else ""
             if device >= 0 and label in _TRACE_MARKS:
-                if label == "free_requested":
+                if label == FREE_REQUESTED_MARK:
                     pending.setdefault(device, set()).add(address)
                 out.append({"action": label, "addr": address, "size": requested, **common})
                 continue

@@ -2,11 +2,13 @@
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
 gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
-gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn]   (a directory of per-rank logs: a distributed run)
-gpuviz summary RUN.arrow | RUN_DIR
+gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none] [--align auto|clock|start]
+    (a distributed run; also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: its result, for JupyterLab)
+gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
+gpuviz export RUN_DIR --to parquet -o DATASET_DIR   (a run, or one log: host=.../rank=.../part-0.parquet)
 gpuviz info
 """
 
@@ -49,7 +51,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
-    if Path(args.log).is_dir():
+    if _is_run(args.log):
         return _run_report(args)
     log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
@@ -97,20 +99,28 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_run(path: str) -> bool:
+    """A distributed run: a directory of logs or a run manifest (``*.gpuviz-run``)."""
+    from gpuviz.analysis.run import RUN_EXTENSION
+
+    return Path(path).is_dir() or path.endswith(RUN_EXTENSION)
+
+
 def _run_report(args: argparse.Namespace) -> int:
-    """``gpuviz report RUN_DIR``: the run's heatmaps and per-rank table."""
-    from gpuviz.analysis.cluster import cluster_summary
+    """``gpuviz report RUN_DIR``: the run's heatmaps and per-rank table, and the chosen ranks' reports."""
     from gpuviz.analysis.run import load_run
-    from gpuviz.views.cluster import cluster_report_html
+    from gpuviz.frontends.run_report import write_run_report
 
     folder = Path(args.log)
-    output = Path(args.output) if args.output else folder.with_name(folder.name + ".html")
-    summary = cluster_summary(load_run(folder))
-    output.write_text(
-        cluster_report_html(summary, plotlyjs="cdn" if args.cdn else "inline", title=f"gpuviz run: {folder.name}"),
-        encoding="utf-8",
-    )
-    print(f"report written to {output}")
+    name = folder.name.removesuffix(".gpuviz-run")
+    output = Path(args.output) if args.output else folder.with_name(name + ".html")
+    written = write_run_report(
+        load_run(folder), output, rank_reports=args.rank_reports, options=view_options(args), cdn=args.cdn,
+        title=f"gpuviz run: {name}", align=args.align,
+    )  # fmt: skip
+    ranks = written.rank_reports
+    where = f" ({len(ranks)} rank report{'s' if len(ranks) != 1 else ''} in {output.name.split('.')[0]}-ranks/)"
+    print(f"report written to {output}" + (where if ranks else ""))
     return 0
 
 
@@ -118,7 +128,7 @@ def _summary(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
     from gpuviz.views.text import summary_text
 
-    if Path(args.log).is_dir():
+    if _is_run(args.log):
         from gpuviz.analysis.cluster import cluster_summary
         from gpuviz.analysis.run import load_run
         from gpuviz.views.cluster import cluster_text
@@ -160,6 +170,13 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.to == "parquet":
+        from gpuviz.analysis.run import load_run
+        from gpuviz.exporters.parquet import export_run_parquet
+
+        parts = export_run_parquet(load_run(args.log), args.output)
+        print(f"Parquet dataset of {len(parts)} rank(s) written to {args.output} (partitioned by host and rank)")
+        return 0
     from gpuviz.exporters.torch_snapshot import write_torch_snapshot
     from gpuviz.importers import load
 
@@ -212,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
         "gets the result as JSON, for JupyterLab",
     )
     report.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
+    report.add_argument("--rank-reports", choices=["outliers", "all", "none"], default="outliers",
+                        help="a run: which ranks get their own report, opened by a click on their row "
+                        "(outliers: the outliers and the highest peak)")  # fmt: skip
+    report.add_argument("--align", choices=["auto", "clock", "start"], default="auto",
+                        help="a run: line ranks up by wall clock or by their first events (auto: by wall clock "
+                        "when every rank has an anchor)")  # fmt: skip
     add_view_arguments(report)
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
@@ -232,9 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     imported.set_defaults(run=_import)
     export = commands.add_parser("export", help="write an event log (or any trace gpuviz reads) in another format")
     export.add_argument("log", help="an event-log file (.arrow) or any trace gpuviz reads")
-    export.add_argument("--to", required=True, choices=["torch-snapshot"],
-                        help="torch-snapshot: PyTorch's memory snapshot, for PyTorch's memory viewer")  # fmt: skip
-    export.add_argument("-o", "--output", required=True, help="file to write (.pickle as _dump_snapshot; .json: JSON)")
+    export.add_argument("--to", required=True, choices=["torch-snapshot", "parquet"],
+                        help="torch-snapshot: PyTorch's memory snapshot, for PyTorch's memory viewer; "
+                        "parquet: a run (or one log) as a Parquet dataset partitioned by host and rank")  # fmt: skip
+    export.add_argument("-o", "--output", required=True,
+                        help="file to write (.pickle as _dump_snapshot; .json: JSON); parquet: the dataset's folder "
+                        "(new or empty)")  # fmt: skip
     export.set_defaults(run=_export)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(run=_info)

@@ -5,6 +5,7 @@
     %%gpuviz --torch [--save run.arrow] [--report report.html] [view options]   (PyTorch's own memory)
     %gpuviz start [--live/--no-live] [--run-dir DIR] | stop | status | show [view options] | report PATH [--cdn] | reset
     %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
+    %gpuviz show RUN_DIR                 a distributed run: heatmap, per-rank table, a rank's views on selection
 
 A profiled cell records into a fresh EventLog (which then stays the runtime's log) and
 keeps every array; the cell runs inside a ``cell`` span so allocations still alive at its
@@ -178,6 +179,7 @@ class GpuvizMagics(Magics):
         self.recording: EventLog | None = None  # the log of ``%gpuviz start`` while it runs
         self.last: EventLog | None = None  # the last profiled log (cell or start/stop)
         self.dashboard: Dashboard | None = None
+        self.cluster: Any = None  # the last run shown by ``%gpuviz show RUN_DIR`` (a ClusterDashboard)
 
     @line_cell_magic
     def gpuviz(self, line: str, cell: str | None = None) -> Any:
@@ -334,6 +336,15 @@ class GpuvizMagics(Magics):
         from gpuviz.base.errors import GpuvizError
         from gpuviz.importers import load
 
+        if Path(path).is_dir() or path.endswith(".gpuviz-run"):  # a run: its cluster view
+            from gpuviz.widgets.cluster import show_run
+
+            try:
+                self.cluster = show_run(path, view)
+            except (OSError, GpuvizError, ValueError) as error:
+                raise UsageError(f"%gpuviz show: {error}") from None
+            display(self.cluster)
+            return
         try:
             log = load(path)
         except (OSError, GpuvizError) as error:

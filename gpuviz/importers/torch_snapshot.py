@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.base.torch_rules import CachingRules
+from gpuviz.base.torch_rules import FREE_REQUESTED_MARK, CachingRules
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, set_source_meta
 from gpuviz.importers.snapshot_reader import (
     ACTIONS,
@@ -263,7 +263,7 @@ class _Device:
             elif action == _FREE_REQUESTED:
                 if not follow:
                     self.pending_frees += 1
-                    self._mark(time_ns, "free_requested", flags, address, size, stack)
+                    self._mark(time_ns, FREE_REQUESTED_MARK, flags, address, size, stack)
             elif action in (_SEGMENT_ALLOC, _SEGMENT_MAP):
                 heap.segment_alloc(time_ns, address, size, stack=self.stacks.final(stack))
             elif action in (_SEGMENT_FREE, _SEGMENT_UNMAP):

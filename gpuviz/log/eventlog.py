@@ -26,6 +26,7 @@ flagged ``truncated``.
 from __future__ import annotations
 
 import atexit
+import importlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +37,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
+
+try:  # empties the staging buffer keeping its allocation (see gpuviz/capture/_rows.h)
+    _take_staged: Callable[[bytearray, int], bytes] | None = importlib.import_module("gpuviz.log._staging").take
+except ImportError:  # no compiler at install time: the same in Python (the buffer is re-fitted)
+    _take_staged = None
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -132,7 +138,8 @@ class EventLog:
     # ----------------------------------------------------------------- recording
     def append(self, row: tuple[int, ...]) -> None:
         """Stage one event: the fields of ``ROW_COLUMNS`` in order (all ints)."""
-        self._check_writable()
+        if self._readonly:
+            self._check_writable()
         staged = self._staged
         staged.extend(_pack(*row))
         if len(staged) >= self._flush_len:
@@ -157,7 +164,12 @@ class EventLog:
 
     def intern_string(self, text: str) -> int:
         """Index of ``text`` in the string table, adding it if new."""
-        return self._intern(text, self.strings, self._string_ids)
+        index = self._string_ids.get(text)  # the common case: known, no lock
+        return index if index is not None else self._intern(text, self.strings, self._string_ids)
+
+    def string_id(self, text: str) -> int:
+        """Index of ``text`` in the string table, or ``NO_INDEX`` when the log never used it."""
+        return self._string_ids.get(text, NO_INDEX)
 
     def intern_stack(self, frames: tuple[Frame, ...]) -> int:
         """Index of ``frames`` in the stack table, adding it if new."""
@@ -193,8 +205,11 @@ class EventLog:
         nbytes = len(staged)
         if not nbytes:
             return
-        block = bytes(staged[:nbytes])
-        del staged[:nbytes]
+        if _take_staged is not None:
+            block = _take_staged(staged, nbytes)
+        else:
+            block = bytes(staged[:nbytes])
+            del staged[:nbytes]
         n = nbytes // _ROW
         self._blocks.append(block)
         self._block_rows += n
@@ -383,8 +398,8 @@ class EventLog:
         cols = self.columns
         mask = np.ones(len(cols["seq"]), dtype=bool)
         if kind is not None:
-            kinds = [kind] if isinstance(kind, str) else list(kind)
-            mask &= np.isin(cols["kind"], [kind_code(k) for k in kinds])
+            codes = [kind_code(k) for k in ([kind] if isinstance(kind, str) else list(kind))]
+            mask &= (cols["kind"] == codes[0]) if len(codes) == 1 else np.isin(cols["kind"], codes)
         if device is not None:
             mask &= cols["device"] == self.device_index(device)
         if start_ns is not None:
@@ -392,9 +407,10 @@ class EventLog:
         if end_ns is not None:
             mask &= cols["time_ns"] < end_ns
         if tag is not None:
-            tag_id = self._string_ids.get(tag)
-            mask &= cols["tag"] == (tag_id if tag_id is not None else -2)
-        return self._view({name: array_[mask] for name, array_ in cols.items()})
+            tag_id = self.string_id(tag)
+            mask &= cols["tag"] == (tag_id if tag_id != NO_INDEX else -2)
+        rows = np.flatnonzero(mask)  # once: indexing each column by a boolean mask scans the mask again
+        return self._view({name: array_[rows] for name, array_ in cols.items()})
 
     def with_columns(self, **replacements: np.ndarray) -> EventLog:
         """A read-only view of this log with some columns replaced (same length and dtype cast),

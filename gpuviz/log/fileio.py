@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,7 +44,7 @@ from gpuviz.base.errors import LogFormatError
 from gpuviz.log.checksums import batch_checksum, digest
 from gpuviz.log.eventlog import DeviceInfo, EventLog
 from gpuviz.log.reader import ARROW_SCHEMA, read_log
-from gpuviz.log.schema import COLUMNS, DTYPES, FORMAT_MAGIC, FORMAT_VERSION
+from gpuviz.log.schema import COLUMNS, DTYPES, FORMAT_MAGIC, FORMAT_VERSION, KIND_NAMES
 
 __all__ = ["LogWriter", "save", "load", "to_parquet", "ARROW_SCHEMA"]
 
@@ -216,17 +217,42 @@ def load(path: str | Path) -> EventLog:
     return log
 
 
+_NAME_INDEX: dict[str, Any] = {"kind": pa.int8(), "device": pa.int16(), "peer": pa.int16(), "tag": pa.int32()}
+PARQUET_SCHEMA = pa.schema(
+    [
+        pa.field(name, pa.dictionary(_NAME_INDEX[name], pa.string()))
+        if name in _NAME_INDEX
+        else pa.field(name, pa.from_numpy_dtype(DTYPES[name]))
+        for name, _ in COLUMNS
+    ]
+)
+"""The columns of ``to_parquet``: those of the log, with ``kind``, ``device``, ``peer`` and ``tag``
+decoded to their names (dictionary-encoded strings; null where the log has -1). The same for
+every log, so the files of many logs form one dataset."""
+
+
+def _decoded(codes: np.ndarray, names: Sequence[str], index: pa.DataType) -> pa.Array[Any]:
+    indices = codes.astype(np.dtype(index.to_pandas_dtype()))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(names), type=pa.string()), mask=codes < 0)
+
+
 def to_parquet(log: EventLog, path: str | Path) -> None:
-    """Write ``log.to_pandas()`` as Parquet, with the devices and format version as metadata."""
+    """Write the events as Parquet (``PARQUET_SCHEMA``: names decoded), with the devices and
+    format version as metadata."""
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pandas(log.to_pandas(), preserve_index=False)
+    cols = log.columns
+    tables = {"kind": KIND_NAMES, "device": log.device_names, "peer": log.device_names, "tag": log.strings}
+    arrays = [
+        _decoded(cols[field.name], tables[field.name], field.type.index_type)
+        if field.name in tables
+        else pa.array(cols[field.name], type=field.type)
+        for field in PARQUET_SCHEMA
+    ]
     extra = {
         "gpuviz.magic": FORMAT_MAGIC,
         "gpuviz.format_version": str(FORMAT_VERSION),
         "gpuviz.devices": json.dumps(_devices_json(log.devices), default=str),
     }
-    table = table.replace_schema_metadata(
-        {**(table.schema.metadata or {}), **{k.encode(): v.encode() for k, v in extra.items()}}
-    )
+    table = pa.Table.from_arrays(arrays, schema=PARQUET_SCHEMA.with_metadata(extra))
     pq.write_table(table, path)

@@ -300,9 +300,10 @@ def _wrap(result: Any, target: Device, op: str, runtime: Runtime, inputs: list[D
             result = np.asarray(result)
         if not (isinstance(result, np.ndarray) or backend.is_array(result)):
             return result
-    for source in inputs:
-        if source._buffer.device is target and backend.shares_memory(result, source._view):
-            return DeviceArray(source._buffer, result)  # a view: no new memory
+    if type(result) is not np.ndarray or result.base is not None:  # a fresh NumPy output shares nothing
+        for source in inputs:
+            if source._buffer.device is target and backend.shares_memory(result, source._view):
+                return DeviceArray(source._buffer, result)  # a view: no new memory
     if result.dtype.kind == "O":
         return result  # Python objects cannot live in raw device memory; they stay on the host
     shape = tuple(result.shape)
@@ -389,6 +390,31 @@ def _run_simple(runtime: Runtime, op: str, func: Callable[..., Any], args: tuple
     result = target.backend.run(func, host_args, {})
     runtime.record_op(op, target, requested, soft, start, time.perf_counter_ns() - start)
     return _wrap(result, target, op, runtime, inputs)
+
+
+def _operator(ufunc: np.ufunc, reflected: bool) -> Callable[[DeviceArray, Any], Any]:
+    """``DeviceArray.__add__`` and its kin: with a DeviceArray or Python scalar operand, the op
+    runs at once (``_run_simple``), without NumPy's dispatch to ``__array_ufunc__``; otherwise as
+    NumPy's operator mixin does (the same result, placement and records either way)."""
+    op = op_name(ufunc.__name__)
+    fallback = getattr(NDArrayOperatorsMixin, f"__{'r' if reflected else ''}{_DUNDER[ufunc]}__")
+
+    def method(self: DeviceArray, other: Any) -> Any:
+        if type(other) is DeviceArray or type(other) in _SCALARS:
+            result = _run_simple(get_runtime(), op, ufunc, (other, self) if reflected else (self, other))
+            if result is not _NOT_SIMPLE:
+                return result
+        return fallback(self, other)
+
+    method.__name__ = method.__qualname__ = f"__{'r' if reflected else ''}{_DUNDER[ufunc]}__"
+    return method
+
+
+_DUNDER = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "truediv",
+           np.floor_divide: "floordiv", np.matmul: "matmul", np.power: "pow", np.remainder: "mod"}  # fmt: skip
+for _ufunc in _DUNDER:
+    setattr(DeviceArray, f"__{_DUNDER[_ufunc]}__", _operator(_ufunc, reflected=False))
+    setattr(DeviceArray, f"__r{_DUNDER[_ufunc]}__", _operator(_ufunc, reflected=True))
 
 
 def asarray(data: Any, dtype: Any = None, *, device: str | None = None) -> DeviceArray:

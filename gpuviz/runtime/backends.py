@@ -8,7 +8,6 @@ temporaries go through the same gpuviz allocator, so they are recorded too.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -57,8 +56,9 @@ class SimulatedBackend:
     def view(self, address: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype, owner: object) -> np.ndarray:
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
-        memory = self.upstream.buffer(address, nbytes)
-        return np.frombuffer(memory, dtype=dtype, count=math.prod(shape)).reshape(shape)
+        region, offset = self.upstream.mapped(address, nbytes)
+        view: np.ndarray = np.ndarray(shape, dtype, buffer=region, offset=offset)
+        return view
 
     def offset(self, view: Any, address: int) -> int:
         base = view
@@ -77,7 +77,7 @@ class SimulatedBackend:
         return np.array(array, copy=True)
 
     def copy_into(self, destination: Any, source: Any) -> None:
-        np.copyto(destination, _host(source), casting="no")
+        np.copyto(destination, source if type(source) is np.ndarray else _host(source), casting="no")
 
     def run(self, func: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
         return func(*args, **kwargs)

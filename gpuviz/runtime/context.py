@@ -75,12 +75,14 @@ class Buffer:
         """Free the memory now; arrays on it raise when used afterwards."""
         if self.released is None:
             self.released = reason
+            self.device.buffers.pop(id(self), None)
             self.device.allocator.free(self.address)
 
     def __del__(self) -> None:
         if self.released is None:
             self.released = "garbage collected"
             try:
+                self.device.buffers.pop(id(self), None)
                 self.device.allocator.free(self.address)
             except Exception:
                 if not sys.is_finalizing():  # at interpreter exit the allocator may be gone already
@@ -101,7 +103,7 @@ class Device:
         self.physical = physical
         self.backend = backend
         self.index = allocator.log.device_index(spec.short)
-        self.buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
+        self.buffers: dict[int, weakref.ref[Buffer]] = {}  # id -> each live Buffer (dropped at its free)
 
     @property
     def is_gpu(self) -> bool:
@@ -110,7 +112,7 @@ class Device:
     def allocate(self, nbytes: int, tag: str | None) -> Buffer:
         address = self.allocator.allocate(nbytes, tag=tag)
         buffer = Buffer(self, address, nbytes)
-        self.buffers.add(buffer)
+        self.buffers[id(buffer)] = weakref.ref(buffer)
         return buffer
 
     def view(self, buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -208,7 +210,7 @@ class Runtime:
     # ----------------------------------------------------------------- placement
     def place(self, op: str, *, gpu_kernel: bool = True) -> tuple[Device, int, bool]:
         """Where ``op`` runs: (device, requested device index or -1, moved by soft placement)."""
-        scope = current_scope()
+        scope = _scopes.top()  # current_scope(), one call less on every op
         soft_enabled = self.config.soft_placement
         if scope is None:
             target = self.gpus[0] if self.gpus and gpu_kernel else self.cpu
@@ -270,8 +272,10 @@ class Runtime:
     # ------------------------------------------------------------------ release
     def release_all(self) -> None:
         for dev in self.devices.values():
-            for buffer in list(dev.buffers):
-                buffer.release("released by gpuviz.reset()")
+            for ref in list(dev.buffers.values()):
+                buffer = ref()
+                if buffer is not None:
+                    buffer.release("released by gpuviz.reset()")
             dev.allocator.release_free_segments()
 
     def logical_devices(self, device_type: str | None = None) -> list[LogicalDevice]:

@@ -23,6 +23,7 @@ from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
 from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
@@ -74,6 +75,11 @@ def replay_policy(
         stream.is_alloc.tolist(), stream.requested.tolist(), stream.tag.tolist(), stream.stack.tolist(), times,
         strict=True,
     )  # fmt: skip
+    # free requests that waited on other streams: PyTorch's model defers the block's return to its
+    # completion (or a synchronization); other policies return memory at the completion itself
+    defers = isinstance(alloc, TorchCachingAllocator)
+    deferred = stream.deferred.tolist()
+    waiting: set[tuple[int, int]] = set()  # (allocation's position in the stream, address): deferred frees
     served = 0
     for i, (is_alloc, requested, tag, stack, time_ns) in enumerate(requests):
         if not isinstance(alloc, BFCAllocator):
@@ -97,7 +103,17 @@ def replay_policy(
             if address < 0:  # its allocation failed and was skipped
                 starts.append(len(log))
                 continue
-            alloc.free(address)
+            if deferred[i]:
+                if defers:
+                    assert isinstance(alloc, TorchCachingAllocator)
+                    alloc.free(address, deferred=True, key=(made, address))
+                    waiting.add((made, address))
+            elif (made, address) in waiting:
+                assert isinstance(alloc, TorchCachingAllocator)
+                waiting.discard((made, address))
+                alloc.complete_free(address, key=(made, address))
+            else:
+                alloc.free(address)
         served += 1
         starts.append(len(log))
     log.flush()
@@ -145,7 +161,7 @@ def whatif(
     stream = request_stream(log, name)
     outcomes: list[PolicyOutcome] = []
     if include_source:
-        served = stream.allocations + int((~stream.is_alloc).sum())
+        served = len(stream)
         outcomes.append(outcome(RECORDED, log, name, requests=len(stream), served=served))
     for policy in chosen:
         upstream = SimUpstream(size if size is not None else UNBOUNDED)

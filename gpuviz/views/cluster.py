@@ -6,32 +6,43 @@ All are pure functions of a ``ClusterSummary`` (``gpuviz.analysis.cluster``).
 from __future__ import annotations
 
 import html
+import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.utils import PlotlyJSONEncoder
 
-from gpuviz.analysis.cluster import ClusterSummary
+from gpuviz.analysis.cluster import ClusterSummary, alignment
 from gpuviz.base.units import format_size
-from gpuviz.views.report import plot_div, plotlyjs_script
+from gpuviz.views.report import figure_json, plot_div, plotlyjs_script
+from gpuviz.views.result import FORMAT, FORMAT_VERSION, result_table
 
-__all__ = ["cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html", "cluster_text"]
+__all__ = ["CLUSTER_CSS", "cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html"]
+__all__ += ["TIME_AXIS", "cluster_text", "cluster_result"]
 
 HEATMAP_METRICS = ("bytes_in_use", "fragmentation", "pool_bytes")
 
 
 def cluster_grid(
-    summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200
+    summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200, align: str = "auto"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(t_ns, z)``: ``columns`` equal time buckets from 0 to the longest rank's span (ns since
-    each log's first event; ``t_ns`` holds bucket starts) and, per table row, the highest
-    ``metric`` in each bucket. A bucket without events holds the previous bucket's value;
-    before a row's first event and after its last, the value is NaN."""
+    """``(t_ns, z)``: ``columns`` equal time buckets from 0 to the end of the latest rank
+    (``t_ns`` holds bucket starts, in ns) and, per table row, the highest ``metric`` in each
+    bucket. A bucket without events holds the previous bucket's value; before a row's first
+    event and after its last, the value is NaN.
+
+    ``align`` (``gpuviz.analysis.cluster.alignment``): ``"start"``, time 0 is each rank's first
+    event; ``"clock"``, time 0 is the run's earliest first event and ranks sit at their
+    wall-clock times; ``"auto"`` (default), ``"clock"`` when every rank has a wall-clock anchor.
+    """
     if metric not in HEATMAP_METRICS:
         raise ValueError(f"metric must be one of {', '.join(HEATMAP_METRICS)}, not {metric!r}")
     if columns < 1:
         raise ValueError(f"columns must be >= 1, got {columns}")
-    spans = [int(s.time_ns[-1]) for s in summary.series if len(s.time_ns)]
+    _, offsets = alignment(summary, align)
+    spans = [int(o) + int(s.time_ns[-1]) for o, s in zip(offsets, summary.series, strict=True) if len(s.time_ns)]
     end = max(spans, default=0) + 1
     width = end / columns
     t_ns = (np.arange(columns) * width).astype(np.int64)
@@ -39,7 +50,7 @@ def cluster_grid(
     for row, series in enumerate(summary.series):
         if not len(series.time_ns):
             continue
-        bucket = np.minimum((series.time_ns / width).astype(np.int64), columns - 1)
+        bucket = np.minimum(((series.time_ns + offsets[row]) / width).astype(np.int64), columns - 1)
         values = series.maximum[metric].astype(np.float64)
         np.fmax.at(z[row], bucket, values)
         first, last = int(bucket[0]), int(bucket[-1])
@@ -54,10 +65,21 @@ def _label(row: dict[Any, Any]) -> str:
     return f"{row['device']}{mark}"
 
 
-def cluster_heatmap(summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200) -> go.Figure:
+TIME_AXIS = {
+    "start": "time since each rank's first event (s)",
+    "clock": "time since the run's first event, ranks aligned by wall clock (s)",
+}
+"""The heatmap's time axis title, by alignment."""
+
+
+def cluster_heatmap(
+    summary: ClusterSummary, metric: str = "bytes_in_use", *, columns: int = 200, align: str = "auto"
+) -> go.Figure:
     """Ranks x time heatmap of ``metric`` (bytes, or fragmentation 0..1), one row per device of
-    every rank (outliers marked ⚠), time in seconds since each log's first event."""
-    t_ns, z = cluster_grid(summary, metric, columns=columns)
+    every rank (outliers marked ⚠), time in seconds aligned as ``align`` says (``cluster_grid``;
+    the x axis title names the alignment used)."""
+    mode, _ = alignment(summary, align)
+    t_ns, z = cluster_grid(summary, metric, columns=columns, align=mode)
     labels = [_label(row) for row in summary.table.to_dict("records")]
     unit = "" if metric == "fragmentation" else " bytes"
     figure = go.Figure(
@@ -72,9 +94,9 @@ def cluster_heatmap(summary: ClusterSummary, metric: str = "bytes_in_use", *, co
     )
     figure.update_layout(
         title=f"{metric.replace('_', ' ')} by rank over time",
-        xaxis_title="time since the rank's first event (s)",
+        xaxis_title=TIME_AXIS[mode],
         yaxis={"autorange": "reversed", "type": "category"},
-        height=max(300, 24 * len(labels) + 150),
+        height=max(300, 24 * min(len(labels), 64) + 150),  # past 64 rows, thinner rows: 1024 x 24 px drew ~2x slower
     )
     return figure
 
@@ -92,14 +114,30 @@ def _cell(column: str, value: object) -> str:
     return html.escape(str(value))
 
 
-def cluster_table_html(summary: ClusterSummary) -> str:
-    """The per-rank table as an HTML table; outlier rows have class ``outlier``."""
+def cluster_table_html(summary: ClusterSummary, *, links: Sequence[str | None] | None = None) -> str:
+    """The per-rank table as an HTML table; outlier rows have class ``outlier``; row ``i`` of
+    ``summary.table`` carries ``data-row="i"`` (whatever order the rows are shown in).
+
+    ``links``: per table row, the address of that rank's report (or None): such a row
+    carries ``data-href`` and its device cell links there.
+    """
+    if links is not None and len(links) != len(summary.table):
+        raise ValueError(f"links must give one address (or None) per table row: {len(links)} for {len(summary.table)}")
     columns = [c for c in summary.table.columns if c != "file"]
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
     rows = []
-    for row in summary.table.to_dict("records"):
-        cls = ' class="outlier"' if row["outlier"] else ""
-        rows.append(f"<tr{cls}>" + "".join(f"<td>{_cell(c, row[c])}</td>" for c in columns) + "</tr>")
+    for i, row in enumerate(summary.table.to_dict("records")):
+        href = links[i] if links is not None else None
+        attributes = f' data-row="{i}"' + (' class="outlier"' if row["outlier"] else "")
+        cells = []
+        for c in columns:
+            text = _cell(c, row[c])
+            if c == "device" and href:
+                text = f'<a href="{html.escape(href)}">{text}</a>'
+            cells.append(f"<td>{text}</td>")
+        if href:
+            attributes += f' data-href="{html.escape(href)}"'
+        rows.append(f"<tr{attributes}>" + "".join(cells) + "</tr>")
     return f'<table class="gpuviz-cluster"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -122,23 +160,115 @@ def cluster_text(summary: ClusterSummary) -> str:
     return "\n".join(lines)
 
 
-_CSS = """
-body { font: 14px/1.5 system-ui, sans-serif; margin: 24px; color: #222; }
+CLUSTER_CSS = """
 table.gpuviz-cluster { border-collapse: collapse; }
 table.gpuviz-cluster td, table.gpuviz-cluster th { border: 1px solid #ddd; padding: 2px 8px; text-align: right; }
 table.gpuviz-cluster tr.outlier { background: #fde2e1; }
+table.gpuviz-cluster tr[data-href], table.gpuviz-cluster tr[data-row] { cursor: pointer; }
+"""
+"""The per-rank table's style (outlier rows highlighted; rows that open a rank's views show a hand)."""
+
+_CSS = "body { font: 14px/1.5 system-ui, sans-serif; margin: 24px; color: #222; }" + CLUSTER_CSS
+
+
+_LINKS = """
+function gpuvizRankLinks() {
+  // a click on a heatmap row or a table row opens that rank's report (rows with data-href)
+  var links = {};
+  document.querySelectorAll('table.gpuviz-cluster tr[data-href]').forEach(function (tr) {
+    links[tr.dataset.row] = tr.dataset.href;
+    tr.addEventListener('click', function (e) {
+      if (!e.target.closest('a')) { window.location.href = tr.dataset.href; }
+    });
+  });
+  document.querySelectorAll('.gpuviz-plot[id^="cluster-"]').forEach(function (div) {
+    div.on('plotly_click', function (e) {
+      var href = links[e.points[0].pointNumber[0]];
+      if (href) { window.location.href = href; }
+    });
+  });
+}
+gpuvizRankLinks();
 """
 
 
-def cluster_report_html(summary: ClusterSummary, *, plotlyjs: str = "inline", title: str = "gpuviz run") -> str:
-    """The run's report as one HTML document: heatmaps of bytes in use and fragmentation, the table."""
+def cluster_report_html(
+    summary: ClusterSummary,
+    *,
+    plotlyjs: str = "inline",
+    title: str = "gpuviz run",
+    links: Sequence[str | None] | None = None,
+    align: str = "auto",
+) -> str:
+    """The run's report as one HTML document: heatmaps of bytes in use and fragmentation (ranks
+    aligned as ``align`` says, see ``cluster_grid``), the table.
+
+    ``links``: per table row, the address of that rank's own report, or None: a click on such
+    a row of a heatmap or of the table opens it (see ``cluster_table_html``).
+    """
     script = plotlyjs_script(plotlyjs)
     plots = []
     for i, metric in enumerate(("bytes_in_use", "fragmentation")):
-        plots.append(plot_div(f"cluster-{i}", cluster_heatmap(summary, metric)))
+        plots.append(plot_div(f"cluster-{i}", cluster_heatmap(summary, metric, align=align)))
     text = html.escape(cluster_text(summary).splitlines()[0])
+    linked = [link for link in links or [] if link]
+    if linked:
+        reports = len(set(linked))
+        text += (
+            f" · {reports} rank report{'s' if reports != 1 else ''}: click a rank's row in a heatmap or in the"
+            " table to open its views"
+        )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_CSS}</style>{script}</head><body><h1>{html.escape(title)}</h1><p>{text}</p>"
-        f"{''.join(plots)}<h2>Per-rank table</h2>{cluster_table_html(summary)}</body></html>"
+        f"{''.join(plots)}<h2>Per-rank table</h2>{cluster_table_html(summary, links=links)}"
+        + (f"<script>{_LINKS}</script>" if linked else "")
+        + "</body></html>"
     )
+
+
+_KINDS = {
+    "rank": "count", "host": "text", "local_rank": "count", "device": "text", "peak_bytes": "bytes",
+    "peak_time_ns": "ns", "pool_at_peak": "bytes", "fragmentation_at_peak": "share", "end_bytes": "bytes",
+    "growth_bytes": "bytes", "ooms": "count", "transfers": "count", "transfer_bytes": "bytes", "file": "text",
+    "outlier": "text",
+}  # fmt: skip
+
+
+def cluster_result(
+    summary: ClusterSummary,
+    *,
+    title: str = "gpuviz run",
+    links: Sequence[str | None] | None = None,
+    align: str = "auto",
+) -> dict[str, Any]:
+    """The run in the ``gpuviz-result`` layout (``gpuviz.views.result``), what JupyterLab renders:
+    the summary lines of ``cluster_text``, the bytes-in-use and fragmentation heatmaps and the
+    per-rank table ``ranks`` with its outlier rows highlighted (``align``: see ``cluster_grid``).
+
+    Two optional fields let the extension open a rank: the table's ``links`` (per row, the
+    path of that rank's file relative to the Jupyter server's root, or None) and each
+    heatmap's ``rows`` (``"ranks"``: heatmap row i is row i of that table).
+    """
+    if links is not None and len(links) != len(summary.table):
+        raise ValueError(f"links must give one path (or None) per table row: {len(links)} for {len(summary.table)}")
+    flagged = [i for i, flag in enumerate(summary.table["outlier"]) if flag]
+    table = result_table("ranks", "Per-rank table (outliers highlighted)", summary.table, kinds=_KINDS, total=False,
+                         highlight=flagged)  # fmt: skip
+    if links is not None:
+        table["links"] = list(links)
+    figures = [
+        {"name": f"heatmap:{metric}", "title": metric.replace("_", " ") + " by rank over time",
+         "figure": figure_json(cluster_heatmap(summary, metric, align=align)), "rows": "ranks"}
+        for metric in ("bytes_in_use", "fragmentation")
+    ]  # fmt: skip
+    data = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "title": title,
+        "summary": cluster_text(summary).splitlines(),
+        "figures": figures,
+        "tables": [table],
+    }
+    parsed: dict[str, Any] = json.loads(json.dumps(data, cls=PlotlyJSONEncoder))
+    return parsed

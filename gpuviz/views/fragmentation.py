@@ -196,7 +196,7 @@ def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> di
     return traces
 
 
-_LEAN_AGGREGATED = "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B"
+LEAN_AGGREGATED = "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B"
 _EMPTY: dict[str, list[Any]] = {"y": [], "base": [], "x": [], "text": [], "custom": []}
 
 
@@ -326,7 +326,7 @@ def trace_specs(
             spec.update(y=[rows[y] for y in data["y"]], base=[int(b) for b in data["base"]],
                         x=[round(x) for x in data["x"]])  # fmt: skip
             if aggregated:
-                spec.update(customdata=[list(c) for c in data["custom"]], hovertemplate=_LEAN_AGGREGATED)
+                spec.update(customdata=[list(c) for c in data["custom"]], hovertemplate=LEAN_AGGREGATED)
             else:
                 strings: dict[str, int] = {}
                 custom = []
@@ -396,7 +396,10 @@ def map_layout(
     """The map's layout as a plain dict: the metric strip in the title, one row per segment, the
     x range zoomed by ``zoom_range`` with buttons for the used range and the whole pool."""
     rows = max(1, len(state.segments))
-    yaxis: dict[str, Any] = {"title": {"text": "segment"}, "type": "category", "autorange": "reversed"}
+    yaxis: dict[str, Any] = {
+        "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
+        "categoryorder": "array", "categoryarray": [_label(s.base) for s in state.segments],  # by address
+    }  # fmt: skip
     if lean:
         yaxis = {"title": {"text": "segment"}, **segment_rows(state)}
         if pinning is not None:  # room for the ghost bar below the last row
@@ -490,7 +493,8 @@ def map_spec_and_state(
     pinned = dp.pinning_at(at)
     specs = trace_specs(
         state, color_by=p.options.color_by, max_rectangles=max_rectangles or p.options.max_rectangles, lean=lean,
-        stacks=p.log.stacks, pinning=pinned, allocated=dp.allocated(at, p.t0_ns),
+        stacks=p.log.stacks, pinning=pinned,
+        allocated=dp.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use]),
     )  # fmt: skip
     if title is None:
         what = "out of memory" if pinned is not None else ("peak" if at == dp.peak.index else "")

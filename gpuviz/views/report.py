@@ -12,7 +12,6 @@ import html
 import json
 from typing import Any
 
-import numpy as np
 import plotly
 import plotly.graph_objects as go
 from plotly.utils import PlotlyJSONEncoder
@@ -21,11 +20,12 @@ from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.analysis.tables import devices_present
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
+from gpuviz.views.eventstream import STEPPER_JS, event_stream
 from gpuviz.views.fragmentation import map_spec_and_state, metric_text
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
-__all__ = ["report_html", "FRAME_RECTANGLES", "NEAR_OPENING", "figure_json", "to_script_json", "scrub_positions"]
+__all__ = ["report_html", "FRAME_RECTANGLES", "figure_json", "to_script_json", "scrub_positions"]
 __all__ += ["plot_div", "plotlyjs_script"]
 
 FRAME_RECTANGLES = 1500
@@ -45,7 +45,9 @@ function gpuvizSize(n) {
   var units = [[1099511627776, 'TiB'], [1073741824, 'GiB'], [1048576, 'MiB'], [1024, 'KiB']];
   for (var i = 0; i < units.length; i++) {
     if (n >= units[i][0]) {
-      var v = n / units[i][0], t = v < 9.95 ? v.toFixed(1) : v.toFixed(0);
+      // halves round to even, as Python's format does (tenths: exact for whole bytes below 2**49)
+      var v = n / units[i][0];
+      var t = v < 9.95 ? (gpuvizRound(n * 10 / units[i][0]) / 10).toFixed(1) : String(gpuvizRound(v));
       if (t === '1024' && i > 0) { return gpuvizSize(units[i][0] * 1024); }
       return t + ' ' + units[i][1];
     }
@@ -90,27 +92,48 @@ function gpuvizSortTable(table) {
     });
   });
 }
-function gpuvizScrubber(id, first) {
+function gpuvizScrubber(id, first, positions) {
   // Only the first frame is parsed at load; the rest is inert JSON, parsed on first use.
-  // Frames share layout.uirevision, so a zoom or pan survives scrubbing. Arrow keys step
-  // frame by frame on the slider and on the map (click it first).
+  // Frames share layout.uirevision, so a zoom or pan survives scrubbing. The slider moves stop
+  // by stop (positions: their log positions); the arrow keys (on the slider, or on the map after
+  // a click) step event by event where the report embeds the device's events (gpuvizStepper),
+  // else stop by stop.
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
-  var plot = document.getElementById(id);
-  var frames = null;
-  function show(f) { Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout); label.textContent = f.label; }
+  var plot = document.getElementById(id), events = document.getElementById(id + '-events');
+  var frames = null, stepper = null, steps = null;
+  function show(f, position) {
+    Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout);
+    label.textContent = f.label; plot.dataset.position = String(position); plot.gpuvizHeap = f.heap || null;
+  }
   function go(value) {
     if (frames === null) { frames = JSON.parse(document.getElementById(id + '-frames').textContent); }
     input.value = String(value);
-    show(frames[parseInt(input.value, 10)]);
+    show(frames[parseInt(input.value, 10)], positions[parseInt(input.value, 10)]);
+  }
+  function step(direction) {
+    if (steps === null) {
+      stepper = events ? gpuvizStepper(JSON.parse(events.textContent)) : null;
+      steps = Array.from(new Set(positions.concat(stepper ? stepper.steps : [])));
+      steps.sort(function (a, b) { return a - b; });
+    }
+    var at = parseInt(plot.dataset.position, 10), below = steps.filter(function (s) { return s < at; }).length;
+    var k = direction > 0 ? (steps[below] === at ? below + 1 : below) : below - 1;
+    if (k < 0 || k >= steps.length) { return; }
+    var stop = positions.indexOf(steps[k]);
+    if (stop >= 0) { go(stop); return; }
+    input.value = String(Math.max(positions.filter(function (p) { return p < steps[k]; }).length - 1, 0));
+    show(stepper.frame(steps[k]), steps[k]);
+  }
+  function keydown(e) {
+    var direction = e.key === 'ArrowRight' ? 1 : e.key === 'ArrowLeft' ? -1 : 0;
+    if (!direction) { return; }
+    e.preventDefault();
+    step(direction);
   }
   input.addEventListener('input', function () { go(input.value); });
-  plot.addEventListener('keydown', function (e) {
-    var step = e.key === 'ArrowRight' ? 1 : e.key === 'ArrowLeft' ? -1 : 0;
-    if (!step) { return; }
-    e.preventDefault();
-    go(Math.min(Math.max(parseInt(input.value, 10) + step, 0), parseInt(input.max, 10)));
-  });
-  show(first);
+  input.addEventListener('keydown', keydown);
+  plot.addEventListener('keydown', keydown);
+  show(first, positions[parseInt(input.value, 10)]);
 }
 """
 _ON_LOAD = "document.querySelectorAll('table.gpuviz-placement, table.gpuviz-sortable').forEach(gpuvizSortTable);"
@@ -130,12 +153,15 @@ def figure_json(figure: go.Figure) -> dict[str, Any]:
 
 
 def plotlyjs_script(plotlyjs: str) -> str:
-    """The ``<script>`` element that loads plotly.js: embedded (``"inline"``) or from its CDN (``"cdn"``)."""
+    """The ``<script>`` element that loads plotly.js: embedded (``"inline"``), from its CDN
+    (``"cdn"``) or from ``plotly.min.js`` in the report's folder (``"directory"``)."""
     if plotlyjs == "inline":
         return f"<script>{plotly.offline.get_plotlyjs()}</script>"
     if plotlyjs == "cdn":
         return f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
-    raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+    if plotlyjs == "directory":  # reports sharing one copy: plotly.min.js beside the file
+        return '<script src="plotly.min.js"></script>'
+    raise ValueError(f"plotlyjs must be 'inline', 'cdn' or 'directory', not {plotlyjs!r}")
 
 
 def plot_div(div_id: str, figure: go.Figure) -> str:
@@ -148,18 +174,11 @@ def plot_div(div_id: str, figure: go.Figure) -> str:
     )
 
 
-NEAR_OPENING = 5
-"""The scrubber also stops at this many settled events before and after the moment it opens at."""
-
-
 def scrub_positions(device: DeviceProfile) -> list[int]:
-    """The report scrubber's stops: ``scrub_stops`` plus the ``NEAR_OPENING`` settled events on
-    either side of the opening moment (so arrow keys step event by event around an OOM)."""
+    """The report scrubber's stops: ``scrub_stops`` and the opening moment. Between them the arrow
+    keys step event by event (``eventstream``)."""
     stops = set(device.scrub_index.tolist())
-    settled = device.series.index[device.series.settled]
-    if device.opening >= 0 and len(settled):
-        at = int(np.searchsorted(settled, device.opening))
-        stops.update(settled[max(at - NEAR_OPENING, 0) : at + NEAR_OPENING + 1].tolist())
+    if device.opening >= 0:
         stops.add(device.opening)
     return sorted(stops)
 
@@ -167,9 +186,10 @@ def scrub_positions(device: DeviceProfile) -> list[int]:
 def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> str:
     seconds = (int(p.log["time_ns"][index]) - p.t0_ns) / 1e9
     kind = int(p.log["kind"][index])
-    what = {Kind.OOM: " · OUT OF MEMORY", Kind.MARK: f" · mark {p.log.strings[int(p.log['tag'][index])]}"}.get(
-        Kind(kind), " · peak" if index == device.peak.index else ""
-    )
+    if kind == Kind.MARK:  # (only a mark's tag is read: other events may have none, tag -1)
+        what = f" · mark {p.log.strings[int(p.log['tag'][index])]}"
+    else:
+        what = " · OUT OF MEMORY" if kind == Kind.OOM else " · peak" if index == device.peak.index else ""
     return f"event {index} · t = {seconds:.6f} s{what} · {text}"
 
 
@@ -182,12 +202,14 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile) -> str:
         frames.append({**spec, "label": _frame_label(p, device, index, metric_text(state))})
     start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
     first = to_script_json(frames[start]) if frames else '{"data":[],"layout":{},"label":""}'
+    stream = event_stream(p, name, max_rectangles=FRAME_RECTANGLES) if len(device.series) else None
+    events = f'<script type="application/json" id="{div_id}-events">{to_script_json(stream)}</script>' if stream else ""
     return (
         f'<div class="scrubber"><span>time</span><input type="range" id="{div_id}-slider" min="0" '
         f'max="{max(len(positions) - 1, 0)}" value="{start}" step="1" aria-label="time scrubber">'
         f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
         f'<script type="application/json" id="{div_id}-frames">{to_script_json(frames)}</script>'
-        f"<script>gpuvizScrubber('{div_id}', {first});</script>"
+        f"{events}<script>gpuvizScrubber('{div_id}', {first}, {to_script_json(positions)});</script>"
     )
 
 
@@ -225,5 +247,7 @@ def report_html(
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{script}"
-        f"<script>{_FUNCTIONS}</script></head><body>" + "\n".join(body) + f"<script>{_ON_LOAD}</script></body></html>"
+        f"<script>{_FUNCTIONS}{STEPPER_JS}</script></head><body>"
+        + "\n".join(body)
+        + f"<script>{_ON_LOAD}</script></body></html>"
     )

@@ -39,7 +39,7 @@ from gpuviz.views.oom import pinning_lines
 from gpuviz.views.report import FRAME_RECTANGLES, figure_json
 from gpuviz.views.timeline import timeline
 
-__all__ = ["MIME_TYPE", "FORMAT", "FORMAT_VERSION", "FILE_EXTENSION", "result", "result_json"]
+__all__ = ["MIME_TYPE", "FORMAT", "FORMAT_VERSION", "FILE_EXTENSION", "result", "result_json", "result_table"]
 
 MIME_TYPE = "application/vnd.gpuviz.v1+json"
 FORMAT = "gpuviz-result"
@@ -107,6 +107,11 @@ def _table(
         "total": summed if total and len(frame) else None,
         "highlight": highlight or [],
     }
+
+
+result_table = _table
+"""A table in the result layout (``name``, ``title``, a DataFrame of raw values; ``kinds``,
+``total``, ``highlight``): what other results (a run's) build their tables with."""
 
 
 def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:

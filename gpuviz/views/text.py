@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuviz.analysis.moments import oom_indices, pinning
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.tables import devices_present, gpus_first
-from gpuviz.analysis.timeline import internal_waste, peak, timeline_series
+from gpuviz.analysis.timeline import extremes
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES
@@ -22,14 +22,13 @@ def summary_text(log: EventLog) -> str:
     lines.append("  " + ", ".join(f"{name} {n}" for name, n in counts.items() if n))
     heap = replay(log)
     for device in gpus_first(heap.devices):
-        series = timeline_series(log, device)
-        top = peak(log, device)
-        waste = internal_waste(log, device)
+        summary = extremes(log, device)  # the timeline's extremes, without keeping the timeline
+        top, waste = summary.peak, summary.waste
         state = heap.state_at(-1, device=device)
         ooms = oom_indices(log, device)
         lines.append(f"{device}:")
         lines.append(f"  peak in use      {format_size(top.bytes)} at event {top.seq}")
-        most = format_size(int(series.pool_bytes.max()))
+        most = format_size(summary.pool_bytes)
         lines.append(f"  pool (reserved)  {most} at most, {format_size(state.pool_bytes)} at the end")
         lines.append(
             f"  in use at end    {format_size(state.bytes_in_use)} in {sum(c.in_use for c in state.chunks())} chunks"

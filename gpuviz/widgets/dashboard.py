@@ -6,7 +6,9 @@ once per kernel). One widget is one comm, so showing a dashboard costs a few mil
 main thread): at most ``rate_hz`` times a second, and never more often than keeps the
 thread's own CPU time under ``budget`` (5 %) of wall time. Each live update costs what is new
 since the last one (``LiveFollower``): new timeline points are appended to the drawn trace,
-and the map is sent again only when the heap changed. When the run ends (``stop_live``) the
+and the map is sent again only when the heap changed, and no more often than keeps its own
+drawing under ``MAP_SHARE`` of wall time (a big heap's map costs more than the rest of an
+update: it is redrawn less often, the timeline keeps its rate). When the run ends (``stop_live``) the
 full views are drawn once: the profile, the map at the first OOM (else the peak) with what
 pinned memory there, the timeline with its annotations, the tables.
 
@@ -47,6 +49,8 @@ from gpuviz.widgets.plots import PlotlyLibrary, plotly_library, to_json
 __all__ = ["Dashboard"]
 
 _LIVE_POINTS_PER_UPDATE = 200  # at most this many new timeline points per live update
+MAP_SHARE = 0.02
+"""Live map redraws take at most this share of wall time (of the thread's ``budget``)."""
 MiB = float(1 << 20)
 
 
@@ -130,6 +134,8 @@ class Dashboard(anywidget.AnyWidget):
         self._follower = LiveFollower(log)
         self._live_device: str | None = None
         self._timeline_points = 0
+        self._map_due = 0.0  # perf_counter time before which the live map is not redrawn
+        self._map_stale = False  # the heap changed since the live map was drawn
         self._quiet = False  # True while the code itself moves the controls
         self._map_range: dict[str, list[int]] = {}  # per device: the map's x range while scrubbing
         self.observe(self._on_device, names="device")
@@ -199,9 +205,13 @@ class Dashboard(anywidget.AnyWidget):
                 self._append_points(device, _thin(points, _LIVE_POINTS_PER_UPDATE), t0)
             elif device is not None and self._timeline_points == 0:
                 self.timeline_json = to_json(_live_timeline(device, None, t0))
-            if device is not None and changed:
+            self._map_stale = self._map_stale or changed
+            if device is not None and self._map_stale and start >= self._map_due:
+                cpu = time.thread_time()
                 state = self._follower.state(device)
                 self._show_map(state, f"{device} (live)")
+                self._map_stale = False
+                self._map_due = start + (time.thread_time() - cpu) / MAP_SHARE
                 n = len(self.event_log)
                 t = (int(self.event_log["time_ns"][n - 1]) - t0) / 1e9 if n else 0.0
                 self.slider_label = f"live · event {n - 1} · {t:.3f} s"

@@ -104,6 +104,9 @@ async function render({ model, el }) {
   };
   texts();
   controlsFromModel();
+  // the map shares its row with the pinning list, which comes and goes: redraw it to its box's width
+  const resized = new ResizeObserver(() => { if (divs.map.data) Plotly.Plots.resize(divs.map); });
+  resized.observe(divs.map);
   for (const name of Object.keys(divs)) {
     draw(name);
     model.on("change:" + name + "_json", () => draw(name));
@@ -139,7 +142,7 @@ async function render({ model, el }) {
       count("extends");
     }
   });
-  return () => { for (const div of Object.values(divs)) Plotly.purge(div); };
+  return () => { resized.disconnect(); for (const div of Object.values(divs)) Plotly.purge(div); };
 }
 export default { render };
 """

@@ -1,4 +1,5 @@
-"""``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON.
+"""``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON; for a run
+manifest (``RUN.gpuviz-run``), the result of the distributed run it names (``run_result_json``).
 
 The path is checked through the server's contents manager (only files the user may open,
 relative to the server's root) and resolved on disk; a path whose symlinks lead outside
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import multiprocessing
 import os
+import posixpath
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -40,11 +43,37 @@ def result_json(os_path: str, title: str) -> tuple[bool, str]:
     from gpuviz.analysis.profile import profile
     from gpuviz.views.result import result_json as to_json
 
+    if os_path.endswith(".gpuviz-run"):
+        return run_result_json(os_path, title)
     try:
         log = load(os_path)
     except LogFormatError as error:
         return False, str(error).replace(os_path, title)
     return True, to_json(profile(log), title=title)
+
+
+def run_result_json(os_path: str, title: str) -> tuple[bool, str]:
+    """In the worker: the result of the run that the manifest at ``os_path`` names (its
+    heatmaps and per-rank table), each table row linked to its rank's file by that file's
+    path under the server's root (None for a file outside the manifest's tree), so that the
+    extension opens a rank through this route; or (False, why the run cannot be read)."""
+    from gpuviz import GpuvizError
+    from gpuviz.analysis.cluster import cluster_summary
+    from gpuviz.analysis.run import load_run
+    from gpuviz.views.cluster import cluster_result
+
+    folder, base = os.path.dirname(os_path), posixpath.dirname(title)
+    try:
+        run = load_run(os_path)
+        summary = cluster_summary(run)
+    except (OSError, ValueError, GpuvizError) as error:
+        return False, str(error).replace(os_path, title).replace(folder, base or ".")
+    by_name = {path.name: os.path.relpath(path, folder).replace(os.sep, "/") for path in run.paths}
+    links = [
+        None if by_name[name].startswith("../") else posixpath.normpath(posixpath.join(base, by_name[name]))
+        for name in summary.table["file"]
+    ]
+    return True, json.dumps(cluster_result(summary, title=title, links=links), separators=(",", ":"))
 
 
 def _lower_priority() -> None:

@@ -10,6 +10,8 @@ export const LOG_EXTENSION = '.arrow';
 /** Traces of other tools that gpuviz.load opens too (the server tells formats by content):
  * PyTorch memory snapshots, XPlane, XProf memory profiles. */
 export const TRACE_EXTENSIONS = ['.pickle', '.xplane.pb', '.memory_profile.json', '.memory_profile.json.gz'];
+/** A run manifest: opens a distributed run (the logs of its folder, or those it names). */
+export const RUN_EXTENSION = '.gpuviz-run';
 export const RESULT_ROUTE = ['gpuviz', 'result'];
 
 /** A plotly figure as plotly.py writes it (`fig.to_plotly_json()`). */
@@ -33,6 +35,8 @@ export interface ITable {
   kinds?: ColumnKind[];
   total?: Cell[] | null;
   highlight?: number[];
+  /** Optional: per row, the path (under the server's root) of a log whose result a click on the row opens. */
+  links?: (string | null)[];
 }
 
 export interface IResult {
@@ -41,7 +45,8 @@ export interface IResult {
   title: string;
   /** Plain-text summary lines (diagnosis of the run). */
   summary: string[];
-  figures: { name: string; title: string; figure: IFigure }[];
+  /** ``rows``, optional: the name of a table whose row i is this figure's y row i (a click opens its link). */
+  figures: { name: string; title: string; figure: IFigure; rows?: string }[];
   tables: ITable[];
 }
 

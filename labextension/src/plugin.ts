@@ -1,19 +1,20 @@
-// The application plugin: saved event logs (.arrow) and traces of other tools (TRACE_EXTENSIONS:
-// PyTorch memory snapshots, XPlane, XProf memory profiles) open as results. The Jupyter
+// The application plugin: saved event logs (.arrow), traces of other tools (TRACE_EXTENSIONS:
+// PyTorch memory snapshots, XPlane, XProf memory profiles) and run manifests (RUN_EXTENSION:
+// a distributed run's heatmaps and per-rank table) open as results. The Jupyter
 // server's gpuviz extension (gpuviz_labextension/handlers.py) analyses the file where it lies
 // and answers with the result JSON; this file only wires that to a ResultView.
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { URLExt } from '@jupyterlab/coreutils';
 import {
   ABCWidgetFactory,
   DocumentRegistry,
   DocumentWidget,
   TextModelFactory
 } from '@jupyterlab/docregistry';
-import { Contents, ServerConnection } from '@jupyterlab/services';
+import { Contents } from '@jupyterlab/services';
 
-import { LOG_EXTENSION, RESULT_ROUTE, TRACE_EXTENSIONS } from './format';
+import { LOG_EXTENSION, RUN_EXTENSION, TRACE_EXTENSIONS } from './format';
 import { ResultView } from './renderer';
+import { fetchResult } from './server';
 
 const FACTORY = 'gpuviz log';
 const MODEL = 'gpuviz-no-content';
@@ -30,6 +31,11 @@ const FILE_TYPES: Partial<DocumentRegistry.IFileType>[] = [
     name: 'gpuviz-trace',
     displayName: 'trace gpuviz opens',
     extensions: TRACE_EXTENSIONS
+  },
+  {
+    name: 'gpuviz-run',
+    displayName: 'gpuviz distributed run',
+    extensions: [RUN_EXTENSION]
   }
 ];
 
@@ -46,19 +52,6 @@ class NoContentModelFactory extends TextModelFactory {
   get fileFormat(): Contents.FileFormat {
     return null;
   }
-}
-
-/** Ask the server for the result of the event log at ``path`` (relative to its root). */
-export async function fetchResult(path: string): Promise<unknown> {
-  const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, ...RESULT_ROUTE) + '?path=' + encodeURIComponent(path);
-  const response = await ServerConnection.makeRequest(url, {}, settings);
-  const body = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    const message = (body as { message?: string }).message || response.statusText;
-    throw new Error(`${path}: ${message} (HTTP ${response.status})`);
-  }
-  return body;
 }
 
 class LogView extends ResultView {
@@ -84,7 +77,8 @@ class LogViewFactory extends ABCWidgetFactory<DocumentWidget<LogView>> {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'gpuviz-labextension:event-log',
-  description: 'Opens gpuviz event logs (.arrow) and the traces gpuviz reads (.pickle, .xplane.pb, ...) as results.',
+  description:
+    'Opens gpuviz event logs (.arrow), the traces gpuviz reads (.pickle, .xplane.pb, ...) and runs (.gpuviz-run) as results.',
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
     for (const fileType of FILE_TYPES) {

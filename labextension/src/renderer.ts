@@ -3,7 +3,13 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { Cell, ColumnKind, IResult, ITable, parseResult } from './format';
+import { fetchResult } from './server';
 import { formatDuration, formatSize } from './units';
+
+/** What plotly adds to a plotted element: its events. */
+interface IPlotEvents {
+  on(event: 'plotly_click', handler: (event: { points: { pointNumber: number | number[] }[] }) => void): void;
+}
 
 const CLASS_NAME = 'jp-gpuviz-result';
 
@@ -50,6 +56,12 @@ function table(t: ITable): HTMLTableElement {
       const tr = body.insertRow();
       if (highlight.has(index)) {
         tr.className = 'jp-gpuviz-highlight';
+      }
+      const link = t.links?.[index];
+      if (link) {
+        tr.dataset.path = link; // a click opens that log's result (ResultView)
+        tr.classList.add('jp-gpuviz-link');
+        tr.title = `open ${link}`;
       }
       row.forEach((value, column) => {
         const td = tr.insertCell();
@@ -118,6 +130,8 @@ export class ResultView extends Widget {
   }
 
   private _clear(): void {
+    this._linked?.dispose();
+    this._linked = null;
     this._purge();
     this.node.textContent = '';
   }
@@ -141,6 +155,12 @@ export class ResultView extends Widget {
       this.node.appendChild(heading(t.title));
       const node = table(t);
       node.dataset.name = t.name;
+      node.addEventListener('click', event => {
+        const row = (event.target as HTMLElement).closest<HTMLElement>('tr[data-path]');
+        if (row?.dataset.path) {
+          void this.openLinked(row.dataset.path);
+        }
+      });
       this.node.appendChild(node);
     }
     if (plots.length) {
@@ -148,11 +168,43 @@ export class ResultView extends Widget {
       this._plotly = Plotly;
       for (const [div, figure] of plots) {
         await Plotly.newPlot(div, figure.figure.data, figure.figure.layout, { responsive: true });
+        const links = result.tables.find(t => t.name === figure.rows)?.links;
+        if (links) {
+          // a click on a row of this figure opens the link of the same row of the table
+          (div as unknown as IPlotEvents).on('plotly_click', event => {
+            const point = event.points[0]?.pointNumber;
+            const link = links[Array.isArray(point) ? point[0] : (point ?? -1)];
+            if (link) {
+              void this.openLinked(link);
+            }
+          });
+        }
       }
     }
   }
 
+  /** Show the result of the log at ``path`` (under the server's root) below this one, in place
+   * of the one opened before: a rank of a run, opened from its row. */
+  async openLinked(path: string): Promise<void> {
+    this._linked?.dispose();
+    const view = new ResultView();
+    view.addClass('jp-gpuviz-linked');
+    view.node.dataset.path = path;
+    this._linked = view;
+    Widget.attach(view, this.node);
+    view.node.scrollIntoView({ block: 'start' });
+    const loading = document.createElement('div');
+    loading.textContent = `opening ${path}…`;
+    view.node.appendChild(loading);
+    try {
+      await view.showResult(await fetchResult(path));
+    } catch (error) {
+      view.showError(String((error as Error).message ?? error));
+    }
+  }
+
   dispose(): void {
+    this._linked?.dispose();
     this._purge();
     super.dispose();
   }
@@ -168,6 +220,7 @@ export class ResultView extends Widget {
   }
 
   private _plotly: typeof import('plotly.js-dist-min') | null = null;
+  private _linked: ResultView | null = null;
 }
 
 /** The mime renderer: a ResultView fed from a notebook output or a .gpuviz.json file. */
