@@ -25,6 +25,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if PY_VERSION_HEX < 0x030B0000 /* Python 3.10: the float unpacker was not public yet */
+#define PyFloat_Unpack8(p, le) _PyFloat_Unpack8((const unsigned char *)(p), (le))
+#endif
+
 #define CHUNK (1 << 20)
 
 enum { HAS_ADDR = 1, HAS_SIZE = 2, HAS_TIME = 4, HAS_BLOCK_SIZE = 8 };
