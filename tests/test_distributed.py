@@ -245,3 +245,19 @@ def test_magic_start_with_a_run_dir_records_this_rank_to_its_file(  # type: igno
     assert saved.truncated is False
     assert [e.tag for e in saved.filter(kind="mark")] == ["gpuviz start", "gpuviz stop"]
     assert len(saved) == len(magics.last)
+
+
+def test_growth_compares_the_halves_of_the_run_not_two_instants() -> None:
+    """Identical steps give the same growth wherever their middle and end instants fall in a
+    step; a leak shows as half of what it kept."""
+    import numpy as np
+
+    from gpuviz.analysis.cluster import growth
+
+    times = np.arange(12, dtype=np.int64) * 10
+    steady = np.array([0, 100, 0] * 4)  # each step allocates 100 and frees it
+    shifted = np.array([100, 0, 0] * 4)  # the same steps, out of phase
+    assert growth(steady, times) == growth(shifted, times) == 0
+    leaking = np.arange(12) * 8  # keeps 8 bytes per event
+    assert growth(leaking, times) == 48  # halves' means 20 and 68
+    assert growth(np.array([5]), np.array([0])) == 0

@@ -11,9 +11,11 @@ first event, and ``alignment`` lines ranks up by it (``"clock"``) or by their fi
 Outliers: with ``m`` the median peak over the rows that allocated anything (peak > 0; an
 idle GPU is a row of zeros and never flagged), such a row is flagged ``"peak"`` when
 ``|peak - m| > threshold * m`` and ``"growth"`` when ``|growth - median growth| > threshold * m``
-(medians over the same rows). ``growth`` is bytes in use at the last
-event minus bytes in use at the middle of the log's time span: about 0 for a loop that
-frees what each step allocates, positive for one that keeps memory step over step.
+(medians over the same rows). ``growth`` (``growth()``) is the mean bytes in use over the
+second half of the log's time span minus the mean over its first half: about 0 for a loop
+that frees what each step allocates, positive for one that keeps memory step over step.
+(Bytes in use at two instants — the end and the middle — flagged ranks running identical
+steps whose instants fell at different points of a step.)
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from gpuviz.log.schema import Kind
 
 __all__ = [
     "ALIGNS", "ClusterSummary", "DEFAULT_THRESHOLD", "RankSummary", "alignment", "assemble_summary", "cluster_summary",
-    "featured_rows", "flag_outliers", "rank_rows", "start_epoch_ns", "summarize_rank",
+    "featured_rows", "flag_outliers",
+    "growth", "rank_rows", "start_epoch_ns", "summarize_rank",
 ]  # fmt: skip
 
 DEFAULT_THRESHOLD = 0.1
@@ -95,17 +98,30 @@ def rank_rows(
         if len(series):
             i = int(np.argmax(series.bytes_in_use))
             times = series.time_ns - start
-            middle = int(np.searchsorted(times, (int(times[0]) + int(times[-1])) // 2, side="right")) - 1
             end = int(series.bytes_in_use[-1])
             row.update(
                 peak_bytes=int(series.bytes_in_use[i]), peak_time_ns=int(times[i]),
                 pool_at_peak=int(series.pool_bytes[i]), fragmentation_at_peak=float(series.fragmentation[i]),
-                end_bytes=end, growth_bytes=end - int(series.bytes_in_use[max(middle, 0)]),
+                end_bytes=end, growth_bytes=growth(series.bytes_in_use[series.settled], times[series.settled]),
             )  # fmt: skip
         sampled = resample(series, points)
         shifted = ResampledSeries(name, sampled.time_ns - start, sampled.minimum, sampled.maximum)
         rows.append((row, shifted))
     return rows
+
+
+def growth(bytes_in_use: np.ndarray, times: np.ndarray) -> int:
+    """Mean bytes in use over the second half of the time span minus the mean over the first
+    half (events weighted alike; 0 for fewer than two events): about 0 for a loop that frees
+    what each step allocates, however much each step allocates and frees, and half of what a
+    leak kept over the whole run. Means, not two instants, so where each step stands at the
+    middle and at the end does not count."""
+    if len(times) < 2:
+        return 0
+    middle = int(np.searchsorted(times, (int(times[0]) + int(times[-1])) / 2, side="right"))
+    if middle in (0, len(times)):
+        return 0
+    return round(float(bytes_in_use[middle:].mean()) - float(bytes_in_use[:middle].mean()))
 
 
 def flag_outliers(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> pd.Series:
