@@ -44,8 +44,8 @@ def test_show_run_draws_the_heatmap_table_and_rank_choices(leaky_run: Path) -> N
         f"node0/rank{r}/GPU:0" for r in (3, 4)
     ]
     figure = json.loads(view.heatmap_json)
-    _, z = cluster_grid(shown.summary)
-    assert np.array_equal(decoded(figure["data"][0]["z"]), z, equal_nan=True)
+    _, z = cluster_grid(shown.summary)  # drawn in MiB, as float32
+    assert np.array_equal(decoded(figure["data"][0]["z"]), (z / 2**20).astype(np.float32), equal_nan=True)
     assert figure["layout"]["title"]["text"] == "bytes in use by rank over time"
     assert view.table_html.count('class="outlier"') == 1 and '<tr data-row="2" class="outlier">' in view.table_html
     assert "run: 5 ranks on 1 hosts, 5 devices" in view.header and "node0/rank2/GPU:0" in view.header
@@ -55,7 +55,7 @@ def test_show_run_draws_the_heatmap_table_and_rank_choices(leaky_run: Path) -> N
     figure = json.loads(view.heatmap_json)
     assert figure["layout"]["title"]["text"] == "fragmentation by rank over time"
     _, z = cluster_grid(shown.summary, "fragmentation")
-    assert np.array_equal(decoded(figure["data"][0]["z"]), z, equal_nan=True)
+    assert np.array_equal(decoded(figure["data"][0]["z"]), z.astype(np.float32), equal_nan=True)
     bundle, _ = shown._repr_mimebundle_()
     assert bundle["text/html"].count('class="outlier"') == 1 and "application/vnd.jupyter.widget-view+json" in bundle
 
