@@ -25,6 +25,7 @@ from gpuviz.analysis.run import RankLog, Run, load_run
 from gpuviz.base.errors import GpuvizError
 from gpuviz.views.cluster import CLUSTER_CSS, cluster_heatmap, cluster_table_html, cluster_text
 from gpuviz.widgets.dashboard import Dashboard
+from gpuviz.widgets.frontend import ESM_HELPERS
 from gpuviz.widgets.plots import PlotlyLibrary, plotly_library, to_json
 
 __all__ = ["ClusterDashboard", "ClusterView", "show_run"]
@@ -35,23 +36,9 @@ _CSS = """
 .gpuviz-cluster-view .gpuviz-cluster-table { max-height: 360px; overflow: auto; }
 """ + CLUSTER_CSS.replace("table.gpuviz-cluster", ".gpuviz-cluster-view table.gpuviz-cluster")
 
-_ESM = """
-const CONFIG = {responsive: true, displaylogo: false};
-
-function plotly() {  // the PlotlyLibrary model loads it; wait for it
-  return new Promise((resolve) => {
-    const check = () => (globalThis.Plotly ? resolve(globalThis.Plotly) : setTimeout(check, 20));
-    check();
-  });
-}
-
-function element(tag, className, parent) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-
+_ESM = (
+    ESM_HELPERS
+    + """
 async function render({ model, el }) {
   el.classList.add("gpuviz-cluster-view");
   const header = element("div", "gpuviz-header", el);
@@ -115,6 +102,7 @@ async function render({ model, el }) {
 }
 export default { render };
 """
+)
 
 
 class ClusterView(anywidget.AnyWidget):

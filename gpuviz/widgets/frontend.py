@@ -12,7 +12,7 @@ what was drawn.
 
 from __future__ import annotations
 
-__all__ = ["DASHBOARD_ESM", "DASHBOARD_CSS"]
+__all__ = ["DASHBOARD_ESM", "DASHBOARD_CSS", "ESM_HELPERS"]
 
 DASHBOARD_CSS = """
 .gpuviz-dashboard { font-family: sans-serif; font-size: 13px; }
@@ -26,7 +26,7 @@ DASHBOARD_CSS = """
 .gpuviz-dashboard details { margin-top: 6px; }
 """
 
-DASHBOARD_ESM = """
+ESM_HELPERS = """
 const CONFIG = {responsive: true, displaylogo: false};
 
 function plotly() {  // the PlotlyLibrary model loads it; wait for it
@@ -43,6 +43,13 @@ function element(tag, className, parent) {
   return node;
 }
 
+"""
+"""What every gpuviz widget's ES module starts with: the plot config, waiting for plotly.js
+(the PlotlyLibrary model loads it), and making elements."""
+
+DASHBOARD_ESM = (
+    ESM_HELPERS
+    + """
 async function render({ model, el }) {
   el.classList.add("gpuviz-dashboard");
   const header = element("div", "gpuviz-header", el);
@@ -146,3 +153,4 @@ async function render({ model, el }) {
 }
 export default { render };
 """
+)
