@@ -161,14 +161,19 @@ static int set_chunk(heap_t *h, int64_t address, int64_t size, int64_t requested
     return 0;
 }
 
+/* -1 with KeyError(key) set: the heap has no chunk or segment at ``key`` */
+static int missing(int64_t key) {
+    PyObject *value = PyLong_FromLongLong(key);
+    if (value) PyErr_SetObject(PyExc_KeyError, value);
+    Py_XDECREF(value);
+    return -1;
+}
+
 /* 0, or -1 with KeyError set when there is no chunk at address */
 static int del_chunk(heap_t *h, int64_t address) {
     int64_t *at = map_get(&h->chunk_at, address);
     if (at == NULL) {
-        PyObject *key = PyLong_FromLongLong(address);
-        if (key) PyErr_SetObject(PyExc_KeyError, key);
-        Py_XDECREF(key);
-        return -1;
+        return missing(address);
     }
     int64_t hole = *at;
     map_remove(&h->chunk_at, address);
@@ -183,10 +188,7 @@ static int del_chunk(heap_t *h, int64_t address) {
 static int size_of_chunk(heap_t *h, int64_t address, int64_t *size) {
     int64_t *at = map_get(&h->chunk_at, address);
     if (at == NULL) {
-        PyObject *key = PyLong_FromLongLong(address);
-        if (key) PyErr_SetObject(PyExc_KeyError, key);
-        Py_XDECREF(key);
-        return -1;
+        return missing(address);
     }
     *size = h->chunks[*at].size;
     return 0;
@@ -214,10 +216,7 @@ static int set_segment(heap_t *h, int64_t base, int64_t size) {
 static int del_segment(heap_t *h, int64_t base) {
     int64_t *at = map_get(&h->segment_at, base);
     if (at == NULL) {
-        PyObject *key = PyLong_FromLongLong(base);
-        if (key) PyErr_SetObject(PyExc_KeyError, key);
-        Py_XDECREF(key);
-        return -1;
+        return missing(base);
     }
     int64_t hole = *at;
     map_remove(&h->segment_at, base);

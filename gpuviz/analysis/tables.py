@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.timeline import timeline_series
-from gpuviz.base.tags import parse_array_tag
+from gpuviz.base.tags import ArrayTag, parse_array_tag
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Direction, Kind, MarkPhase
 
@@ -45,17 +45,21 @@ def _names(log: EventLog, ids: np.ndarray) -> np.ndarray:
     return table[ids]
 
 
+def _tags_by_slot(log: EventLog, ids: np.ndarray) -> tuple[np.ndarray, dict[int, ArrayTag | None]]:
+    """Each tag id as a slot (id + 1; 0: no tag) and the parsed array tag of every slot used,
+    each distinct tag parsed once (an index into per-slot tables, without sorting the ids)."""
+    slot = ids.astype(np.int64) + 1
+    used = np.flatnonzero(np.bincount(slot, minlength=len(log.strings) + 1)).tolist()
+    return slot, {i: parse_array_tag(log.strings[i - 1]) if i else None for i in used}
+
+
 def _parsed_tags(log: EventLog, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(op, dtype, shape) per tag id (-1: no tag), parsing each distinct tag once."""
-    slot = ids.astype(np.int64) + 1  # 0: no tag
-    used = np.flatnonzero(np.bincount(slot, minlength=len(log.strings) + 1))
-    ops = np.full(len(log.strings) + 1, None, dtype=object)
-    dtypes = np.full(len(log.strings) + 1, None, dtype=object)
-    shapes = np.full(len(log.strings) + 1, None, dtype=object)
-    for i in used.tolist():
-        parsed = parse_array_tag(log.strings[i - 1]) if i else None
-        if parsed is not None:
-            ops[i], dtypes[i], shapes[i] = parsed.op, parsed.dtype, parsed.shape
+    slot, parsed = _tags_by_slot(log, ids)
+    ops, dtypes, shapes = (np.full(len(log.strings) + 1, None, dtype=object) for _ in range(3))
+    for i, tag in parsed.items():
+        if tag is not None:
+            ops[i], dtypes[i], shapes[i] = tag.op, tag.dtype, tag.shape
     return ops[slot], dtypes[slot], shapes[slot]
 
 
@@ -273,12 +277,10 @@ def placement_table(log: EventLog) -> pd.DataFrame:
     names = list(dict.fromkeys(ops.tolist()))
     code = {op: i for i, op in enumerate(names)}
     allocs = np.flatnonzero(cols["kind"] == Kind.ALLOC)
-    tag_slots = cols["tag"][allocs].astype(np.int64) + 1
-    used = np.flatnonzero(np.bincount(tag_slots, minlength=len(log.strings) + 1))
+    tag_slots, parsed = _tags_by_slot(log, cols["tag"][allocs])
     op_of_slot = np.full(len(log.strings) + 1, -1, dtype=np.int64)
-    for slot in used.tolist():
-        parsed = parse_array_tag(log.strings[slot - 1]) if slot else None
-        op_of_slot[slot] = code.get(parsed.op if parsed else None, -1)
+    for slot, tag in parsed.items():
+        op_of_slot[slot] = code.get(tag.op if tag else None, -1)
     alloc_ops = op_of_slot[tag_slots]
     transfers = np.flatnonzero(cols["kind"] == Kind.TRANSFER)
     string_ops = np.array([code.get(text, -1) for text in [*log.strings, None]], dtype=np.int64)
