@@ -129,3 +129,30 @@ def test_timeline_series_equal_their_definition(devices: int, native: str, monke
         assert series.largest_free.tolist() == expected["largest"].tolist()
         assert series.fragmentation.tolist() == expected["frag"].tolist()
         assert series.seq.tolist() == log.columns["seq"][series.index].tolist()
+
+
+@needs_kernel
+@pytest.mark.parametrize("points", [1, 7, 100, 2500, 10**6])
+def test_the_compiled_resample_gives_the_definition(points: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """resample(series, settled_only=True) in one compiled pass equals resampling settled(series)
+    with NumPy, bucket for bucket (times, minima and maxima of every metric), also for the whole
+    series and for times that go back (where the pass hands over to NumPy)."""
+    log = two_device_log(3000, seed=points)
+    series = timeline_series(log, "GPU:0")
+    assert 0 < np.count_nonzero(series.settled) < len(series)
+    backwards = timeline_module.TimelineSeries(
+        **{**series.__dict__, "time_ns": series.time_ns[::-1].copy()}  # every bucket change goes back
+    )
+    for s in (series, backwards):
+        for settled_only in (True, False):
+            monkeypatch.setenv("GPUVIZ_NATIVE", "1")
+            compiled = timeline_module.resample(s, points, settled_only=settled_only)
+            monkeypatch.setenv("GPUVIZ_NATIVE", "0")
+            assert timeline_module._resample_kernel() is None
+            expected = timeline_module.resample(timeline_module.settled(s) if settled_only else s, points)
+            assert np.array_equal(compiled.time_ns, expected.time_ns)
+            for metric in timeline_module.METRICS:
+                assert compiled.minimum[metric].dtype == expected.minimum[metric].dtype
+                assert np.array_equal(compiled.minimum[metric], expected.minimum[metric]), metric
+                assert np.array_equal(compiled.maximum[metric], expected.maximum[metric]), metric
+            assert len(compiled.time_ns) <= max(points, len(s)) and len(compiled.time_ns) >= 1

@@ -407,10 +407,83 @@ done:
     return result;
 }
 
+/* resample(time_ns, keep, t0, width, points, in_use, in_req, pool, largest, fragmentation,
+ *          out_time, 5 x out_min, 5 x out_max) -> buckets, or -1 when times go back so far that
+ *          more than ``points`` entries would be needed:
+ * gpuviz.analysis.timeline.resample of the events whose ``keep`` byte is set, in one pass and
+ * without gathering them first. Event i goes to bucket min((time_ns[i] - t0) / width, points - 1);
+ * a new output entry starts wherever the bucket changes; it holds the bucket's start time
+ * (t0 + bucket * width, truncated) and each metric's min and max over its events. The four
+ * integer metrics are int64, fragmentation float64; outputs have room for ``points`` entries. */
+static PyObject *resample(PyObject *module, PyObject *args) {
+    Py_buffer time_ns, keep, in[5], out_time, lo[5], hi[5];
+    long long t0;
+    double width;
+    Py_ssize_t points;
+    if (!PyArg_ParseTuple(args, "y*y*Ldny*y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*", &time_ns, &keep, &t0, &width, &points,
+                          &in[0], &in[1], &in[2], &in[3], &in[4], &out_time, &lo[0], &lo[1], &lo[2], &lo[3], &lo[4],
+                          &hi[0], &hi[1], &hi[2], &hi[3], &hi[4]))
+        return NULL;
+    Py_ssize_t n = keep.len, count = 0;
+    int ok = time_ns.len == n * 8 && points > 0 && out_time.len >= points * 8;
+    for (int m = 0; m < 5; m++) ok &= in[m].len == n * 8 && lo[m].len >= points * 8 && hi[m].len >= points * 8;
+    if (ok) {
+        const int64_t *t = time_ns.buf;
+        const uint8_t *k = keep.buf;
+        int64_t *ot = out_time.buf;
+        const int64_t *iv[4] = {in[0].buf, in[1].buf, in[2].buf, in[3].buf};
+        int64_t *il[4] = {lo[0].buf, lo[1].buf, lo[2].buf, lo[3].buf}, *ih[4] = {hi[0].buf, hi[1].buf, hi[2].buf, hi[3].buf};
+        const double *fv = in[4].buf;
+        double *fl = lo[4].buf, *fh = hi[4].buf;
+        int64_t current = -1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!k[i]) continue;
+            int64_t bucket = (int64_t)((double)(t[i] - (int64_t)t0) / width);
+            if (bucket > points - 1) bucket = points - 1;
+            if (bucket != current || count == 0) {
+                if (count == points) { /* only where times go back: the caller resamples otherwise */
+                    count = -1;
+                    break;
+                }
+                current = bucket;
+                ot[count] = (int64_t)((double)t0 + (double)bucket * width);
+                for (int m = 0; m < 4; m++) il[m][count] = ih[m][count] = iv[m][i];
+                fl[count] = fh[count] = fv[i];
+                count++;
+                continue;
+            }
+            Py_ssize_t c = count - 1;
+            for (int m = 0; m < 4; m++) {
+                if (iv[m][i] < il[m][c]) il[m][c] = iv[m][i];
+                if (iv[m][i] > ih[m][c]) ih[m][c] = iv[m][i];
+            }
+            if (fv[i] < fl[c]) fl[c] = fv[i];
+            if (fv[i] > fh[c]) fh[c] = fv[i];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&time_ns);
+    PyBuffer_Release(&keep);
+    PyBuffer_Release(&out_time);
+    for (int m = 0; m < 5; m++) {
+        PyBuffer_Release(&in[m]);
+        PyBuffer_Release(&lo[m]);
+        PyBuffer_Release(&hi[m]);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "resample: columns of unequal length or wrong item size, or no points");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
     {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
+    {"resample", resample, METH_VARARGS,
+     "resample(time_ns, keep, t0, width, points, 5 metrics, out_time, 5 x out_min, 5 x out_max) -> buckets"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},
