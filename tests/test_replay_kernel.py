@@ -156,3 +156,18 @@ def test_the_compiled_resample_gives_the_definition(points: int, monkeypatch: py
                 assert np.array_equal(compiled.minimum[metric], expected.minimum[metric]), metric
                 assert np.array_equal(compiled.maximum[metric], expected.maximum[metric]), metric
             assert len(compiled.time_ns) <= max(points, len(s)) and len(compiled.time_ns) >= 1
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [0, 1, 2, 1000, 50_000])
+def test_the_compiled_address_sort_is_a_stable_sort(n: int) -> None:
+    """by_address (the allocation index behind DeviceProfile.allocated) orders rows exactly as
+    NumPy's stable argsort does, and lists the distinct addresses as np.unique does."""
+    kernel = importlib.import_module("gpuviz.analysis._replaykernel").by_address
+    rng = np.random.default_rng(n)
+    addresses = ((1 << 40) + rng.integers(0, max(n // 7, 1), n) * 512).astype(np.int64)
+    order, distinct = kernel(addresses)
+    np.testing.assert_array_equal(np.frombuffer(order, dtype=np.int64), np.argsort(addresses, kind="stable"))
+    np.testing.assert_array_equal(np.frombuffer(distinct, dtype=np.int64), np.unique(addresses))
+    with pytest.raises(ValueError, match="int64"):
+        kernel(addresses.tobytes() + b"abc")  # not a whole number of int64

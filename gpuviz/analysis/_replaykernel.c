@@ -478,10 +478,89 @@ static PyObject *resample(PyObject *module, PyObject *args) {
     return PyLong_FromSsize_t(count);
 }
 
+static int compare_pairs(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* by_address(addresses) -> (order, distinct): for an int64 buffer, the row numbers sorted by
+ * address, rows of one address in their original order (a stable sort), and the distinct
+ * addresses ascending (int64 bytes each). A counting sort over a hash map of the distinct
+ * addresses: O(rows + distinct log distinct), where a comparison sort of millions of rows costs
+ * O(rows log rows). */
+static PyObject *by_address(PyObject *module, PyObject *args) {
+    Py_buffer addresses;
+    if (!PyArg_ParseTuple(args, "y*", &addresses)) return NULL;
+    PyObject *order = NULL, *distinct = NULL, *result = NULL;
+    map_t slots = {0};
+    int64_t *slot_of_row = NULL, *pairs = NULL, *start = NULL;
+    Py_ssize_t n = addresses.len / 8;
+    const int64_t *address = addresses.buf;
+    if (addresses.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "by_address: addresses must be int64");
+        goto done;
+    }
+    slot_of_row = malloc((n ? n : 1) * sizeof(int64_t));
+    if (slot_of_row == NULL || map_init(&slots, 1024) < 0) goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) { /* each row's slot: its address's first-seen number */
+        if (address[i] == EMPTY) {
+            PyErr_SetString(PyExc_ValueError, "by_address: an address of -2**63");
+            goto done;
+        }
+        int64_t *slot = map_get(&slots, address[i]);
+        if (slot == NULL) {
+            if (map_put(&slots, address[i], (int64_t)slots.count) < 0) goto nomem;
+            slot_of_row[i] = (int64_t)slots.count - 1;
+        } else {
+            slot_of_row[i] = *slot;
+        }
+    }
+    size_t k = slots.count;
+    pairs = malloc((k ? k : 1) * 2 * sizeof(int64_t)); /* (address, slot) */
+    start = calloc(k + 1, sizeof(int64_t));
+    if (pairs == NULL || start == NULL) goto nomem;
+    for (size_t j = 0; j < slots.capacity; j++)
+        if (slots.keys[j] != EMPTY) {
+            pairs[2 * slots.values[j]] = slots.keys[j];
+            pairs[2 * slots.values[j] + 1] = slots.values[j];
+        }
+    for (Py_ssize_t i = 0; i < n; i++) start[slot_of_row[i] + 1]++; /* rows per slot */
+    qsort(pairs, k, 2 * sizeof(int64_t), compare_pairs);
+    distinct = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)k * 8);
+    order = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (distinct == NULL || order == NULL) goto done;
+    int64_t *sorted = (int64_t *)PyBytes_AS_STRING(distinct), *out = (int64_t *)PyBytes_AS_STRING(order);
+    int64_t *first = malloc((k ? k : 1) * sizeof(int64_t)); /* per slot: where its rows go */
+    if (first == NULL) goto nomem;
+    int64_t at = 0;
+    for (size_t r = 0; r < k; r++) {
+        int64_t slot = pairs[2 * r + 1];
+        sorted[r] = pairs[2 * r];
+        first[slot] = at;
+        at += start[slot + 1];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) out[first[slot_of_row[i]]++] = i;
+    free(first);
+    result = PyTuple_Pack(2, order, distinct);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(distinct);
+    map_free(&slots);
+    free(slot_of_row);
+    free(pairs);
+    free(start);
+    PyBuffer_Release(&addresses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
     {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
+    {"by_address", by_address, METH_VARARGS, "by_address(addresses) -> (order, distinct): a stable sort by address"},
     {"resample", resample, METH_VARARGS,
      "resample(time_ns, keep, t0, width, points, 5 metrics, out_time, 5 x out_min, 5 x out_max) -> buckets"},
     {"checkpoints", checkpoints, METH_VARARGS,

@@ -6,13 +6,12 @@ Sizes in bytes, times in ns (``time_ns`` on the log's monotonic clock).
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpuviz.analysis.native import kernel_function
 from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.tags import ArrayTag, parse_array_tag
 from gpuviz.log.eventlog import EventLog
@@ -97,13 +96,7 @@ def _free_of(kinds: np.ndarray, addresses: np.ndarray) -> np.ndarray:
 
 
 def _pairing_kernel() -> Any:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
-        return None
-    try:
-        return importlib.import_module("gpuviz.analysis._replaykernel").free_of
-    except (ImportError, AttributeError):  # built without a C compiler
-        return None
+    return kernel_function("free_of")
 
 
 def _column(values: np.ndarray) -> pd.Series:

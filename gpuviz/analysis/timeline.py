@@ -9,13 +9,12 @@ at zero at the first event of the log given: a view that starts mid-run counts f
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from gpuviz.analysis.native import kernel_function
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
@@ -156,14 +155,7 @@ def _single_device(log: EventLog, device: str | None) -> tuple[str, int]:
 
 
 def _timeline_kernel() -> Callable[..., None] | None:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
-        return None
-    try:
-        kernel: Callable[..., None] = importlib.import_module("gpuviz.analysis._replaykernel").timeline
-    except (ImportError, AttributeError):  # built without a C compiler: NumPy computes the series
-        return None
-    return kernel
+    return kernel_function("timeline")
 
 
 def _running_values(
@@ -299,13 +291,7 @@ def resample(series: TimelineSeries, points: int = 1000, *, settled_only: bool =
 
 
 def _resample_kernel() -> Callable[..., int] | None:
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
-        return None
-    try:
-        kernel: Callable[..., int] = importlib.import_module("gpuviz.analysis._replaykernel").resample
-    except (ImportError, AttributeError):  # built without a C compiler: NumPy resamples
-        return None
-    return kernel
+    return kernel_function("resample")
 
 
 @dataclass(frozen=True)
