@@ -72,7 +72,9 @@ def devices_present(log: EventLog) -> list[str]:
     in the log's device table, even before any event), GPUs first. A device that was only asked
     for (a placement on a device that does not exist, moved by soft placement) is not one."""
     cols = log.columns
-    used = set(cols["device"].tolist()) | set(cols["peer"][cols["kind"] == Kind.TRANSFER].tolist())
+    # distinct ids without a Python object per event (np.unique sorts: both are linear here)
+    used = {int(i) for i in np.flatnonzero(np.bincount(cols["device"][cols["device"] >= 0]))}
+    used |= set(cols["peer"][cols["kind"] == Kind.TRANSFER].tolist())
     used |= {i for i, info in enumerate(log.devices) if info.options}
     return gpus_first([name for i, name in enumerate(log.device_names) if i in used])
 
