@@ -12,7 +12,7 @@ setup(
         Extension(
             "gpuviz.capture._rowwriter",
             sources=["gpuviz/capture/_rowwriter.c"],
-            depends=["gpuviz/capture/_rows.h"],
+            depends=["gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h"],
             optional=True,
         ),
         Extension(
@@ -23,7 +23,7 @@ setup(
         Extension(
             "gpuviz.capture._bfcnative",
             sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h"],
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -520,7 +520,7 @@ ZYGOTE = textwrap.dedent(
 def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events_and_100_ms(tmp_path: Path) -> None:
     """30 recorders killed at random moments (fast with the C row writer, fast with the Python
     recorder, slow): each file loads flagged truncated, and the events lost are at most 4096
-    and were all recorded in the last 100 ms before the kill."""
+    and were all recorded in the recorder's last 100 ms before the kill."""
     zygote = subprocess.Popen(
         [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
     )
@@ -553,7 +553,10 @@ def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events_and_100_ms(tm
             if lost > 0:  # the first lost event came after the last operation whose events all loaded
                 step = int(np.searchsorted(counts, len(loaded), side="right"))
                 since_ns = int(times[step - 1]) if step else int(progress[1])
-                assert killed_ns - since_ns <= 100_000_000, (case, mode, (killed_ns - since_ns) / 1e6)
+                # measured to the recorder's last operation, not to the kill: on a loaded machine the
+                # whole process may wait for a core before the kill, recording nothing meanwhile
+                recorded_ns = int(times[-1]) - since_ns
+                assert recorded_ns <= 100_000_000, (case, mode, recorded_ns / 1e6, (killed_ns - since_ns) / 1e6)
             np.testing.assert_array_equal(loaded["seq"], np.arange(len(loaded)))
             del progress
             path.unlink()

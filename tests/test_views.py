@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from gpuviz import BFCAllocator, EventLog, SimUpstream
 from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.analysis.tables import placement_table
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
-from gpuviz.base.units import MiB
+from gpuviz.base.units import MiB, format_size
+from gpuviz.views import fragmentation
 from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.report import report_html, to_script_json
 from gpuviz.views.static import static_html
@@ -240,3 +242,81 @@ def test_timeline_units_percent_pool_and_transfer_width(runtime_log: EventLog) -
     h2d = traces["H2D transfers"]
     span = (device.series.time_ns[-1] - p.t0_ns) / 1e9
     assert h2d.x[0] == pytest.approx(max(MIN_SPAN * span, (10_000 + 8000 * 1e9 / 25e9) / 1e9))
+
+
+# --- the aggregated map, against its definition -------------------------------------------
+
+
+def aggregated_by_chunk(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
+    """The aggregated map's definition, chunk by chunk and bucket by bucket (the views compute
+    it with whole arrays per segment)."""
+    traces: dict[str, dict[str, list[Any]]] = {
+        name: {"y": [], "base": [], "x": [], "text": [], "custom": []} for name in fragmentation.COLORS
+    }
+    buckets = max(1, max_rectangles // (3 * max(1, len(state.segments))))
+    for seg in state.segments:
+        y = fragmentation._label(seg.base)
+        parts: dict[str, list[tuple[int, int]]] = {"used": [], "waste": [], "free": []}
+        for c in seg.chunks:
+            offset = c.address - seg.base
+            if c.in_use:
+                parts["used"].append((offset, c.requested))
+                if c.size > c.requested:
+                    parts["waste"].append((offset + c.requested, c.size - c.requested))
+            else:
+                parts["free"].append((offset, c.size))
+        edges = np.linspace(0, seg.size, buckets + 1)
+        amounts = {}
+        for name, intervals in parts.items():
+            arr = np.array(intervals, dtype=np.int64).reshape(-1, 2)
+            covered = fragmentation._coverage(arr[:, 0], arr[:, 1], edges)
+            amounts[name] = np.diff(covered)
+        counts = np.diff(np.searchsorted([c.address - seg.base for c in seg.chunks], edges))
+        for i in range(buckets):
+            start = edges[i]
+            text = (  # lean traces hover from customdata instead
+                f"{int(counts[i])} chunks from {seg.base + int(start):#x}<br>used {format_size(amounts['used'][i])}"
+                f"<br>waste {format_size(amounts['waste'][i])}<br>free {format_size(amounts['free'][i])}"
+                if texts
+                else ""
+            )
+            for name in ("used", "waste", "free"):
+                length = amounts[name][i]
+                if length > 0:
+                    t = traces[name]
+                    t["y"].append(y)
+                    t["base"].append(start)
+                    t["x"].append(length)
+                    t["text"].append(text)
+                    t["custom"].append((seg.base + int(edges[i]), int(counts[i]), int(length)))
+                    start += length
+    return traces
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_aggregated_map_is_its_definition(seed: int) -> None:
+    """Random heaps (many segments, chunks in use with waste, free holes), every bucket count
+    from one per segment to more buckets than chunks, with and without hover texts: the same
+    rectangles, in the same order, with the same hovers and customdata."""
+    rng = np.random.default_rng(seed)
+    alloc = BFCAllocator(SimUpstream("8GiB"), growth=True)
+    live = []
+    for _ in range(int(rng.integers(50, 1500))):
+        if live and rng.random() < 0.45:
+            alloc.free(live.pop(int(rng.integers(len(live)))))
+        else:
+            live.append(alloc.allocate(int(2 ** rng.uniform(4, 26)), tag="t"))
+    state = alloc.state()
+    assert len(state.segments) > 1
+    for max_rectangles in (1, 3 * len(state.segments), 200, 1500, 20_000):
+        for texts in (True, False):
+            got = fragmentation._aggregated(state, max_rectangles, texts=texts)
+            expected = aggregated_by_chunk(state, max_rectangles, texts=texts)
+            assert got.keys() == expected.keys()
+            for name in expected:
+                assert got[name]["y"] == expected[name]["y"]
+                assert got[name]["text"] == expected[name]["text"]
+                assert got[name]["custom"] == [tuple(int(v) for v in c) for c in expected[name]["custom"]]
+                assert got[name]["base"] == [float(b) for b in expected[name]["base"]]
+                assert got[name]["x"] == [float(x) for x in expected[name]["x"]]
+                assert all(type(v) is float for v in got[name]["base"] + got[name]["x"])

@@ -407,10 +407,162 @@ done:
     return result;
 }
 
+/* resample(time_ns, keep, t0, width, points, in_use, in_req, pool, largest, fragmentation,
+ *          out_time, 5 x out_min, 5 x out_max) -> buckets, or -1 when times go back so far that
+ *          more than ``points`` entries would be needed:
+ * gpuviz.analysis.timeline.resample of the events whose ``keep`` byte is set, in one pass and
+ * without gathering them first. Event i goes to bucket min((time_ns[i] - t0) / width, points - 1);
+ * a new output entry starts wherever the bucket changes; it holds the bucket's start time
+ * (t0 + bucket * width, truncated) and each metric's min and max over its events. The four
+ * integer metrics are int64, fragmentation float64; outputs have room for ``points`` entries. */
+static PyObject *resample(PyObject *module, PyObject *args) {
+    Py_buffer time_ns, keep, in[5], out_time, lo[5], hi[5];
+    long long t0;
+    double width;
+    Py_ssize_t points;
+    if (!PyArg_ParseTuple(args, "y*y*Ldny*y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*", &time_ns, &keep, &t0, &width, &points,
+                          &in[0], &in[1], &in[2], &in[3], &in[4], &out_time, &lo[0], &lo[1], &lo[2], &lo[3], &lo[4],
+                          &hi[0], &hi[1], &hi[2], &hi[3], &hi[4]))
+        return NULL;
+    Py_ssize_t n = keep.len, count = 0;
+    int ok = time_ns.len == n * 8 && points > 0 && out_time.len >= points * 8;
+    for (int m = 0; m < 5; m++) ok &= in[m].len == n * 8 && lo[m].len >= points * 8 && hi[m].len >= points * 8;
+    if (ok) {
+        const int64_t *t = time_ns.buf;
+        const uint8_t *k = keep.buf;
+        int64_t *ot = out_time.buf;
+        const int64_t *iv[4] = {in[0].buf, in[1].buf, in[2].buf, in[3].buf};
+        int64_t *il[4] = {lo[0].buf, lo[1].buf, lo[2].buf, lo[3].buf}, *ih[4] = {hi[0].buf, hi[1].buf, hi[2].buf, hi[3].buf};
+        const double *fv = in[4].buf;
+        double *fl = lo[4].buf, *fh = hi[4].buf;
+        int64_t current = -1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!k[i]) continue;
+            int64_t bucket = (int64_t)((double)(t[i] - (int64_t)t0) / width);
+            if (bucket > points - 1) bucket = points - 1;
+            if (bucket != current || count == 0) {
+                if (count == points) { /* only where times go back: the caller resamples otherwise */
+                    count = -1;
+                    break;
+                }
+                current = bucket;
+                ot[count] = (int64_t)((double)t0 + (double)bucket * width);
+                for (int m = 0; m < 4; m++) il[m][count] = ih[m][count] = iv[m][i];
+                fl[count] = fh[count] = fv[i];
+                count++;
+                continue;
+            }
+            Py_ssize_t c = count - 1;
+            for (int m = 0; m < 4; m++) {
+                if (iv[m][i] < il[m][c]) il[m][c] = iv[m][i];
+                if (iv[m][i] > ih[m][c]) ih[m][c] = iv[m][i];
+            }
+            if (fv[i] < fl[c]) fl[c] = fv[i];
+            if (fv[i] > fh[c]) fh[c] = fv[i];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&time_ns);
+    PyBuffer_Release(&keep);
+    PyBuffer_Release(&out_time);
+    for (int m = 0; m < 5; m++) {
+        PyBuffer_Release(&in[m]);
+        PyBuffer_Release(&lo[m]);
+        PyBuffer_Release(&hi[m]);
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "resample: columns of unequal length or wrong item size, or no points");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(count);
+}
+
+static int compare_pairs(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* by_address(addresses) -> (order, distinct): for an int64 buffer, the row numbers sorted by
+ * address, rows of one address in their original order (a stable sort), and the distinct
+ * addresses ascending (int64 bytes each). A counting sort over a hash map of the distinct
+ * addresses: O(rows + distinct log distinct), where a comparison sort of millions of rows costs
+ * O(rows log rows). */
+static PyObject *by_address(PyObject *module, PyObject *args) {
+    Py_buffer addresses;
+    if (!PyArg_ParseTuple(args, "y*", &addresses)) return NULL;
+    PyObject *order = NULL, *distinct = NULL, *result = NULL;
+    map_t slots = {0};
+    int64_t *slot_of_row = NULL, *pairs = NULL, *start = NULL;
+    Py_ssize_t n = addresses.len / 8;
+    const int64_t *address = addresses.buf;
+    if (addresses.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "by_address: addresses must be int64");
+        goto done;
+    }
+    slot_of_row = malloc((n ? n : 1) * sizeof(int64_t));
+    if (slot_of_row == NULL || map_init(&slots, 1024) < 0) goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) { /* each row's slot: its address's first-seen number */
+        if (address[i] == EMPTY) {
+            PyErr_SetString(PyExc_ValueError, "by_address: an address of -2**63");
+            goto done;
+        }
+        int64_t *slot = map_get(&slots, address[i]);
+        if (slot == NULL) {
+            if (map_put(&slots, address[i], (int64_t)slots.count) < 0) goto nomem;
+            slot_of_row[i] = (int64_t)slots.count - 1;
+        } else {
+            slot_of_row[i] = *slot;
+        }
+    }
+    size_t k = slots.count;
+    pairs = malloc((k ? k : 1) * 2 * sizeof(int64_t)); /* (address, slot) */
+    start = calloc(k + 1, sizeof(int64_t));
+    if (pairs == NULL || start == NULL) goto nomem;
+    for (size_t j = 0; j < slots.capacity; j++)
+        if (slots.keys[j] != EMPTY) {
+            pairs[2 * slots.values[j]] = slots.keys[j];
+            pairs[2 * slots.values[j] + 1] = slots.values[j];
+        }
+    for (Py_ssize_t i = 0; i < n; i++) start[slot_of_row[i] + 1]++; /* rows per slot */
+    qsort(pairs, k, 2 * sizeof(int64_t), compare_pairs);
+    distinct = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)k * 8);
+    order = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (distinct == NULL || order == NULL) goto done;
+    int64_t *sorted = (int64_t *)PyBytes_AS_STRING(distinct), *out = (int64_t *)PyBytes_AS_STRING(order);
+    int64_t *first = malloc((k ? k : 1) * sizeof(int64_t)); /* per slot: where its rows go */
+    if (first == NULL) goto nomem;
+    int64_t at = 0;
+    for (size_t r = 0; r < k; r++) {
+        int64_t slot = pairs[2 * r + 1];
+        sorted[r] = pairs[2 * r];
+        first[slot] = at;
+        at += start[slot + 1];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) out[first[slot_of_row[i]]++] = i;
+    free(first);
+    result = PyTuple_Pack(2, order, distinct);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(distinct);
+    map_free(&slots);
+    free(slot_of_row);
+    free(pairs);
+    free(start);
+    PyBuffer_Release(&addresses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
     {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
+    {"by_address", by_address, METH_VARARGS, "by_address(addresses) -> (order, distinct): a stable sort by address"},
+    {"resample", resample, METH_VARARGS,
+     "resample(time_ns, keep, t0, width, points, 5 metrics, out_time, 5 x out_min, 5 x out_max) -> buckets"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},

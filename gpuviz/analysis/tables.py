@@ -6,13 +6,12 @@ Sizes in bytes, times in ns (``time_ns`` on the log's monotonic clock).
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpuviz.analysis.native import kernel_function
 from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.tags import ArrayTag, parse_array_tag
 from gpuviz.log.eventlog import EventLog
@@ -73,7 +72,9 @@ def devices_present(log: EventLog) -> list[str]:
     in the log's device table, even before any event), GPUs first. A device that was only asked
     for (a placement on a device that does not exist, moved by soft placement) is not one."""
     cols = log.columns
-    used = set(cols["device"].tolist()) | set(cols["peer"][cols["kind"] == Kind.TRANSFER].tolist())
+    # distinct ids without a Python object per event (np.unique sorts: both are linear here)
+    used = {int(i) for i in np.flatnonzero(np.bincount(cols["device"][cols["device"] >= 0]))}
+    used |= set(cols["peer"][cols["kind"] == Kind.TRANSFER].tolist())
     used |= {i for i, info in enumerate(log.devices) if info.options}
     return gpus_first([name for i, name in enumerate(log.device_names) if i in used])
 
@@ -97,13 +98,7 @@ def _free_of(kinds: np.ndarray, addresses: np.ndarray) -> np.ndarray:
 
 
 def _pairing_kernel() -> Any:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
-        return None
-    try:
-        return importlib.import_module("gpuviz.analysis._replaykernel").free_of
-    except (ImportError, AttributeError):  # built without a C compiler
-        return None
+    return kernel_function("free_of")
 
 
 def _column(values: np.ndarray) -> pd.Series:

@@ -9,13 +9,12 @@ at zero at the first event of the log given: a view that starts mid-run counts f
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from gpuviz.analysis.native import kernel_function
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
@@ -156,14 +155,7 @@ def _single_device(log: EventLog, device: str | None) -> tuple[str, int]:
 
 
 def _timeline_kernel() -> Callable[..., None] | None:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
-        return None
-    try:
-        kernel: Callable[..., None] = importlib.import_module("gpuviz.analysis._replaykernel").timeline
-    except (ImportError, AttributeError):  # built without a C compiler: NumPy computes the series
-        return None
-    return kernel
+    return kernel_function("timeline")
 
 
 def _running_values(
@@ -249,15 +241,39 @@ def settled(series: TimelineSeries) -> TimelineSeries:
     )
 
 
-def resample(series: TimelineSeries, points: int = 1000) -> ResampledSeries:
+def resample(series: TimelineSeries, points: int = 1000, *, settled_only: bool = False) -> ResampledSeries:
     """Reduce ``series`` to at most ``points`` equal time buckets, keeping min and max of each.
 
     Buckets without events are left out (the series is constant between events).
+    ``settled_only``: resample ``settled(series)`` (what a timeline draws) without building it.
     """
     if points < 1:
         raise ValueError(f"points must be >= 1, got {points}")
-    t = series.time_ns
-    values = {m: getattr(series, m) for m in METRICS}
+    keep = np.flatnonzero(series.settled) if settled_only else None
+    count = len(series) if keep is None else len(keep)
+    kernel = _resample_kernel()
+    if count > points and kernel is not None:
+        first, last = (0, count - 1) if keep is None else (int(keep[0]), int(keep[-1]))
+        t0, t1 = int(series.time_ns[first]), int(series.time_ns[last])
+        width = max(1.0, (t1 - t0) / points)
+        mask = np.ones(len(series), dtype=np.bool_) if keep is None else series.settled
+        time_ns = np.empty(points, dtype=np.int64)
+        low = {m: np.empty(points, dtype=getattr(series, m).dtype) for m in METRICS}
+        high = {m: np.empty(points, dtype=getattr(series, m).dtype) for m in METRICS}
+        buckets = kernel(
+            np.ascontiguousarray(series.time_ns), np.ascontiguousarray(mask, dtype=np.bool_), t0, width, points,
+            *(np.ascontiguousarray(getattr(series, m)) for m in METRICS),
+            time_ns, *low.values(), *high.values(),
+        )  # fmt: skip
+        if buckets >= 0:
+            return ResampledSeries(
+                series.device,
+                time_ns[:buckets].copy(),
+                {m: v[:buckets].copy() for m, v in low.items()},
+                {m: v[:buckets].copy() for m, v in high.items()},
+            )
+    t = series.time_ns if keep is None else series.time_ns[keep]
+    values = {m: getattr(series, m) if keep is None else getattr(series, m)[keep] for m in METRICS}
     if len(t) <= points:
         return ResampledSeries(
             series.device, t.copy(), {m: v.copy() for m, v in values.items()}, {m: v.copy() for m, v in values.items()}
@@ -272,6 +288,10 @@ def resample(series: TimelineSeries, points: int = 1000) -> ResampledSeries:
         minimum={m: np.minimum.reduceat(v, starts) for m, v in values.items()},
         maximum={m: np.maximum.reduceat(v, starts) for m, v in values.items()},
     )
+
+
+def _resample_kernel() -> Callable[..., int] | None:
+    return kernel_function("resample")
 
 
 @dataclass(frozen=True)

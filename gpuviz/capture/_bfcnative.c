@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "_bfc_core.h"
+#include "_clock.h"
 #include "_rows.h"
 
 #ifdef Py_GIL_DISABLED
@@ -48,21 +49,12 @@ typedef struct {
     PyObject *pending; /* list of deferred free addresses */
 } Core;
 
-static int64_t perf_counter_ns(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyTime_t t;
-    (void)PyTime_PerfCounterRaw(&t);
-    return (int64_t)t;
-#else
-    return (int64_t)_PyTime_GetPerfCounter();
-#endif
-}
 
 /* ------------------------------------------------------------------ rows */
 static void write_row(Core *self, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
                       int64_t largest, int32_t tag, int32_t stack) {
     if (self->staged == Py_None || self->emit_failed) return;
-    row_t r = {.time_ns = self->stamp ? self->stamp : perf_counter_ns(),
+    row_t r = {.time_ns = self->stamp ? self->stamp : clock_ns(),
                .thread = (int64_t)PyThread_get_thread_ident(), .address = address, .size = size,
                .requested = requested, .segment = segment, .largest = largest, .tag = tag, .stack = stack,
                .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
@@ -290,7 +282,7 @@ static int do_free(Core *self, PyObject *address) {
     int32_t stack;
     if (stack_id(self, &stack) < 0) return -1;
     void *tag;
-    if (self->staged != Py_None) self->stamp = perf_counter_ns(); /* a free and its merges: one time */
+    if (self->staged != Py_None) self->stamp = clock_ns(); /* a free and its merges: one time */
     bfc_release_chunk(&self->bfc, slot, stack, &tag);
     self->stamp = 0;
     Py_XDECREF((PyObject *)tag);
@@ -401,7 +393,7 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
         bfc_put_back(&self->bfc, slot);
         goto done;
     }
-    if (self->staged != Py_None) self->stamp = perf_counter_ns(); /* a split and its alloc: one time */
+    if (self->staged != Py_None) self->stamp = clock_ns(); /* a split and its alloc: one time */
     int split = bfc_split(&self->bfc, slot, rounded, stack);
     if (split < 0) {
         self->stamp = 0;

@@ -3,7 +3,7 @@
  * RowWriter(staged, limit, flush, device).emit(kind, address, size, requested, segment,
  * largest_free, tag, stack) appends one row laid out as gpuviz.log.schema.ROW_STRUCT
  * ("<qBbhhqqqqqqqii", 78 bytes, little-endian, packed) to the bytearray ``staged``,
- * stamped with time.perf_counter_ns() and threading.get_ident(), and calls ``flush()``
+ * stamped with time.perf_counter_ns()'s clock (_clock.h) and threading.get_ident(), and calls ``flush()``
  * once ``staged`` holds ``limit`` bytes or more. It writes exactly the bytes that the
  * pure-Python recorder (gpuviz.capture.recorder) writes; tests hold the two together.
  *
@@ -20,6 +20,7 @@
 #ifdef Py_GIL_DISABLED
 #error "the row writer relies on the GIL; the pure-Python recorder is used instead"
 #endif
+#include "_clock.h"
 #include "_rows.h"
 
 typedef struct {
@@ -30,15 +31,6 @@ typedef struct {
     int16_t device;
 } RowWriter;
 
-static int64_t perf_counter_ns(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyTime_t t;
-    (void)PyTime_PerfCounterRaw(&t);
-    return (int64_t)t;
-#else
-    return (int64_t)_PyTime_GetPerfCounter();
-#endif
-}
 
 static int as_i64(PyObject *value, int64_t *out) {
     long long v = PyLong_AsLongLong(value);
@@ -73,7 +65,7 @@ static PyObject *RowWriter_emit(RowWriter *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_OverflowError, "kind does not fit a byte");
         return NULL;
     }
-    row_t r = {.time_ns = perf_counter_ns(), .thread = (int64_t)PyThread_get_thread_ident(), .address = address,
+    row_t r = {.time_ns = clock_ns(), .thread = (int64_t)PyThread_get_thread_ident(), .address = address,
                .size = size, .requested = requested, .segment = segment, .largest = largest, .tag = tag,
                .stack = stack, .device = self->device, .peer = -1, .kind = (uint8_t)kind};
     unsigned char row[ROW_BYTES];

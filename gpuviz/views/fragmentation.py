@@ -153,46 +153,51 @@ def _coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndar
 
 
 def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
+    """Each segment cut into equal buckets, each bucket drawn as its bytes used, wasted and free
+    (in that order from the bucket's left edge), with its chunk count: whole arrays per segment."""
     traces: dict[str, dict[str, list[Any]]] = {
         name: {"y": [], "base": [], "x": [], "text": [], "custom": []} for name in COLORS
     }
     buckets = max(1, max_rectangles // (3 * max(1, len(state.segments))))
     for seg in state.segments:
         y = _label(seg.base)
-        parts: dict[str, list[tuple[int, int]]] = {"used": [], "waste": [], "free": []}
-        for c in seg.chunks:
-            offset = c.address - seg.base
-            if c.in_use:
-                parts["used"].append((offset, c.requested))
-                if c.size > c.requested:
-                    parts["waste"].append((offset + c.requested, c.size - c.requested))
-            else:
-                parts["free"].append((offset, c.size))
+        n = len(seg.chunks)
+        offset = np.fromiter((c.address for c in seg.chunks), np.int64, n) - seg.base
+        size = np.fromiter((c.size for c in seg.chunks), np.int64, n)
+        requested = np.fromiter((c.requested for c in seg.chunks), np.int64, n)
+        in_use = np.fromiter((c.in_use for c in seg.chunks), np.bool_, n)
+        wasted = in_use & (size > requested)
         edges = np.linspace(0, seg.size, buckets + 1)
-        amounts = {}
-        for name, intervals in parts.items():
-            arr = np.array(intervals, dtype=np.int64).reshape(-1, 2)
-            covered = _coverage(arr[:, 0], arr[:, 1], edges)
-            amounts[name] = np.diff(covered)
-        counts = np.diff(np.searchsorted([c.address - seg.base for c in seg.chunks], edges))
-        for i in range(buckets):
-            start = edges[i]
-            text = (  # lean traces hover from customdata instead
-                f"{int(counts[i])} chunks from {seg.base + int(start):#x}<br>used {format_size(amounts['used'][i])}"
+        amounts = {
+            "used": np.diff(_coverage(offset[in_use], requested[in_use], edges)),
+            "waste": np.diff(_coverage(offset[wasted] + requested[wasted], (size - requested)[wasted], edges)),
+            "free": np.diff(_coverage(offset[~in_use], size[~in_use], edges)),
+        }
+        counts = np.diff(np.searchsorted(offset, edges))
+        left = edges[:-1]
+        starts = {"used": left, "waste": left + amounts["used"]}  # each part starts where the last ended
+        starts["free"] = starts["waste"] + amounts["waste"]
+        bucket_base = seg.base + left.astype(np.int64)
+        words = (
+            [  # lean traces hover from customdata instead
+                f"{int(counts[i])} chunks from {seg.base + int(left[i]):#x}<br>used {format_size(amounts['used'][i])}"
                 f"<br>waste {format_size(amounts['waste'][i])}<br>free {format_size(amounts['free'][i])}"
-                if texts
-                else ""
+                for i in range(buckets)
+            ]
+            if texts
+            else None
+        )
+        for name in ("used", "waste", "free"):
+            shown = np.flatnonzero(amounts[name] > 0)
+            length = amounts[name][shown]
+            t = traces[name]
+            t["y"].extend([y] * len(shown))
+            t["base"].extend(starts[name][shown].tolist())
+            t["x"].extend(length.tolist())
+            t["text"].extend([words[i] for i in shown.tolist()] if words is not None else [""] * len(shown))
+            t["custom"].extend(
+                zip(bucket_base[shown].tolist(), counts[shown].tolist(), length.astype(np.int64).tolist(), strict=True)
             )
-            for name in ("used", "waste", "free"):
-                length = amounts[name][i]
-                if length > 0:
-                    t = traces[name]
-                    t["y"].append(y)
-                    t["base"].append(start)
-                    t["x"].append(length)
-                    t["text"].append(text)
-                    t["custom"].append((seg.base + int(edges[i]), int(counts[i]), int(length)))
-                    start += length
     return traces
 
 

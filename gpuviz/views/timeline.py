@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpuviz.analysis.timeline import Peak, TimelineSeries, resample, settled
+from gpuviz.analysis.timeline import Peak, TimelineSeries, resample
 from gpuviz.base.units import binary_unit, format_duration, format_size
 
 __all__ = ["timeline", "DIRECTION_COLORS", "MAX_TRANSFER_SPANS", "MAX_MARKS", "POOL_HIDDEN", "MIN_SPAN", "LABEL_GAP"]
@@ -104,14 +104,14 @@ def timeline(
         vertical_spacing=0.06,
         specs=[[{"secondary_y": True}]] + ([[{}]] if has_transfers else []),
     )
-    full = series
-    series = settled(series)
-    data_max = int(max(series.bytes_in_use.max(initial=0), series.bytes_requested.max(initial=0)))
-    pool_max = int(series.pool_bytes.max(initial=0))
+    settled_events = int(np.count_nonzero(series.settled))
+    reduced = resample(series, points, settled_only=True)  # settled(series), without building it
+    highest = reduced.maximum
+    data_max = int(max(highest["bytes_in_use"].max(initial=0), highest["bytes_requested"].max(initial=0)))
+    pool_max = int(highest["pool_bytes"].max(initial=0))
     factor, unit = binary_unit(max(data_max, 1))
-    reduced = resample(series, points)
     x = _seconds(reduced.time_ns, t0)
-    span = float(_seconds(full.time_ns[-1:], t0)[0]) if len(full) else 0.0
+    span = float(_seconds(series.time_ns[-1:], t0)[0]) if len(series) else 0.0
     for metric, (label, color, dash, width) in _LINES.items():
         high = reduced.maximum[metric]
         text, template = _hover(high, label)
@@ -122,7 +122,7 @@ def timeline(
                        visible="legendonly" if hidden else True),
             row=1, col=1, secondary_y=False,
         )  # fmt: skip
-        if len(x) < len(series) and metric == "bytes_in_use":
+        if len(x) < settled_events and metric == "bytes_in_use":
             low = reduced.minimum[metric]
             text, template = _hover(low, f"{label} (bucket min)")
             figure.add_trace(
@@ -148,10 +148,10 @@ def timeline(
 
     def level(seq: np.ndarray) -> np.ndarray:
         """Bytes in use right at the events with sequence numbers ``seq`` (on the memory line)."""
-        if not len(full):
+        if not len(series):
             return np.zeros(len(seq))
-        at = np.clip(np.searchsorted(full.seq, seq), 0, len(full) - 1)
-        return full.bytes_in_use[at] / factor
+        at = np.clip(np.searchsorted(series.seq, seq), 0, len(series) - 1)
+        return series.bytes_in_use[at] / factor
 
     if ooms is not None and len(ooms):
         figure.add_trace(

@@ -1,0 +1,25 @@
+"""The analysis passes compiled in ``gpuviz.analysis._replaykernel``, where a C compiler built it.
+
+Each compiled pass has a NumPy or Python twin that gives exactly the same result (tests hold
+them together); ``GPUVIZ_NATIVE=0`` makes every caller use the twin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["kernel_function"]
+
+
+def kernel_function(name: str) -> Callable[..., Any] | None:
+    """The compiled pass ``name``, or None without the compiled module (or with ``GPUVIZ_NATIVE=0``)."""
+    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
+        return None
+    try:  # importlib: a compiled module has no imports of its own for the layering check to follow
+        function: Callable[..., Any] = getattr(importlib.import_module("gpuviz.analysis._replaykernel"), name)
+    except (ImportError, AttributeError):  # built without a C compiler
+        return None
+    return function
