@@ -28,10 +28,13 @@ from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["Replay", "replay", "HEAP_KINDS"]
+__all__ = ["Replay", "replay", "HEAP_KINDS", "map_range", "unmap_range"]
 
-HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE)
-_SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE = (int(k) for k in HEAP_KINDS)
+HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE,
+              Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP)  # fmt: skip
+_SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE, _SEGMENT_MAP, _SEGMENT_UNMAP = (
+    int(k) for k in HEAP_KINDS
+)
 
 # chunk address -> (size, requested, tag index, stack index); requested == 0 means free
 _Chunks = dict[int, tuple[int, int, int, int]]
@@ -40,12 +43,12 @@ _Segments = dict[int, int]
 
 
 def _heap_mask(kinds: np.ndarray) -> np.ndarray:
-    """Which events are heap events: the kinds 0..5 (``HEAP_KINDS``), one comparison."""
-    mask: np.ndarray = kinds <= _MERGE
+    """Which events are heap events (``HEAP_KINDS``): the kinds 0..5, 10 and 11."""
+    mask: np.ndarray = (kinds <= _MERGE) | (kinds == _SEGMENT_MAP) | (kinds == _SEGMENT_UNMAP)
     return mask
 
 
-assert sorted(int(k) for k in HEAP_KINDS) == list(range(_MERGE + 1))
+assert sorted(int(k) for k in HEAP_KINDS) == [*range(_MERGE + 1), _SEGMENT_MAP, _SEGMENT_UNMAP]
 
 
 def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
@@ -118,9 +121,43 @@ def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int
         elif kind == _SEGMENT_ALLOC:
             segments[address] = size
             chunks[address] = (size, *_FREE_CHUNK)
-        else:  # segment_free
+        elif kind == _SEGMENT_FREE:
             del segments[address]
             del chunks[address]
+        elif kind == _SEGMENT_MAP:
+            map_range(segments, address, size)
+            chunks[address] = (size, *_FREE_CHUNK)
+        else:  # segment_unmap
+            unmap_range(segments, address, size)
+            del chunks[address]
+
+
+def map_range(segments: _Segments, address: int, size: int) -> None:
+    """``segment_map``: in ``segments`` (base -> size, bytes), ``[address, address+size)``
+    joins the segments ending at ``address`` and starting at its end (a scan of the
+    segments: few, where segments grow)."""
+    upper = segments.pop(address + size, 0)
+    for base, length in segments.items():
+        if base + length == address:
+            segments[base] = length + size + upper
+            return
+    segments[address] = size + upper
+
+
+def unmap_range(segments: _Segments, address: int, size: int) -> None:
+    """``segment_unmap``: ``[address, address+size)`` leaves its segment in ``segments``; what
+    remains below and above stays (``KeyError`` when no segment holds ``address``)."""
+    for base, length in segments.items():
+        if base <= address < base + length:
+            break
+    else:
+        raise KeyError(address)
+    if address > base:
+        segments[base] = address - base
+    else:
+        del segments[base]
+    if address + size < base + length:
+        segments[address + size] = base + length - address - size
 
 
 class _DictCheckpoints:

@@ -20,7 +20,8 @@
 #endif
 
 #define ROW_BYTES 78
-enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6 };
+enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6, SEGMENT_MAP = 10,
+       SEGMENT_UNMAP = 11 };
 
 /* ------------------------------------------------------------ int64 -> int64 hash map */
 typedef struct {
@@ -441,6 +442,142 @@ static PyObject *Core_segment_free(Core *c, PyObject *args, PyObject *kw) {
     Py_RETURN_NONE;
 }
 
+/* a new segment [base, base+size) at index i of the sorted segments, with no chunks yet */
+static Segment *segment_insert(Core *c, Py_ssize_t i, int64_t base, int64_t size) {
+    if (c->nsegs == c->segcap) {
+        Py_ssize_t cap = c->segcap ? c->segcap * 2 : 8;
+        Segment *p = PyMem_Realloc(c->segs, cap * sizeof(Segment));
+        if (!p) return PyErr_NoMemory(), NULL;
+        c->segs = p;
+        c->segcap = cap;
+    }
+    if (vec_insert(&c->bases, i, base) < 0) return NULL;
+    memmove(c->segs + i + 1, c->segs + i, (c->nsegs - i) * sizeof(Segment));
+    c->nsegs++;
+    Segment *s = &c->segs[i];
+    memset(s, 0, sizeof *s);
+    s->base = base;
+    s->size = size;
+    return s;
+}
+
+/* the chunks of starts[from:] now belong to the segment at base */
+static void rebase_chunks(Core *c, const Vec *starts, Py_ssize_t from, int64_t base) {
+    for (Py_ssize_t j = from; j < starts->n; j++) chunk_get(c, starts->v[j])->segment = base;
+}
+
+static int vec_reserve(Vec *a, Py_ssize_t n) {
+    if (n <= a->cap) return 0;
+    Py_ssize_t cap = a->cap ? a->cap : 8;
+    while (cap < n) cap *= 2;
+    int64_t *v = PyMem_Realloc(a->v, cap * sizeof(int64_t));
+    if (!v) return PyErr_NoMemory(), -1;
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static PyObject *Core_segment_map(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "address", "size", "thread", "stack", NULL};
+    long long time_ns, address, size, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &address, &size, &thread, &stack))
+        return NULL;
+    if (size <= 0) return conflict(c, "dmapping at %U has size %lld", address, size);
+    Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, address);
+    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size > address)
+        return range_conflict(c, "mapping [%U, +%lld) overlaps the segment at %U", address, size, c->segs[i - 1].base);
+    if (i < c->nsegs && address + size > c->segs[i].base)
+        return range_conflict(c, "mapping [%U, +%lld) overlaps the segment at %U", address, size, c->segs[i].base);
+    int joins_above = i < c->nsegs && c->segs[i].base == address + size;
+    Segment *s;
+    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size == address) {
+        s = &c->segs[i - 1];
+        s->size += size;
+        if (vec_insert(&s->starts, s->starts.n, address) < 0) return NULL;
+    } else {
+        s = segment_insert(c, i, address, size);
+        if (!s || vec_insert(&s->starts, 0, address) < 0) return NULL;
+        i++; /* the segment above (if any) is now at i */
+    }
+    int64_t base = s->base;
+    if (set_free(c, address, size, base) < 0) return NULL;
+    if (joins_above) { /* the segment above joins this one */
+        Segment *above = &c->segs[i];
+        Py_ssize_t from = s->starts.n;
+        if (vec_reserve(&s->starts, s->starts.n + above->starts.n) < 0) return NULL;
+        memcpy(s->starts.v + s->starts.n, above->starts.v, above->starts.n * sizeof(int64_t));
+        s->starts.n += above->starts.n;
+        s->size += above->size;
+        rebase_chunks(c, &s->starts, from, base);
+        PyMem_Free(above->starts.v);
+        memmove(c->segs + i, c->segs + i + 1, (c->nsegs - i - 1) * sizeof(Segment));
+        c->nsegs--;
+        vec_remove(&c->bases, i);
+        s = segment_at(c, base);
+    }
+    if (emit(c, time_ns, SEGMENT_MAP, thread, address, size, 0, base, 0, -1, stack) < 0) return NULL;
+    int64_t end = address + size;
+    if (end < base + s->size && chunk_get(c, end)->requested == 0 && merge(c, time_ns, address, thread) < 0)
+        return NULL;
+    if (address > base) {
+        s = segment_at(c, base);
+        int64_t previous = s->starts.v[bisect_right(s->starts.v, s->starts.n, address) - 2];
+        if (chunk_get(c, previous)->requested == 0 && merge(c, time_ns, previous, thread) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static Chunk *containing(Core *c, int64_t address, int64_t *start);
+
+static PyObject *Core_segment_unmap(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "address", "size", "thread", "stack", NULL};
+    long long time_ns, address, size, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &address, &size, &thread, &stack))
+        return NULL;
+    if (size <= 0) return conflict(c, "dunmapping at %U has size %lld", address, size);
+    int64_t start = 0;
+    Chunk *found = containing(c, address, &start);
+    if (!found) return conflict(c, "dunmapping [%U, +%lld) lies outside every segment", address, size);
+    if (found->requested) return conflict(c, "hunmapping at %U overlaps the live allocation at %U", address, start);
+    if (address + size > start + found->size)
+        return range_conflict(c, "unmapping [%U, +%lld) runs past the free chunk at %U", address, size, start);
+    if (address > start && split(c, time_ns, start, address - start, thread) < 0) return NULL;
+    if (size < chunk_get(c, address)->size && split(c, time_ns, address, size, thread) < 0) return NULL;
+    int64_t base = chunk_get(c, address)->segment;
+    if (chunk_drop(c, address) < 0) return NULL;
+    free_remove(c, size);
+    Segment *s = segment_at(c, base);
+    Py_ssize_t i = s - c->segs;
+    int64_t end = base + s->size, upper = address + size;
+    Py_ssize_t k = bisect_right(s->starts.v, s->starts.n, address) - 1;
+    Vec upper_starts = {0};
+    if (upper < end) {
+        if (vec_reserve(&upper_starts, s->starts.n - k - 1) < 0) return NULL;
+        memcpy(upper_starts.v, s->starts.v + k + 1, (s->starts.n - k - 1) * sizeof(int64_t));
+        upper_starts.n = s->starts.n - k - 1;
+    }
+    s->starts.n = k;
+    if (address > base) {
+        s->size = address - base;
+        i++;
+    } else {
+        PyMem_Free(s->starts.v);
+        memmove(c->segs + i, c->segs + i + 1, (c->nsegs - i - 1) * sizeof(Segment));
+        c->nsegs--;
+        vec_remove(&c->bases, i);
+    }
+    if (upper < end) {
+        Segment *u = segment_insert(c, i, upper, end - upper);
+        if (!u) return PyMem_Free(upper_starts.v), NULL;
+        u->starts = upper_starts;
+        rebase_chunks(c, &u->starts, 0, upper);
+    }
+    if (emit(c, time_ns, SEGMENT_UNMAP, thread, address, size, 0, base, 0, -1, stack) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* the chunk containing address: its start, or -1 (with *segment set to the holding segment or NULL) */
 static Chunk *containing(Core *c, int64_t address, int64_t *start) {
     Segment *s = segment_holding(c, address);
@@ -622,6 +759,8 @@ static void Core_dealloc(Core *c) {
 static PyMethodDef Core_methods[] = {
     {"segment_alloc", (PyCFunction)(void (*)(void))Core_segment_alloc, METH_VARARGS | METH_KEYWORDS, NULL},
     {"segment_free", (PyCFunction)(void (*)(void))Core_segment_free, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"segment_map", (PyCFunction)(void (*)(void))Core_segment_map, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"segment_unmap", (PyCFunction)(void (*)(void))Core_segment_unmap, METH_VARARGS | METH_KEYWORDS, NULL},
     {"alloc", (PyCFunction)(void (*)(void))Core_alloc, METH_VARARGS | METH_KEYWORDS, NULL},
     {"free", (PyCFunction)(void (*)(void))Core_free, METH_VARARGS | METH_KEYWORDS, NULL},
     {"oom", (PyCFunction)(void (*)(void))Core_oom, METH_VARARGS | METH_KEYWORDS, NULL},

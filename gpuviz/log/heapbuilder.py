@@ -14,6 +14,14 @@ importer or a policy feeds it decisions, and emits the events that replay needs:
         merge(a, n+m)          when [a+n, a+n+m) is free (the next neighbour first)
         merge(p, p_n+...)      when the previous chunk [p, a) is free
     segment_alloc(b, s) / segment_free(b)        -> one free chunk [b, b+s) / none
+    segment_map(a, n):                           (a range mapped into a growing segment)
+        segment_map(a, n)                        -> [a, a+n) free; touching segments join
+        merge(a, n+m)          when the segment above began with a free chunk [a+n, a+n+m)
+        merge(p, p_n+...)      when the segment below ended with a free chunk [p, a)
+    segment_unmap(a, n) inside the free chunk [f, f+S):
+        split(f, a-f)          when a > f
+        split(a, n)            when a+n < f+S
+        segment_unmap(a, n)                      -> [a, a+n) gone; its segment shrinks or splits
 
 Invariants (``check``): within each segment chunks tile ``[base, base+size)`` in address
 order; no two adjacent chunks are both free after a public operation; ``largest_free`` of
@@ -47,6 +55,7 @@ _SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE, _OOM = (
     int(Kind.SEGMENT_ALLOC), int(Kind.SEGMENT_FREE), int(Kind.ALLOC), int(Kind.FREE),
     int(Kind.SPLIT), int(Kind.MERGE), int(Kind.OOM),
 )  # fmt: skip
+_SEGMENT_MAP, _SEGMENT_UNMAP = int(Kind.SEGMENT_MAP), int(Kind.SEGMENT_UNMAP)
 
 
 class HeapConflict(ValueError):
@@ -204,6 +213,83 @@ class PythonHeapBuilder:
         del self._chunks[base]
         self._free.remove(size)
         self._emit(time_ns, _SEGMENT_FREE, base, size, 0, base, thread=thread, stack=stack)
+
+    def segment_map(self, time_ns: int, address: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
+        """``size`` bytes at ``address`` were mapped (a growing segment): one free chunk, joined
+        with the segments that end at ``address`` or start at ``address + size``."""
+        if size <= 0:
+            raise HeapConflict(f"mapping at {address:#x} has size {size}")
+        i = bisect_right(self._bases, address)
+        below = self._bases[i - 1] if i > 0 else None
+        if below is not None and below + self._segments[below] > address:
+            raise HeapConflict(f"mapping [{address:#x}, +{size}) overlaps the segment at {below:#x}")
+        above = self._bases[i] if i < len(self._bases) else None
+        if above is not None and address + size > above:
+            raise HeapConflict(f"mapping [{address:#x}, +{size}) overlaps the segment at {above:#x}")
+        if below is not None and below + self._segments[below] == address:
+            base = below
+            self._segments[base] += size
+            self._starts[base].append(address)
+        else:
+            base = address
+            self._bases.insert(i, base)
+            self._segments[base] = size
+            self._starts[base] = [address]
+        self._set_free(address, size, base)
+        if above is not None and above == address + size:  # the segment above joins this one
+            self._segments[base] += self._segments.pop(above)
+            self._bases.remove(above)
+            for start in self._starts[above]:
+                self._chunks[start][2] = base
+            self._starts[base] += self._starts.pop(above)
+        self._emit(time_ns, _SEGMENT_MAP, address, size, 0, base, thread=thread, stack=stack)
+        end = address + size
+        if end < base + self._segments[base] and self._chunks[end][1] == 0:
+            self._merge(time_ns, address, thread)
+        if address > base:
+            starts = self._starts[base]
+            previous = starts[bisect_right(starts, address) - 2]
+            if self._chunks[previous][1] == 0:
+                self._merge(time_ns, previous, thread)
+
+    def segment_unmap(self, time_ns: int, address: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
+        """``size`` bytes at ``address`` were unmapped; the range must lie in one free chunk. Its
+        segment shrinks, or splits in two when the range is inside it."""
+        if size <= 0:
+            raise HeapConflict(f"unmapping at {address:#x} has size {size}")
+        found = self.chunk_at(address)
+        if found is None:
+            raise HeapConflict(f"unmapping [{address:#x}, +{size}) lies outside every segment")
+        start, free_size, used = found
+        if used:
+            raise HeapConflict(f"unmapping at {address:#x} overlaps the live allocation at {start:#x}")
+        if address + size > start + free_size:
+            raise HeapConflict(f"unmapping [{address:#x}, +{size}) runs past the free chunk at {start:#x}")
+        if address > start:
+            self._split(time_ns, start, address - start, thread)
+        if size < self._chunks[address][0]:
+            self._split(time_ns, address, size, thread)
+        base = self._chunks.pop(address)[2]
+        self._free.remove(size)
+        starts = self._starts[base]
+        k = bisect_right(starts, address) - 1
+        upper_starts = starts[k + 1 :]
+        del starts[k:]
+        end = base + self._segments[base]
+        if address > base:
+            self._segments[base] = address - base
+        else:
+            del self._segments[base]
+            del self._starts[base]
+            self._bases.remove(base)
+        if address + size < end:
+            upper = address + size
+            insort(self._bases, upper)
+            self._segments[upper] = end - upper
+            self._starts[upper] = upper_starts
+            for chunk in upper_starts:
+                self._chunks[chunk][2] = upper
+        self._emit(time_ns, _SEGMENT_UNMAP, address, size, 0, base, thread=thread, stack=stack)
 
     # ---------------------------------------------------------------- chunks
     def _split(self, time_ns: int, address: int, first: int, thread: int) -> None:
