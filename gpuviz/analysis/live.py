@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuviz.analysis.replay import map_range, unmap_range
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.log.segments import map_range, unmap_range
 
 __all__ = ["LiveFollower", "LiveHeap", "LivePoints"]
 

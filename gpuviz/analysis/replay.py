@@ -27,8 +27,9 @@ import numpy as np
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["Replay", "replay", "HEAP_KINDS", "map_range", "unmap_range"]
+__all__ = ["Replay", "replay", "HEAP_KINDS"]
 
 HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE,
               Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP)  # fmt: skip
@@ -130,34 +131,6 @@ def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int
         else:  # segment_unmap
             unmap_range(segments, address, size)
             del chunks[address]
-
-
-def map_range(segments: _Segments, address: int, size: int) -> None:
-    """``segment_map``: in ``segments`` (base -> size, bytes), ``[address, address+size)``
-    joins the segments ending at ``address`` and starting at its end (a scan of the
-    segments: few, where segments grow)."""
-    upper = segments.pop(address + size, 0)
-    for base, length in segments.items():
-        if base + length == address:
-            segments[base] = length + size + upper
-            return
-    segments[address] = size + upper
-
-
-def unmap_range(segments: _Segments, address: int, size: int) -> None:
-    """``segment_unmap``: ``[address, address+size)`` leaves its segment in ``segments``; what
-    remains below and above stays (``KeyError`` when no segment holds ``address``)."""
-    for base, length in segments.items():
-        if base <= address < base + length:
-            break
-    else:
-        raise KeyError(address)
-    if address > base:
-        segments[base] = address - base
-    else:
-        del segments[base]
-    if address + size < base + length:
-        segments[address + size] = base + length - address - size
 
 
 class _DictCheckpoints:

@@ -6,7 +6,7 @@ JSON when the name ends in ``.json``), so https://pytorch.org/memory_viz opens t
 
 - ``segments``: every segment of the replayed final state of each device with allocator
   events (a mapped range of a device with ``segment_map`` events, not reserved by a
-  ``segment_alloc``, is ``is_expandable``), with its blocks (in use -> ``active_allocated``,
+  ``segment_alloc`` of the exported trace, is ``is_expandable``), with its blocks (in use -> ``active_allocated``,
   or ``active_awaiting_free`` when a ``free_requested`` mark is pending; free -> ``inactive``)
   and the allocating frames;
 - ``device_traces``: per device, the events as trace entries in log order: ``alloc`` (the
@@ -126,7 +126,7 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
                 annotations.append({"stage": stage, "name": label, "device": index, "time_us": time_ns // 1000})
     heap = replay(log)
     mapped = set(cols["device"][cols["kind"] == Kind.SEGMENT_MAP].tolist())  # devices whose segments grow
-    reserved = set(cols["address"][cols["kind"] == Kind.SEGMENT_ALLOC].tolist())  # bases of cudaMalloc'd segments
+    reserved = set(cols["address"][skip:][cols["kind"][skip:] == Kind.SEGMENT_ALLOC].tolist())  # cudaMalloc'd bases
     segments: list[dict[str, Any]] = []
     for device in sorted(heap_devices):
         name = names[device]
