@@ -139,3 +139,32 @@ def test_policy_option_and_whatif_comparison() -> None:
     assert fixed.oom is not None and fixed.served == 9
     assert grown.oom is None and grown.served == 10 and grown.peak_reserved == 60 * MiB
     assert replay(grown.log).state_at(-1).segments[0].size == 60 * MiB
+
+
+def test_the_segment_table_and_timeline_show_mapped_ranges() -> None:
+    from gpuviz.analysis.tables import segment_table
+    from gpuviz.analysis.timeline import timeline_series
+    from gpuviz.views.timeline import timeline
+
+    alloc = _model()
+    ptrs = [alloc.allocate(6 * MiB) for _ in range(4)]
+    for p in ptrs[1:]:
+        alloc.free(p)
+    alloc.empty_cache()
+    table = segment_table(alloc.log)
+    assert list(zip(table["kind"], (table["address"] - V) // MiB, table["size"] // MiB, strict=True)) == [
+        ("segment_map", 0, 20), ("segment_map", 20, 20), ("segment_unmap", 20, 20)
+    ]  # fmt: skip
+    figure = timeline(timeline_series(alloc.log), segments=table)
+    markers = next(t for t in figure.data if t.name == "segment reserved")
+    assert list(markers.hovertext) == ["20 MiB mapped into a growing segment"] * 2
+
+
+def test_reproduce_refuses_a_run_with_expandable_segments() -> None:
+    from pathlib import Path
+
+    from gpuviz.scenarios.reproduce import reproduce
+
+    log = gpuviz.load(Path(__file__).parent / "fixtures" / "pt_snapshot_expandable.json")
+    with pytest.raises(ValueError, match="reproduce does not check runs with expandable segments"):
+        reproduce(log)
