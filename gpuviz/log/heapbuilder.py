@@ -184,15 +184,21 @@ class PythonHeapBuilder:
         self._free.add(size)
 
     # ---------------------------------------------------------------- segments
+    def _place(self, address: int, size: int, what: str) -> int:
+        """Where a new range ``[address, address+size)`` goes among the sorted segment bases;
+        ``HeapConflict`` (``what`` names the operation) when it is empty or overlaps a segment."""
+        if size <= 0:
+            raise HeapConflict(f"{what} at {address:#x} has size {size}")
+        i = bisect_right(self._bases, address)
+        if i > 0 and self._bases[i - 1] + self._segments[self._bases[i - 1]] > address:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) overlaps the segment at {self._bases[i - 1]:#x}")
+        if i < len(self._bases) and address + size > self._bases[i]:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) overlaps the segment at {self._bases[i]:#x}")
+        return i
+
     def segment_alloc(self, time_ns: int, base: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
         """A segment of ``size`` bytes at ``base`` was reserved: one free chunk."""
-        if size <= 0:
-            raise HeapConflict(f"segment at {base:#x} has size {size}")
-        i = bisect_right(self._bases, base)
-        if i > 0 and self._bases[i - 1] + self._segments[self._bases[i - 1]] > base:
-            raise HeapConflict(f"segment [{base:#x}, +{size}) overlaps the segment at {self._bases[i - 1]:#x}")
-        if i < len(self._bases) and base + size > self._bases[i]:
-            raise HeapConflict(f"segment [{base:#x}, +{size}) overlaps the segment at {self._bases[i]:#x}")
+        i = self._place(base, size, "segment")
         self._bases.insert(i, base)
         self._segments[base] = size
         self._starts[base] = [base]
@@ -217,15 +223,9 @@ class PythonHeapBuilder:
     def segment_map(self, time_ns: int, address: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
         """``size`` bytes at ``address`` were mapped (a growing segment): one free chunk, joined
         with the segments that end at ``address`` or start at ``address + size``."""
-        if size <= 0:
-            raise HeapConflict(f"mapping at {address:#x} has size {size}")
-        i = bisect_right(self._bases, address)
+        i = self._place(address, size, "mapping")
         below = self._bases[i - 1] if i > 0 else None
-        if below is not None and below + self._segments[below] > address:
-            raise HeapConflict(f"mapping [{address:#x}, +{size}) overlaps the segment at {below:#x}")
         above = self._bases[i] if i < len(self._bases) else None
-        if above is not None and address + size > above:
-            raise HeapConflict(f"mapping [{address:#x}, +{size}) overlaps the segment at {above:#x}")
         if below is not None and below + self._segments[below] == address:
             base = below
             self._segments[base] += size
@@ -255,20 +255,7 @@ class PythonHeapBuilder:
     def segment_unmap(self, time_ns: int, address: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
         """``size`` bytes at ``address`` were unmapped; the range must lie in one free chunk. Its
         segment shrinks, or splits in two when the range is inside it."""
-        if size <= 0:
-            raise HeapConflict(f"unmapping at {address:#x} has size {size}")
-        found = self.chunk_at(address)
-        if found is None:
-            raise HeapConflict(f"unmapping [{address:#x}, +{size}) lies outside every segment")
-        start, free_size, used = found
-        if used:
-            raise HeapConflict(f"unmapping at {address:#x} overlaps the live allocation at {start:#x}")
-        if address + size > start + free_size:
-            raise HeapConflict(f"unmapping [{address:#x}, +{size}) runs past the free chunk at {start:#x}")
-        if address > start:
-            self._split(time_ns, start, address - start, thread)
-        if size < self._chunks[address][0]:
-            self._split(time_ns, address, size, thread)
+        self._cut_out(time_ns, address, size, thread, "unmapping")
         base = self._chunks.pop(address)[2]
         self._free.remove(size)
         starts = self._starts[base]
@@ -300,6 +287,25 @@ class PythonHeapBuilder:
         insort(self._starts[segment], address + first)
         self._emit(time_ns, _SPLIT, address, first, 0, segment, thread=thread)
 
+    def _cut_out(self, time_ns: int, address: int, size: int, thread: int, what: str) -> None:
+        """Split the free chunk holding ``[address, address+size)`` so that the range is one free
+        chunk; ``HeapConflict`` (nothing changed) when it is not inside one free chunk. ``what``
+        names the operation in the messages."""
+        if size <= 0:
+            raise HeapConflict(f"{what} at {address:#x} has size {size}")
+        found = self.chunk_at(address)
+        if found is None:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) lies outside every segment")
+        start, free_size, used = found
+        if used:
+            raise HeapConflict(f"{what} at {address:#x} overlaps the live allocation at {start:#x}")
+        if address + size > start + free_size:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) runs past the free chunk at {start:#x}")
+        if address > start:
+            self._split(time_ns, start, address - start, thread)
+        if size < self._chunks[address][0]:
+            self._split(time_ns, address, size, thread)
+
     def alloc(self, time_ns: int, address: int, size: int, requested: int, *, thread: int = 0,
               tag: int = NO_INDEX, stack: int = NO_INDEX) -> None:  # fmt: skip
         """``size`` bytes (the chunk) at ``address`` were handed out for a request of ``requested`` bytes.
@@ -307,20 +313,7 @@ class PythonHeapBuilder:
         The range must lie inside one free chunk of a segment (``HeapConflict`` otherwise).
         ``requested`` is stored as at least 1 so that an in-use chunk is never mistaken for free.
         """
-        if size <= 0:
-            raise HeapConflict(f"allocation at {address:#x} has size {size}")
-        found = self.chunk_at(address)
-        if found is None:
-            raise HeapConflict(f"allocation [{address:#x}, +{size}) lies outside every segment")
-        start, free_size, used = found
-        if used:
-            raise HeapConflict(f"allocation at {address:#x} overlaps the live allocation at {start:#x}")
-        if address + size > start + free_size:
-            raise HeapConflict(f"allocation [{address:#x}, +{size}) runs past the free chunk at {start:#x}")
-        if address > start:
-            self._split(time_ns, start, address - start, thread)
-        if size < self._chunks[address][0]:
-            self._split(time_ns, address, size, thread)
+        self._cut_out(time_ns, address, size, thread, "allocation")
         chunk = self._chunks[address]
         self._free.remove(size)
         chunk[1], chunk[3], chunk[4] = max(requested, 1), tag, stack
