@@ -39,8 +39,11 @@ _ALLOCATOR_KINDS = [
     int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM,
                      Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP)
 ]  # fmt: skip
-_IS_ALLOCATOR_KIND = np.zeros(256, dtype=bool)
-_IS_ALLOCATOR_KIND[_ALLOCATOR_KINDS] = True
+assert (
+    sorted(_ALLOCATOR_KINDS)
+    == [*range(Kind.OOM + 1), Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP]
+    == [*range(Kind.OOM + 1), *range(Kind.SEGMENT_MAP, max(Kind) + 1)]
+)  # so that two comparisons find them
 _IN_USE_SIGN = np.zeros(256, dtype=np.int8)
 _IN_USE_SIGN[[Kind.ALLOC, Kind.FREE]] = (1, -1)
 _POOL_SIGN = np.zeros(256, dtype=np.int8)
@@ -212,7 +215,8 @@ def _allocator_positions(log: EventLog, device_id: int, start: int = 0, stop: in
     """Log positions in [start, stop) of the device's allocator events; None when that is all of them."""
     cols = log.columns
     window = slice(start, stop)
-    mask = (cols["device"][window] == device_id) & _IS_ALLOCATOR_KIND[cols["kind"][window]]
+    kinds = cols["kind"][window]
+    mask = (cols["device"][window] == device_id) & ((kinds <= Kind.OOM) | (kinds >= Kind.SEGMENT_MAP))
     if bool(mask.all()):
         return None
     positions: np.ndarray = np.flatnonzero(mask)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from gpuviz.analysis.profile import Profile
-from gpuviz.analysis.replay import HEAP_KINDS
+from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
 from gpuviz.log.schema import Kind
 from gpuviz.views.fragmentation import _PALETTE as PALETTE
 from gpuviz.views.fragmentation import COLORS, LEAN_AGGREGATED, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW, call_site
@@ -93,7 +93,7 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         raise ValueError(f"window must be at least 1 event, got {window}")
     log, dp = p.log, p.devices[device]
     cols = log.columns
-    heap = np.flatnonzero((cols["device"] == log.device_index(device)) & np.isin(cols["kind"], HEAP_KINDS))
+    heap = np.flatnonzero((cols["device"] == log.device_index(device)) & heap_mask(cols["kind"]))
     centre = int(np.searchsorted(heap, dp.opening)) if dp.opening >= 0 else len(heap)
     lo = max(0, min(centre - window // 2, len(heap) - window))
     positions = heap[lo : lo + window]
