@@ -46,12 +46,12 @@ log is an ordinary gpuviz log: ``replay(log).state_at(-1)`` is this allocator's 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass
 
 from gpuviz.base.errors import InvalidFreeError, OutOfMemoryError
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.torch_rules import LARGE_BUFFER, NO_MAX_SPLIT, SMALL_BUFFER, SMALL_SIZE, CachingRules, allocation_size
-from gpuviz.capture.torch_expandable import VIRTUAL_BASE, VIRTUAL_STRIDE, ExpandableSegment, reservation_size
+from gpuviz.capture.torch_block import Block as _Block
+from gpuviz.capture.torch_expandable import VIRTUAL_BASE, ExpandableBlocks, ExpandableSegment
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.heapbuilder import HeapBuilder
@@ -59,18 +59,7 @@ from gpuviz.log.heapbuilder import HeapBuilder
 __all__ = ["TorchCachingAllocator"]
 
 
-@dataclass
-class _Block:
-    size: int
-    segment: int
-    small: bool
-    stream: int
-    requested: int = 0  # 0 when free
-    age: int = 0  # the pool's get_free_block call count when the block became free (GC)
-    expandable: bool = False  # in an expandable segment; ``segment`` is then its virtual range's base
-
-
-class TorchCachingAllocator:
+class TorchCachingAllocator(ExpandableBlocks):
     """PyTorch's caching allocator for one device over ``upstream`` (the cudaMalloc of the model).
 
     Args:
@@ -193,13 +182,6 @@ class TorchCachingAllocator:
         pool.pop(i)
         return address
 
-    def _expandable_size(self, key: tuple[int, int, int]) -> int:
-        _, size, address = key
-        if not self._blocks[address].expandable:
-            return size
-        es = self._segment_of(address)
-        return size + (es.unmapped_run(address + size) if address + size < es.end else 0)
-
     def _is_split(self, address: int) -> bool:
         block = self._blocks[address]
         return not (address == block.segment and block.size == self.heap.segments[block.segment])
@@ -226,116 +208,6 @@ class TorchCachingAllocator:
         self.heap.segment_free(self.time_ns, address)
         self.upstream.free(address)
         self.reserved -= block.size
-
-    # ------------------------------------------------------- expandable segments
-    def _segment_of(self, address: int) -> ExpandableSegment:
-        """The expandable segment whose virtual range holds ``address``."""
-        return next(es for es in self._expandable if es.contains(address))
-
-    def _free_block_before(self, address: int, es: ExpandableSegment) -> int | None:
-        """Address of the free (mapped) block ending at ``address``, if there is one."""
-        if address == es.base or not es.is_mapped(address - 1):
-            return None
-        found = self.heap.chunk_at(address - 1)
-        assert found is not None
-        return found[0] if self._blocks[found[0]].requested == 0 else None
-
-    def _room_from(self, address: int, es: ExpandableSegment, size: int) -> bool:
-        """Whether free blocks and unmapped runs from ``address`` on add up to ``size`` bytes."""
-        room = 0
-        while room < size and address < es.end:
-            if es.is_mapped(address):
-                block = self._blocks[address]
-                if block.requested:
-                    return False
-                room += block.size
-                address += block.size
-            else:
-                run = es.unmapped_run(address)
-                room += run
-                address += run
-        return room >= size
-
-    def _find_expandable_block(self, small: bool, stream: int, size: int) -> tuple[ExpandableSegment, int]:
-        """``find_expandable_block``: the lowest unmapped run of the pool and stream (from the free
-        block before it, if any) with room for ``size`` bytes; else a new virtual range."""
-        for es in self._expandable:
-            if es.small != small or es.stream != stream:
-                continue
-            for start in es.unmapped_starts():
-                before = self._free_block_before(start, es)
-                candidate = start if before is None else before
-                if self._room_from(candidate, es, size):
-                    return es, candidate
-        granule = SMALL_BUFFER if small else LARGE_BUFFER
-        es = ExpandableSegment(
-            self._next_virtual, reservation_size(self.upstream.capacity, granule), granule, small=small, stream=stream
-        )
-        self._next_virtual += -(-(es.size + 1) // VIRTUAL_STRIDE) * VIRTUAL_STRIDE
-        self._expandable.append(es)
-        return es, es.base
-
-    def _map_block(self, es: ExpandableSegment, address: int, size: int) -> bool:
-        """``map_block``: map granules from the unmapped ``address`` for ``size`` bytes; the new
-        free block joins the free blocks before and after it. False when the device is full."""
-        mapped = es.map(self.upstream, address, size)
-        if not mapped:
-            return False
-        before = self._free_block_before(address, es)
-        self.heap.segment_map(self.time_ns, address, mapped)
-        self.reserved += mapped
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
-        start, block = address, _Block(mapped, es.base, es.small, es.stream, expandable=True)
-        self._blocks[address] = block
-        if before is not None:
-            previous = self._blocks[before]
-            self._remove_free(before, previous)
-            previous.size += mapped
-            del self._blocks[address]
-            start, block = before, previous
-        following = self._blocks.get(start + block.size)
-        if following is not None and following.requested == 0 and following.expandable:
-            self._remove_free(start + block.size, following)
-            del self._blocks[start + block.size]
-            block.size += following.size
-        self._insert_free(start, block)
-        return True
-
-    def _allocate_expandable(self, small: bool, stream: int, size: int) -> int | None:
-        """``try_allocate_expandable_block``: a free block of at least ``size`` bytes, out of its
-        pool, mapping granules as needed; None when the device is full."""
-        es, candidate = self._find_expandable_block(small, stream, size)
-        if not es.is_mapped(candidate) and not self._map_block(es, candidate, min(es.unmapped_run(candidate), size)):
-            return None
-        while self._blocks[candidate].size < size:  # free -> unmapped -> ...: map more after it
-            following = candidate + self._blocks[candidate].size
-            remaining = size - self._blocks[candidate].size
-            if not self._map_block(es, following, min(es.unmapped_run(following), remaining)):
-                return None
-        self._remove_free(candidate, self._blocks[candidate])
-        return candidate
-
-    def _unmap_block(self, address: int) -> int:
-        """``unmap_block``: unmap the whole granules of the free expandable block at ``address``;
-        what is left of it on either side stays a free block. Returns the bytes unmapped."""
-        block = self._blocks[address]
-        es = self._segment_of(address)
-        start, unmapped = es.unmap(self.upstream, address, block.size)
-        if not unmapped:
-            return 0
-        self._remove_free(address, block)
-        del self._blocks[address]
-        end = address + block.size
-        for piece, piece_end in ((address, start), (start + unmapped, end)):
-            if piece_end > piece:
-                rest = _Block(piece_end - piece, es.base, es.small, es.stream, expandable=True)
-                self._blocks[piece] = rest
-                self._insert_free(piece, rest)
-        self.heap.segment_unmap(self.time_ns, start, unmapped)
-        self.reserved -= unmapped
-        if es.mapped_bytes == 0:  # release_expandable_segment: the virtual range is given back
-            self._expandable.remove(es)
-        return unmapped
 
     def _release_available_cached_blocks(self, stream: int, size: int) -> bool:
         if self.max_split_size == NO_MAX_SPLIT:
