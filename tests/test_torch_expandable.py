@@ -168,3 +168,17 @@ def test_reproduce_refuses_a_run_with_expandable_segments() -> None:
     log = gpuviz.load(Path(__file__).parent / "fixtures" / "pt_snapshot_expandable.json")
     with pytest.raises(ValueError, match="reproduce does not check runs with expandable segments"):
         reproduce(log)
+
+
+def test_cli_whatif_compares_fixed_and_expandable_segments(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from gpuviz.frontends.cli import main
+
+    source = _model()
+    for _ in range(10):
+        source.allocate(6 * MiB)
+    source.log.save(tmp_path / "run.arrow")
+    args = ["whatif", str(tmp_path / "run.arrow"), "--policy", "torch", "--policy", "torch:expandable_segments=true"]
+    assert main([*args, "--capacity", "64MiB", "-o", str(tmp_path / "w.html")]) == 0
+    out = capsys.readouterr().out
+    assert "torch: out of memory on 64.00MiB after 9 of 10 requests" in out
+    assert "torch:expandable_segments=True: fits on 64.00MiB, reserving at most 60.00MiB" in out
