@@ -182,3 +182,21 @@ def test_cli_whatif_compares_fixed_and_expandable_segments(tmp_path, capsys) -> 
     out = capsys.readouterr().out
     assert "torch: out of memory on 64.00MiB after 9 of 10 requests" in out
     assert "torch:expandable_segments=True: fits on 64.00MiB, reserving at most 60.00MiB" in out
+
+
+def test_a_run_exported_to_pytorchs_format_imports_back_exactly() -> None:
+    from gpuviz.exporters.torch_snapshot import to_torch_snapshot
+    from gpuviz.importers.torch_snapshot import from_snapshot
+
+    alloc = _model()
+    ptrs = [alloc.allocate(6 * MiB) for _ in range(10)]
+    for p in ptrs[3:7]:
+        alloc.free(p)
+    alloc.empty_cache()
+    alloc.allocate(20 * MiB)
+    alloc.allocate(512)  # the small pool's range
+    snapshot = to_torch_snapshot(alloc.log)
+    assert [s["is_expandable"] for s in snapshot["segments"]] == [True, True]
+    back = from_snapshot(snapshot)
+    assert not back.meta.get("conflicts")
+    assert replay(back).state_at(-1).segments == alloc.state().segments
