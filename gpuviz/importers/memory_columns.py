@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -18,6 +18,7 @@ __all__ = ["MemoryColumns", "MemoryColumnsBuilder"]
 
 _INTS = ("time_ns", "address", "requested", "size", "bytes_in_use", "peak_bytes_in_use", "step", "thread")
 _BLOCK = 1 << 13  # records built at a time when iterating
+_Kind = tuple[str, str, str | None, str | None, str]
 
 
 class MemoryColumns(Sequence[MemoryRecord]):
@@ -25,9 +26,27 @@ class MemoryColumns(Sequence[MemoryRecord]):
     ``fragmentation`` (float) and ``texts``, an index into ``kinds``: the record's
     (allocator, op, dtype, shape, region_type)."""
 
-    def __init__(self, columns: dict[str, np.ndarray], kinds: list[tuple[str, str, str | None, str | None, str]]):
+    def __init__(self, columns: dict[str, np.ndarray], kinds: list[_Kind]):
         self.columns = columns
         self.kinds = kinds
+
+    @classmethod
+    def from_buffers(cls, buffers: dict[str, Any], kinds: list[_Kind]) -> MemoryColumns:
+        """Columns over raw little-endian buffers (not copied): each of ``_INTS`` (int64), ``flags``
+        (uint8: bit 0 is_alloc, bit 1 has a step), ``fragmentation`` (float64) and ``texts`` (int32,
+        an index into ``kinds``). Equal kinds become one (in order of first appearance)."""
+        flags = np.frombuffer(buffers["flags"], dtype=np.uint8)
+        columns: dict[str, np.ndarray] = {name: np.frombuffer(buffers[name], dtype=np.int64) for name in _INTS}
+        columns["is_alloc"] = (flags & 1) != 0
+        columns["has_step"] = (flags & 2) != 0
+        columns["fragmentation"] = np.frombuffer(buffers["fragmentation"], dtype=np.float64)
+        texts = np.frombuffer(buffers["texts"], dtype=np.int32)
+        first: dict[_Kind, int] = {}
+        index = [first.setdefault(kind, len(first)) for kind in kinds]
+        if len(first) < len(kinds):
+            texts = np.asarray(index, dtype=np.int32)[texts]
+        columns["texts"] = texts
+        return cls(columns, list(first))
 
     def __len__(self) -> int:
         return len(self.columns["time_ns"])
@@ -84,8 +103,11 @@ class MemoryColumns(Sequence[MemoryRecord]):
         return out
 
     def sorted_by_time(self) -> MemoryColumns:
-        """The records in time order (stable: equal times keep their order)."""
-        order = np.argsort(self.columns["time_ns"], kind="stable")
+        """The records in time order (stable: equal times keep their order); ``self`` when they are."""
+        times = self.columns["time_ns"]
+        if bool(np.all(times[1:] >= times[:-1])):
+            return self
+        order = np.argsort(times, kind="stable")
         columns = {}
         for name in list(self.columns):
             columns[name] = self.columns.pop(name)[order]  # one column copied at a time
@@ -100,7 +122,7 @@ class MemoryColumnsBuilder:
         self._flags = array("B")  # bit 0: is_alloc, bit 1: has step
         self._fragmentation = array("d")
         self._texts = array("i")
-        self._kinds: dict[tuple[str, str, str | None, str | None, str], int] = {}
+        self._kinds: dict[_Kind, int] = {}
 
     def add(self, record: MemoryRecord) -> None:
         ints = self._ints
@@ -122,12 +144,8 @@ class MemoryColumnsBuilder:
 
     def build(self) -> MemoryColumns:
         """The columns (the builder is left empty: the arrays belong to the columns)."""
-        flags = np.frombuffer(self._flags, dtype=np.uint8)
-        columns = {name: np.frombuffer(values, dtype=np.int64) for name, values in self._ints.items()}
-        columns["is_alloc"] = (flags & 1) != 0
-        columns["has_step"] = (flags & 2) != 0
-        columns["fragmentation"] = np.frombuffer(self._fragmentation, dtype=np.float64)
-        columns["texts"] = np.frombuffer(self._texts, dtype=np.int32)
+        buffers: dict[str, Any] = {**self._ints, "flags": self._flags, "fragmentation": self._fragmentation,
+                                   "texts": self._texts}  # fmt: skip
         kinds = sorted(self._kinds, key=self._kinds.__getitem__)
         self.__init__()  # type: ignore[misc]  # drop the arrays: a column is freed when its view goes
-        return MemoryColumns(columns, kinds)
+        return MemoryColumns.from_buffers(buffers, kinds)

@@ -31,7 +31,10 @@ device as ``untracked_bytes_in_use``.
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +46,21 @@ from gpuviz.importers.source import Progress, Source
 from gpuviz.importers.tf_memory import MemoryRecord, add_devices, dtype_name, write_events
 from gpuviz.log.eventlog import EventLog
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MemoryRecord", "decode_memory_records"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MemoryRecord", "decode_memory_records", "native_decoder_available"]
 
 NAME = "xplane"
 DESCRIPTION = "a TensorFlow/JAX profiler XSpace (.xplane.pb)"
 _MEMORY_EVENTS = {"MemoryAllocation": True, "MemoryDeallocation": False}
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 _PLANE_FIELDS = {1: VARINT, 2: LEN, 3: LEN, 4: LEN, 5: LEN, 6: LEN}
+try:  # the C decoder of memory events (gpuviz/importers/_xplanewire.c), built where a C compiler exists
+    _native: Any = importlib.import_module("gpuviz.importers._xplanewire")
+    _SLOTS = {name: slot for slot, name in enumerate(_native.SLOT_NAMES)}
+except ImportError:
+    _native, _SLOTS = None, {}
+_TEXT_SLOTS = 6  # allocator_name, tf_op, data_type, shape, tensor_shape, region_type
+_U32 = struct.Struct("<I")
+_NUMBER = {3: struct.Struct("<q"), 4: struct.Struct("<Q"), 5: struct.Struct("<d")}
 
 
 def sniff(head: bytes) -> bool:
@@ -124,7 +135,17 @@ class _Plane:
     stats: dict[str, Any]
 
 
-def _plane(data: bytes, start: int, end: int, records: MemoryColumnsBuilder) -> _Plane:
+@dataclass
+class _Outline:
+    """A plane without its lines decoded: where its lines are, its event and stat names."""
+
+    plane: _Plane
+    lines: list[tuple[int, int]]
+    memory_ids: dict[int, bool]  # event metadata id -> is an allocation
+    stat_names: dict[int, str]
+
+
+def _outline(data: bytes, start: int, end: int) -> _Outline:
     name = ""
     lines: list[tuple[int, int]] = []
     stat_spans: list[tuple[int, int]] = []
@@ -147,10 +168,7 @@ def _plane(data: bytes, start: int, end: int, records: MemoryColumnsBuilder) -> 
             stat_spans.append((pos, value))
     stats = dict(_stat(data, a, b, stat_names) for a, b in stat_spans)
     memory_ids = {key: _MEMORY_EVENTS[text] for key, text in event_names.items() if text in _MEMORY_EVENTS}
-    if memory_ids:
-        for a, b in lines:
-            _line_records(data, a, b, memory_ids, stat_names, records)
-    return _Plane(name, stats)
+    return _Outline(_Plane(name, stats), lines, memory_ids, stat_names)
 
 
 def _line_records(
@@ -183,28 +201,43 @@ def _line_records(
         records.add(_record(timestamp_ns + offset_ps // 1000, memory_ids[metadata_id], stats, line_id))
 
 
+_Texts = tuple[str, str, str | None, str | None, str]  # allocator, op, dtype, shape, region type
+
+
+def _texts(stats: dict[str, Any]) -> _Texts:
+    """The text fields of a record from its stats (``MemoryColumns.kinds`` holds these)."""
+    data_type = stats.get("data_type")
+    return (
+        str(stats.get("allocator_name", "")),
+        str(stats.get("tf_op") or ""),
+        dtype_name(data_type if isinstance(data_type, (int, str)) else None),
+        str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
+        str(stats.get("region_type") or ""),
+    )
+
+
 def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) -> MemoryRecord:
     def number(key: str, default: int = 0) -> int:
         value = stats.get(key)
         return int(value) if isinstance(value, (int, float)) else default
 
     step = stats.get("group_id")
-    data_type = stats.get("data_type")
     fragmentation = stats.get("fragmentation")
+    allocator, op, dtype, shape, region_type = _texts(stats)
     return MemoryRecord(
         time_ns=time_ns,
         is_alloc=is_alloc,
-        allocator=str(stats.get("allocator_name", "")),
+        allocator=allocator,
         address=number("addr"),
         requested=number("requested_bytes"),
         size=number("allocation_bytes"),
         bytes_in_use=number("bytes_allocated", -1),
         peak_bytes_in_use=number("peak_bytes_in_use", -1),
         fragmentation=float(fragmentation) if isinstance(fragmentation, (int, float)) else -1.0,
-        op=str(stats.get("tf_op") or ""),
-        dtype=dtype_name(data_type if isinstance(data_type, (int, str)) else None),
-        shape=str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
-        region_type=str(stats.get("region_type") or ""),
+        op=op,
+        dtype=dtype,
+        shape=shape,
+        region_type=region_type,
         step=int(step) if isinstance(step, int) else None,
         thread=thread,
     )
@@ -216,13 +249,66 @@ def decode_memory_records(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
     return planes, records.sorted_by_time()
 
 
+def native_decoder_available() -> bool:
+    """Whether memory events are decoded in C (built, and ``GPUVIZ_NATIVE`` is not ``0``)."""
+    return _native is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+
+
 def _decode(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+    """Planes and memory records in file order: in C where it is built (falling back to
+    ``_decode_python`` on anything it does not cover), else in Python."""
+    if native_decoder_available():
+        try:
+            return _decode_native(data)
+        except (WireError, _native.Unsupported):
+            pass  # the Python decoder gives the same columns or the right error
+    return _decode_python(data)
+
+
+def _decode_python(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
     planes = []
     records = MemoryColumnsBuilder()
     for number, wire, value, pos in fields(data):
         if number == 1 and wire == LEN:
-            planes.append(_plane(data, pos, value, records))
+            outline = _outline(data, pos, value)
+            planes.append(outline.plane)
+            if outline.memory_ids:
+                for a, b in outline.lines:
+                    _line_records(data, a, b, outline.memory_ids, outline.stat_names, records)
     return planes, records.build()
+
+
+def _decode_native(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+    outlines = [_outline(data, pos, value) for number, wire, value, pos in fields(data) if number == 1 and wire == LEN]
+    jobs = []
+    for outline in outlines:
+        if outline.memory_ids:
+            names = outline.stat_names
+            slots = {key: _SLOTS[name] for key, name in names.items() if name in _SLOTS}
+            refs = {key: name.encode() for key, name in names.items()}
+            jobs.append((outline.memory_ids, slots, refs, outline.lines))
+    raw, keys = _native.decode(data, jobs)
+    columns = dict(zip(_native.COLUMN_NAMES, raw, strict=True))
+    return [o.plane for o in outlines], MemoryColumns.from_buffers(columns, [_texts(_key_stats(k)) for k in keys])
+
+
+def _key_stats(key: bytes) -> dict[str, Any]:
+    """The text stats encoded in one of the C decoder's keys (see _xplanewire.c)."""
+    stats: dict[str, Any] = {}
+    pos = 0
+    for name in _native.SLOT_NAMES[:_TEXT_SLOTS]:
+        tag = key[pos]
+        pos += 1
+        if tag == 1:
+            stats[name] = None
+        elif tag == 2:
+            (n,) = _U32.unpack_from(key, pos)
+            stats[name] = key[pos + 4 : pos + 4 + n].decode("utf-8", errors="replace")
+            pos += 4 + n
+        elif tag in (3, 4, 5):
+            stats[name] = _NUMBER[tag].unpack_from(key, pos)[0]
+            pos += 8
+    return stats
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
