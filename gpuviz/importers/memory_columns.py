@@ -7,18 +7,37 @@ sorts it by time once, so a profile of millions of memory events is never a list
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from gpuviz.importers.tf_memory import MemoryRecord
-
-__all__ = ["MemoryColumns", "MemoryColumnsBuilder"]
+__all__ = ["MemoryRecord", "MemoryColumns", "MemoryColumnsBuilder"]
 
 _INTS = ("time_ns", "address", "requested", "size", "bytes_in_use", "peak_bytes_in_use", "step", "thread")
 _BLOCK = 1 << 13  # records built at a time when iterating
 _Kind = tuple[str, str, str | None, str | None, str]
+
+
+class MemoryRecord(NamedTuple):
+    """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns.
+    (A named tuple: importers build millions of them, one at a time.)"""
+
+    time_ns: int
+    is_alloc: bool
+    allocator: str
+    address: int
+    requested: int
+    size: int
+    bytes_in_use: int  # TF's bytes_allocated after the event; -1 when absent
+    peak_bytes_in_use: int
+    fragmentation: float  # TF's (free - largest free chunk) / free after the event; -1.0 when absent
+    op: str
+    dtype: str | None
+    shape: str | None
+    region_type: str
+    step: int | None
+    thread: int
 
 
 class MemoryColumns(Sequence[MemoryRecord]):
@@ -29,6 +48,14 @@ class MemoryColumns(Sequence[MemoryRecord]):
     def __init__(self, columns: dict[str, np.ndarray], kinds: list[_Kind]):
         self.columns = columns
         self.kinds = kinds
+
+    @classmethod
+    def of(cls, records: Iterable[MemoryRecord]) -> MemoryColumns:
+        """Columns holding ``records``."""
+        builder = MemoryColumnsBuilder()
+        for record in records:
+            builder.add(record)
+        return builder.build()
 
     @classmethod
     def from_buffers(cls, buffers: dict[str, Any], kinds: list[_Kind]) -> MemoryColumns:

@@ -289,10 +289,13 @@ def _decode_native(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
             jobs.append((outline.memory_ids, slots, refs, outline.lines))
     raw, keys = _native.decode(data, jobs)
     columns = dict(zip(_native.COLUMN_NAMES, raw, strict=True))
-    return [o.plane for o in outlines], MemoryColumns.from_buffers(columns, [_texts(_key_stats(k)) for k in keys])
+    texts: dict[bytes, str] = {}  # equal texts share one str (as in the Python decoder)
+    kinds = [_texts(_key_stats(key, texts)) for key in keys]
+    del keys
+    return [o.plane for o in outlines], MemoryColumns.from_buffers(columns, kinds)
 
 
-def _key_stats(key: bytes) -> dict[str, Any]:
+def _key_stats(key: bytes, texts: dict[bytes, str]) -> dict[str, Any]:
     """The text stats encoded in one of the C decoder's keys (see _xplanewire.c)."""
     stats: dict[str, Any] = {}
     pos = 0
@@ -303,7 +306,7 @@ def _key_stats(key: bytes) -> dict[str, Any]:
             stats[name] = None
         elif tag == 2:
             (n,) = _U32.unpack_from(key, pos)
-            stats[name] = key[pos + 4 : pos + 4 + n].decode("utf-8", errors="replace")
+            stats[name] = _text(key, pos + 4, pos + 4 + n, texts)
             pos += 4 + n
         elif tag in (3, 4, 5):
             stats[name] = _NUMBER[tag].unpack_from(key, pos)[0]
@@ -327,8 +330,10 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             stats = {k: v for k, v in plane.stats.items() if isinstance(v, (int, float, str))}
             known[f"{match[1]}:{int(match[2])}"] = {"plane": plane.name, **stats}
     allocators = records.counts(0)
+    region_types = {k: n for k, n in records.counts(4, allocations_only=True).items() if k}
     devices = add_devices(log, list(allocators), known)
-    notes = write_events(log, records, devices)
+    notes = write_events(log, records, devices)  # consumes the records' columns
+    del records
     set_source_meta(
         log,
         format=NAME,
@@ -353,7 +358,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         extra={
             "planes": [p.name for p in planes],
             "allocators": allocators,
-            "region_types": {k: n for k, n in records.counts(4, allocations_only=True).items() if k},
+            "region_types": region_types,
         },
     )
     return finish(log)
