@@ -1,12 +1,14 @@
 /* gpuviz.importers._xplanewire: the memory events of an XSpace decoded in C (optional).
  *
- * decode(data, planes) walks the lines of each plane and turns every MemoryAllocation /
+ * decode(data, planes, drop_behind) walks the lines of each plane and turns every MemoryAllocation /
  * MemoryDeallocation event into one row of columns, in plane, line and event order, exactly as
  * gpuviz/importers/xplane.py's Python decoder does (that decoder is the reference; the field
  * numbers are listed there). ``data`` is any buffer (bytes, mmap); ``planes`` is a list of
  * (memory, slots, ref_names, lines): memory = {event metadata id: is_alloc}, slots = {stat
  * metadata id: slot} with slots numbered as SLOT_NAMES, ref_names = {stat metadata id: UTF-8
  * name} (what a ref_value names), lines = [(start, end)] of the plane's XLine payloads.
+ * ``drop_behind`` (a memory-mapped file, Linux): the pages read are handed back to the kernel as
+ * the decoding passes them (madvise MADV_DONTNEED), so the file is never wholly resident.
  *
  * Returns (columns, keys): columns a tuple of bytes in COLUMN_NAMES order (int64 each but
  * flags uint8, fragmentation float64, texts int32); keys a list of bytes, the distinct raw
@@ -25,6 +27,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 enum { VARINT = 0, FIXED64 = 1, LEN = 2, FIXED32 = 5 };
 enum { S_ALLOCATOR, S_OP, S_DTYPE, S_SHAPE, S_TENSOR_SHAPE, S_REGION, N_TEXT,
@@ -261,7 +267,38 @@ typedef struct {
 typedef struct {
     Buf columns[N_COLUMNS];
     Keys keys;
+    const uint8_t *base; /* the data */
+    Py_ssize_t dropped;  /* drop_behind: pages of data before this offset were handed back */
+    int drop_behind;
 } D;
+
+#define DROP_STEP (4 << 20)
+
+/* drop_behind: hand back the whole pages of data between the last drop and p (every DROP_STEP bytes) */
+static void behind(D *d, const uint8_t *p, int force) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (!d->drop_behind) return;
+    Py_ssize_t at = p - d->base;
+    if (at - d->dropped < (force ? 1 : DROP_STEP)) return;
+    Py_ssize_t page = (Py_ssize_t)sysconf(_SC_PAGESIZE);
+    Py_ssize_t end = at / page * page;
+    if (end > d->dropped) madvise((void *)(d->base + d->dropped), (size_t)(end - d->dropped), MADV_DONTNEED);
+    d->dropped = end > d->dropped ? end : d->dropped;
+#else
+    (void)d, (void)p, (void)force;
+#endif
+}
+
+/* drop_behind: a new pass over data from p (pages before it are handed back as it goes on) */
+static void restart(D *d, const uint8_t *p) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (!d->drop_behind) return;
+    Py_ssize_t page = (Py_ssize_t)sysconf(_SC_PAGESIZE);
+    d->dropped = (p - d->base) / page * page;
+#else
+    (void)d, (void)p;
+#endif
+}
 
 static int read_stat(const Plane *plane, const uint8_t *p, const uint8_t *end, Value *values) {
     Field f;
@@ -438,15 +475,21 @@ static int read_line(D *d, const Plane *plane, const uint8_t *start, const uint8
     Field f;
     int rc;
     int64_t line_id = 0, timestamp_ns = 0;
+    restart(d, start);
     while ((rc = next_field(&p, end, &f)) > 0) { /* the line's id and time first (a field may repeat) */
         if (f.number == 1 && f.wire == VARINT) line_id = (int64_t)f.value;
         else if (f.number == 3 && f.wire == VARINT) timestamp_ns = (int64_t)f.value;
+        behind(d, p, 0);
     }
     if (rc < 0) return -1;
     p = start;
-    while ((rc = next_field(&p, end, &f)) > 0)
+    restart(d, start);
+    while ((rc = next_field(&p, end, &f)) > 0) {
         if (f.number == 4 && f.wire == LEN && read_event(d, plane, f.at, f.at + f.value, line_id, timestamp_ns) < 0)
             return -1;
+        behind(d, p, 0);
+    }
+    behind(d, end, 1);
     return rc;
 }
 
@@ -484,10 +527,18 @@ static void release(D *d) {
 
 static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
-    PyObject *planes;
-    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &planes)) return NULL;
+    PyObject *data, *planes;
+    int drop_behind = 0;
+    if (!PyArg_ParseTuple(args, "OO!|p", &data, &PyList_Type, &planes, &drop_behind)) return NULL;
+    if (drop_behind && strcmp(Py_TYPE(data)->tp_name, "mmap.mmap") != 0) {
+        PyErr_SetString(PyExc_TypeError, "drop_behind needs a memory-mapped file (mmap.mmap)");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
     D d;
     memset(&d, 0, sizeof(d));
+    d.base = view.buf;
+    d.drop_behind = drop_behind;
     PyObject *result = NULL, *columns = NULL, *keys = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(planes); i++)
         if (read_plane(&d, PyList_GET_ITEM(planes, i), view.buf, view.len) < 0) goto done;
@@ -515,7 +566,8 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, "decode(data, planes) -> (columns, keys): the memory events of an XSpace."},
+    {"decode", decode, METH_VARARGS,
+     "decode(data, planes, drop_behind=False) -> (columns, keys): the memory events of an XSpace."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,6 +20,7 @@ is recorded in the device's options as ``untracked_bytes_in_use``, else the note
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -217,33 +218,37 @@ class _Tags:
     def __init__(self, log: EventLog, kinds: list[tuple[str, str, str | None, str | None, str]]) -> None:
         self._log = log
         self._texts = [memory_tag(op, dtype, shape) for _, op, dtype, shape, _ in kinds]
-        self._ids: dict[int, int] = {}
+        self._ids = array("i", [_UNSET]) * len(kinds)  # 4 bytes a kind
 
     def of(self, kind: int) -> int:
-        tag = self._ids.get(kind)
-        if tag is None:
+        tag = self._ids[kind]
+        if tag == _UNSET:
             text = self._texts[kind]
             tag = self._ids[kind] = NO_INDEX if text is None else self._log.intern_string(text)
         return tag
 
 
+_UNSET = -2
 _WRITTEN = ("action", "allocator", "time_ns", "address", "size", "requested", "thread", "texts", "bytes_in_use")
 
 
-def _blocks(columns: dict[str, np.ndarray]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """The columns the writing reads (``_WRITTEN``) in blocks of ``_BLOCK`` records, each a copy, with
-    the index of its first record; the whole columns are dropped first (one at a time) and each block
-    when the next is asked for."""
+def _blocks(columns: dict[str, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """The columns the writing reads (``_WRITTEN``) in blocks of ``_BLOCK`` records, each one
+    structured array (one allocation, which the log's rows reuse once it is freed), with the index
+    of its first record; the whole columns are dropped first (one at a time) and each block when
+    the next is asked for."""
     n = len(columns["action"])
     starts = range(0, n, _BLOCK)
-    blocks: list[dict[str, np.ndarray]] = [{} for _ in starts]
+    layout = np.dtype([(name, columns[name].dtype) for name in _WRITTEN])
+    blocks = [np.empty(min(_BLOCK, n - start), dtype=layout) for start in starts]
     for name in _WRITTEN:
         column = columns.pop(name)
         for block, start in zip(blocks, starts, strict=True):
-            block[name] = column[start : start + _BLOCK].copy()
+            block[name] = column[start : start + _BLOCK]
         del column
+    empty = np.empty(0, dtype=layout)
     for i, start in enumerate(starts):
-        block, blocks[i] = blocks[i], {}
+        block, blocks[i] = blocks[i], empty
         yield start, block
 
 
@@ -256,7 +261,7 @@ class _InUse:
         self._low: list[int | None] = [None] * len(seeded)
         self._high: list[int | None] = [None] * len(seeded)
 
-    def add(self, block: dict[str, np.ndarray], delta: np.ndarray) -> None:
+    def add(self, block: np.ndarray, delta: np.ndarray) -> None:
         """``block``'s records, whose bytes in use changed by ``delta`` (0 where skipped or refused)."""
         allocator, theirs = block["allocator"], block["bytes_in_use"]
         for i in np.unique(allocator).tolist():

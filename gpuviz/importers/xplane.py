@@ -32,6 +32,7 @@ device as ``untracked_bytes_in_use``.
 from __future__ import annotations
 
 import importlib
+import mmap
 import os
 import re
 import struct
@@ -41,7 +42,17 @@ from typing import Any
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import finish, set_source_meta
 from gpuviz.importers.memory_columns import MemoryColumns, MemoryColumnsBuilder
-from gpuviz.importers.protowire import FIXED64, LEN, VARINT, WireError, as_double, as_int64, fields, read_varint
+from gpuviz.importers.protowire import (
+    FIXED64,
+    LEN,
+    VARINT,
+    WireData,
+    WireError,
+    as_double,
+    as_int64,
+    fields,
+    read_varint,
+)
 from gpuviz.importers.source import Progress, Source
 from gpuviz.importers.tf_memory import MemoryRecord, add_devices, dtype_name, write_events
 from gpuviz.log.eventlog import EventLog
@@ -83,7 +94,7 @@ def sniff(head: bytes) -> bool:
     return False
 
 
-def _text(data: bytes, start: int, end: int, cache: dict[bytes, str] | None = None) -> str:
+def _text(data: WireData, start: int, end: int, cache: dict[bytes, str] | None = None) -> str:
     """The UTF-8 text at ``data[start:end]``; with ``cache``, equal texts share one str."""
     raw = data[start:end]
     if cache is None:
@@ -94,7 +105,7 @@ def _text(data: bytes, start: int, end: int, cache: dict[bytes, str] | None = No
     return text
 
 
-def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
+def _metadata(data: WireData, start: int, end: int) -> tuple[int, str]:
     """``(id, name)`` of a map entry holding an XEventMetadata or XStatMetadata."""
     key, ident, name = 0, None, ""
     for number, wire, value, pos in fields(data, start, end):
@@ -110,7 +121,7 @@ def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
 
 
 def _stat(
-    data: bytes, start: int, end: int, stat_names: dict[int, str], texts: dict[bytes, str] | None = None
+    data: WireData, start: int, end: int, stat_names: dict[int, str], texts: dict[bytes, str] | None = None
 ) -> tuple[str, Any]:
     name, value_out = "", None  # type: tuple[str, Any]
     for number, wire, value, pos in fields(data, start, end):
@@ -145,7 +156,7 @@ class _Outline:
     stat_names: dict[int, str]
 
 
-def _outline(data: bytes, start: int, end: int) -> _Outline:
+def _outline(data: WireData, start: int, end: int) -> _Outline:
     name = ""
     lines: list[tuple[int, int]] = []
     stat_spans: list[tuple[int, int]] = []
@@ -172,7 +183,7 @@ def _outline(data: bytes, start: int, end: int) -> _Outline:
 
 
 def _line_records(
-    data: bytes, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str],
+    data: WireData, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str],
     records: MemoryColumnsBuilder,
 ) -> None:  # fmt: skip
     line_id, timestamp_ns = 0, 0
@@ -243,7 +254,7 @@ def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) ->
     )
 
 
-def decode_memory_records(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+def decode_memory_records(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
     """Every plane of an XSpace and the memory records of all, in time order (stable across threads)."""
     planes, records = _decode(data)
     return planes, records.sorted_by_time()
@@ -254,7 +265,7 @@ def native_decoder_available() -> bool:
     return _native is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
 
 
-def _decode(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+def _decode(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
     """Planes and memory records in file order: in C where it is built (falling back to
     ``_decode_python`` on anything it does not cover), else in Python."""
     if native_decoder_available():
@@ -265,7 +276,7 @@ def _decode(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
     return _decode_python(data)
 
 
-def _decode_python(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+def _decode_python(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
     planes = []
     records = MemoryColumnsBuilder()
     for number, wire, value, pos in fields(data):
@@ -278,7 +289,7 @@ def _decode_python(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
     return planes, records.build()
 
 
-def _decode_native(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+def _decode_native(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
     outlines = [_outline(data, pos, value) for number, wire, value, pos in fields(data) if number == 1 and wire == LEN]
     jobs = []
     for outline in outlines:
@@ -287,7 +298,7 @@ def _decode_native(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
             slots = {key: _SLOTS[name] for key, name in names.items() if name in _SLOTS}
             refs = {key: name.encode() for key, name in names.items()}
             jobs.append((outline.memory_ids, slots, refs, outline.lines))
-    raw, keys = _native.decode(data, jobs)
+    raw, keys = _native.decode(data, jobs, isinstance(data, mmap.mmap))  # a mapped file: pages handed back
     columns = dict(zip(_native.COLUMN_NAMES, raw, strict=True))
     texts: dict[bytes, str] = {}  # equal texts share one str (as in the Python decoder)
     kinds = [_texts(_key_stats(key, texts)) for key in keys]
@@ -315,11 +326,14 @@ def _key_stats(key: bytes, texts: dict[bytes, str]) -> dict[str, Any]:
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
-    data = source.read_all()
+    data = source.mapped()  # an uncompressed file is read through a memory map, never whole in memory
     try:
         planes, unsorted = _decode(data)
     except WireError as exc:
         raise LogFormatError(f"{source.path} is not a complete XSpace protobuf (truncated or corrupt: {exc})") from None
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
     del data  # the records are columns now: the file's bytes go before they are sorted and the log is written
     records = unsorted.sorted_by_time()
     log = EventLog()
