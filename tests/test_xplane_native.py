@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import mmap
 import struct
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from test_snapshot_reader import _assert_same_log
 from gpuviz.importers import load
 from gpuviz.importers import xplane as xp
 from gpuviz.importers.memory_columns import MemoryColumns
+from gpuviz.importers.source import Source
 
 pytestmark = pytest.mark.skipif(not xp.native_decoder_available(), reason="the C XPlane decoder is not built")
 
@@ -174,3 +176,35 @@ def test_generated_xspaces_import_the_same_with_and_without_the_decoder(
     path = tmp_path / "x.xplane.pb"
     path.write_bytes(data)
     _assert_same_import(path, monkeypatch)
+
+
+def test_a_mapped_file_is_decoded_the_same_while_its_pages_are_handed_back(tmp_path: Path) -> None:
+    stats = [(0, "GPU_0_bfc"), (6, 1 << 40), (8, 512), (9, 1024), (1, "l0/MatMul"), (3, "[128]")]
+
+    def stat(slot: int, value: int | str) -> bytes:
+        payload = _field(5, value.encode()) if isinstance(value, str) else _field(4, value)
+        return _field(4, _field(1, slot + 1) + payload)
+
+    common = b"".join(stat(s, v) for s, v in stats)
+    events = b"".join(  # 9 MB in one line: the decoder hands pages back every 4 MB
+        _field(4, _field(1, 1 + i % 2) + _field(2, i * 1000) + common + stat(6, i)) for i in range(120_000)
+    )
+    names = b"".join(_field(5, _field(1, i + 1) + _field(2, _field(1, i + 1) + _field(2, n.encode())))
+                     for i, n in enumerate(xp._native.SLOT_NAMES))  # fmt: skip
+    metadata = b"".join(_field(4, _field(1, i + 1) + _field(2, _field(1, i + 1) + _field(2, n.encode())))
+                        for i, n in enumerate(EVENT_NAMES))  # fmt: skip
+    line = _field(1, 3) + _field(3, 5) + events
+    path = tmp_path / "big.xplane.pb"
+    path.write_bytes(_field(1, _field(2, b"/host:CPU") + _field(3, line) + metadata + names))
+    data = path.read_bytes()
+    assert len(data) > 8 << 20
+    mapped = Source(path).mapped()
+    assert isinstance(mapped, mmap.mmap)
+    planes, columns = xp._decode_native(mapped)  # drop_behind: the mapping is read, then handed back
+    assert mapped[:] == data  # the file reads the same afterwards
+    want_planes, want = xp._decode_native(data)
+    assert planes == want_planes and len(columns) == 120_000
+    _assert_same_columns(columns, want)
+    assert columns.columns["address"][:3].tolist() == [0, 1, 2]
+    with pytest.raises(TypeError, match="drop_behind needs a memory-mapped file"):
+        xp._native.decode(data, [], True)
