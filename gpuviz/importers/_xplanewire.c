@@ -11,11 +11,11 @@
  * the decoding passes them (madvise MADV_DONTNEED), so the file is never wholly resident.
  *
  * Returns (columns, keys): columns a tuple of bytes in COLUMN_NAMES order (int64 each but
- * flags uint8, fragmentation float64, texts int32); keys a list of bytes, the distinct raw
- * values of the text slots (texts indexes it), each slot encoded as one tag byte -- 0 absent,
- * 1 present without a value, 2 text (uint32 length + UTF-8 bytes), 3 int64, 4 uint64, 5 double
- * (8 bytes little-endian each) -- for the caller to turn into (allocator, op, dtype, shape,
- * region type) the way the Python decoder does.
+ * flags uint8, fragmentation float64, texts int32); keys a list (texts indexes it) of the
+ * distinct values of the text slots (the first N_TEXT of SLOT_NAMES), each a tuple of what the
+ * Python decoder reads for each slot: Ellipsis where the event has no such stat, None for a stat
+ * without a value, else its str (UTF-8, errors replaced; equal texts are one str), int or float
+ * -- for the caller to turn into (allocator, op, dtype, shape, region type) as that decoder does.
  *
  * Anything the Python decoder would treat in an unusual way -- a malformed or truncated message,
  * a field of an unexpected wire type, a number that does not fit an int64 column, a double that
@@ -517,6 +517,45 @@ done:
     return rc;
 }
 
+/* the tuple of N_TEXT values a key encodes (see put_text_key); texts: str -> the same str */
+static PyObject *key_values(const char *p, PyObject *texts) {
+    PyObject *out = PyTuple_New(N_TEXT);
+    if (!out) return NULL;
+    for (int s = 0; s < N_TEXT; s++) {
+        int type = (uint8_t)*p++;
+        PyObject *v = NULL;
+        if (type == V_ABSENT) {
+            v = Py_NewRef(Py_Ellipsis);
+        } else if (type == V_NONE) {
+            v = Py_NewRef(Py_None);
+        } else if (type == V_TEXT) {
+            uint32_t n;
+            memcpy(&n, p, 4);
+            PyObject *text = PyUnicode_DecodeUTF8(p + 4, n, "replace");
+            p += 4 + n;
+            if (text) {
+                v = PyDict_SetDefault(texts, text, text);
+                Py_XINCREF(v);
+                Py_DECREF(text);
+            }
+        } else {
+            int64_t i;
+            uint64_t u;
+            double x;
+            if (type == V_INT) memcpy(&i, p, 8), v = PyLong_FromLongLong(i);
+            else if (type == V_UINT) memcpy(&u, p, 8), v = PyLong_FromUnsignedLongLong(u);
+            else memcpy(&x, p, 8), v = PyFloat_FromDouble(x);
+            p += 8;
+        }
+        if (!v) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, s, v);
+    }
+    return out;
+}
+
 static void release(D *d) {
     for (int c = 0; c < N_COLUMNS; c++) Py_CLEAR(d->columns[c].bytes);
     Py_CLEAR(d->keys.arena.bytes);
@@ -539,7 +578,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     memset(&d, 0, sizeof(d));
     d.base = view.buf;
     d.drop_behind = drop_behind;
-    PyObject *result = NULL, *columns = NULL, *keys = NULL;
+    PyObject *result = NULL, *columns = NULL, *keys = NULL, *texts = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(planes); i++)
         if (read_plane(&d, PyList_GET_ITEM(planes, i), view.buf, view.len) < 0) goto done;
     columns = PyTuple_New(N_COLUMNS);
@@ -550,9 +589,11 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         if (!column) goto done;
         PyTuple_SET_ITEM(columns, c, column);
     }
+    texts = PyDict_New();
+    if (!texts) goto done;
     const char *arena = d.keys.arena.bytes ? PyBytes_AS_STRING(d.keys.arena.bytes) : NULL;
     for (Py_ssize_t i = 0; i < d.keys.count; i++) {
-        PyObject *key = PyBytes_FromStringAndSize(arena + d.keys.offsets[i], d.keys.offsets[i + 1] - d.keys.offsets[i]);
+        PyObject *key = key_values(arena + d.keys.offsets[i], texts);
         if (!key) goto done;
         PyList_SET_ITEM(keys, i, key);
     }
@@ -560,6 +601,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
 done:
     Py_XDECREF(columns);
     Py_XDECREF(keys);
+    Py_XDECREF(texts);
     release(&d);
     PyBuffer_Release(&view);
     return result;

@@ -122,12 +122,11 @@ class MemoryColumns(Sequence[MemoryRecord]):
         texts = self.columns["texts"]
         if allocations_only:
             texts = texts[self.columns["is_alloc"]]
-        kinds, first, counts = np.unique(texts, return_index=True, return_counts=True)
-        out: dict[str, int] = {}
-        for i in np.argsort(first, kind="stable").tolist():
-            value = self.kinds[int(kinds[i])][field]
-            out[str(value)] = out.get(str(value), 0) + int(counts[i])
-        return out
+        ids: dict[str, int] = {}
+        of_kind = np.array([ids.setdefault(str(kind[field]), len(ids)) for kind in self.kinds], dtype=np.int64)
+        values, first, counts = np.unique(of_kind[texts], return_index=True, return_counts=True)
+        names = list(ids)
+        return {names[values[i]]: int(counts[i]) for i in np.argsort(first, kind="stable").tolist()}
 
     def sorted_by_time(self) -> MemoryColumns:
         """The records in time order (stable: equal times keep their order); ``self`` when they are."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -108,13 +109,24 @@ def memory_tag(op: str | None, dtype: str | None, shape: str | None) -> str | No
     (``f32[8,128]{1,0}``) gives the dtype where the trace names none."""
     if not op:
         return None
-    op = _TAG_UNSAFE.sub("_", op)
-    xla_dtype, shape = _xla_shape(shape)
+    op = _safe_op(op)
+    xla_dtype, dims = _shape_parts(shape)
     dtype = dtype or xla_dtype
-    dims = parse_shape(shape)
     if dtype is None or dims is None:
         return op
     return array_tag(op, dtype, dims)
+
+
+@lru_cache(maxsize=1 << 12)  # a trace has few op names and shapes, and many records of each
+def _safe_op(op: str) -> str:
+    return _TAG_UNSAFE.sub("_", op)
+
+
+@lru_cache(maxsize=1 << 12)
+def _shape_parts(shape: str | None) -> tuple[str | None, tuple[int, ...] | None]:
+    """The dtype an XLA shape names (else None) and the dims of ``shape`` (None when not static)."""
+    xla_dtype, text = _xla_shape(shape)
+    return xla_dtype, parse_shape(text)
 
 
 def add_devices(log: EventLog, allocators: list[str], known: dict[str, dict[str, Any]]) -> dict[str, int]:

@@ -35,7 +35,6 @@ import importlib
 import mmap
 import os
 import re
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,8 +69,6 @@ try:  # the C decoder of memory events (gpuviz/importers/_xplanewire.c), built w
 except ImportError:
     _native, _SLOTS = None, {}
 _TEXT_SLOTS = 6  # allocator_name, tf_op, data_type, shape, tensor_shape, region_type
-_U32 = struct.Struct("<I")
-_NUMBER = {3: struct.Struct("<q"), 4: struct.Struct("<Q"), 5: struct.Struct("<d")}
 
 
 def sniff(head: bytes) -> bool:
@@ -300,29 +297,10 @@ def _decode_native(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
             jobs.append((outline.memory_ids, slots, refs, outline.lines))
     raw, keys = _native.decode(data, jobs, isinstance(data, mmap.mmap))  # a mapped file: pages handed back
     columns = dict(zip(_native.COLUMN_NAMES, raw, strict=True))
-    texts: dict[bytes, str] = {}  # equal texts share one str (as in the Python decoder)
-    kinds = [_texts(_key_stats(key, texts)) for key in keys]
+    names = _native.SLOT_NAMES[:_TEXT_SLOTS]
+    kinds = [_texts({name: v for name, v in zip(names, key, strict=True) if v is not ...}) for key in keys]
     del keys
     return [o.plane for o in outlines], MemoryColumns.from_buffers(columns, kinds)
-
-
-def _key_stats(key: bytes, texts: dict[bytes, str]) -> dict[str, Any]:
-    """The text stats encoded in one of the C decoder's keys (see _xplanewire.c)."""
-    stats: dict[str, Any] = {}
-    pos = 0
-    for name in _native.SLOT_NAMES[:_TEXT_SLOTS]:
-        tag = key[pos]
-        pos += 1
-        if tag == 1:
-            stats[name] = None
-        elif tag == 2:
-            (n,) = _U32.unpack_from(key, pos)
-            stats[name] = _text(key, pos + 4, pos + 4 + n, texts)
-            pos += 4 + n
-        elif tag in (3, 4, 5):
-            stats[name] = _NUMBER[tag].unpack_from(key, pos)[0]
-            pos += 8
-    return stats
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
