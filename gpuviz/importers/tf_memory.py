@@ -165,13 +165,9 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     start = int(c["time_ns"][0])
     plan = _plan(columns, allocators)
     heaps = [HeapBuilder(log, devices[allocator]) for allocator in allocators]
-    of_interval = c["allocator"][plan.intervals]
-    for allocator, heap in enumerate(heaps):
-        kept = of_interval == allocator
-        addresses, sizes = c["address"][plan.intervals][kept], plan.interval_sizes[kept]
-        for base, size in infer_segments_of(addresses, sizes):
+    for heap, segments in zip(heaps, plan.segments, strict=True):
+        for base, size in segments:
             heap.segment_alloc(start, base, size)
-    del of_interval
     tags = _Tags(log, columns.kinds)
     columns.kinds = []  # each kind is its tag now
     seeded = [0] * len(heaps)  # bytes in use the seeds add, per allocator
@@ -305,8 +301,7 @@ class _Plan(NamedTuple):
     skipped: int  # records whose action is _SKIP
     seeds: np.ndarray  # records (frees) whose allocation is placed at the trace's start
     seed_sizes: np.ndarray  # their chunk bytes
-    intervals: np.ndarray  # records whose (address, size) the segments are inferred from
-    interval_sizes: np.ndarray
+    segments: list[list[tuple[int, int]]]  # per allocator: (base, size) inferred from its allocations and seeds
     first: dict[int, int]  # index of the first record of each profiler step -> the step
     last: dict[int, int]  # index of its last record -> the step
     peaks: dict[int, int]  # allocator -> TF's largest peak_bytes_in_use (skipped records too), where known
@@ -360,8 +355,11 @@ def _plan(records: MemoryColumns, allocators: list[str]) -> _Plan:
     del a, new, group, starts, previous_alloc, allocs_before, candidate, candidates_before, first_candidate
     del sorted_action, order
     seeds = np.flatnonzero(seed)
-    intervals = np.flatnonzero(is_alloc | seed)
-    interval_sizes = np.where(seed, effective, size)[intervals]
+    intervals = np.flatnonzero(is_alloc | seed)  # what the segments are inferred from
+    sizes, of_interval = np.where(seed, effective, size)[intervals], allocator[intervals]
+    segments = [infer_segments_of(c["address"][intervals][of_interval == i], sizes[of_interval == i])
+                for i in range(len(allocators))]  # fmt: skip
+    del intervals, sizes, of_interval
     kept = np.flatnonzero((action != _SKIP) & c.pop("has_step"))
     steps = c.pop("step")[kept]
     first: dict[int, int] = {}
@@ -380,7 +378,7 @@ def _plan(records: MemoryColumns, allocators: list[str]) -> _Plan:
     del c["fragmentation"]
     c["action"], c["allocator"] = action, allocator
     skipped = int(np.count_nonzero(action == _SKIP))
-    return _Plan(skipped, seeds, effective[seeds], intervals, interval_sizes, first, last, peaks)
+    return _Plan(skipped, seeds, effective[seeds], segments, first, last, peaks)
 
 
 def _mark(log: EventLog, time_ns: int, phase: MarkPhase, step: int) -> None:
