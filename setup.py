@@ -41,6 +41,12 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(  # the decoder of XPlane memory events (gpuviz.importers.xplane)
+            "gpuviz.importers._xplanewire",
+            sources=["gpuviz/importers/_xplanewire.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
             "gpuviz.log._heapcore",
             sources=["gpuviz/log/_heapcore.c"],

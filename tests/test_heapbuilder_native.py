@@ -108,3 +108,31 @@ def test_the_messages_name_addresses_in_hex() -> None:
     with pytest.raises(HeapConflict, match=r"^free of 0x10000000000, which is not a live allocation$"):
         heap.free(2, BASE)
     assert len(log) == 1
+
+
+def test_free_sizes_that_come_and_go_keep_the_largest_free_exact() -> None:
+    """Thousands of distinct free sizes appear and vanish (the native heap's max-heap of sizes is
+    rebuilt from the sizes present as it fills with stale ones): every row's largest_free agrees."""
+    logs = []
+    for builder in (NativeHeapBuilder, PythonHeapBuilder):
+        log = EventLog()
+        heap = builder(log, log.add_device("GPU:0"))
+        heap.segment_alloc(0, BASE, 1 << 34)
+        rng = np.random.default_rng(5)
+        live: list[int] = []
+        address = BASE
+        for time in range(6000):
+            if live and rng.random() < 0.5:
+                heap.free(time, live.pop(int(rng.integers(len(live)))))
+            else:
+                size = UNIT * int(rng.integers(1, 4000))
+                heap.alloc(time, address, size, size)
+                live.append(address)
+                address += size
+        log.flush()
+        logs.append(log)
+    native, python = logs
+    assert len(native) == len(python) > 12_000
+    assert len(set(python["largest_free"].tolist())) > 1000
+    for name, column in python.columns.items():
+        assert np.array_equal(native.columns[name], column), name

@@ -7,17 +7,37 @@ sorts it by time once, so a profile of millions of memory events is never a list
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
-from typing import overload
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from gpuviz.importers.tf_memory import MemoryRecord
-
-__all__ = ["MemoryColumns", "MemoryColumnsBuilder"]
+__all__ = ["MemoryRecord", "MemoryColumns", "MemoryColumnsBuilder"]
 
 _INTS = ("time_ns", "address", "requested", "size", "bytes_in_use", "peak_bytes_in_use", "step", "thread")
 _BLOCK = 1 << 13  # records built at a time when iterating
+_Kind = tuple[str, str, str | None, str | None, str]
+
+
+class MemoryRecord(NamedTuple):
+    """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns.
+    (A named tuple: importers build millions of them, one at a time.)"""
+
+    time_ns: int
+    is_alloc: bool
+    allocator: str
+    address: int
+    requested: int
+    size: int
+    bytes_in_use: int  # TF's bytes_allocated after the event; -1 when absent
+    peak_bytes_in_use: int
+    fragmentation: float  # TF's (free - largest free chunk) / free after the event; -1.0 when absent
+    op: str
+    dtype: str | None
+    shape: str | None
+    region_type: str
+    step: int | None
+    thread: int
 
 
 class MemoryColumns(Sequence[MemoryRecord]):
@@ -25,9 +45,35 @@ class MemoryColumns(Sequence[MemoryRecord]):
     ``fragmentation`` (float) and ``texts``, an index into ``kinds``: the record's
     (allocator, op, dtype, shape, region_type)."""
 
-    def __init__(self, columns: dict[str, np.ndarray], kinds: list[tuple[str, str, str | None, str | None, str]]):
+    def __init__(self, columns: dict[str, np.ndarray], kinds: list[_Kind]):
         self.columns = columns
         self.kinds = kinds
+
+    @classmethod
+    def of(cls, records: Iterable[MemoryRecord]) -> MemoryColumns:
+        """Columns holding ``records``."""
+        builder = MemoryColumnsBuilder()
+        for record in records:
+            builder.add(record)
+        return builder.build()
+
+    @classmethod
+    def from_buffers(cls, buffers: dict[str, Any], kinds: list[_Kind]) -> MemoryColumns:
+        """Columns over raw little-endian buffers (not copied): each of ``_INTS`` (int64), ``flags``
+        (uint8: bit 0 is_alloc, bit 1 has a step), ``fragmentation`` (float64) and ``texts`` (int32,
+        an index into ``kinds``). Equal kinds become one (in order of first appearance)."""
+        flags = np.frombuffer(buffers["flags"], dtype=np.uint8)
+        columns: dict[str, np.ndarray] = {name: np.frombuffer(buffers[name], dtype=np.int64) for name in _INTS}
+        columns["is_alloc"] = (flags & 1) != 0
+        columns["has_step"] = (flags & 2) != 0
+        columns["fragmentation"] = np.frombuffer(buffers["fragmentation"], dtype=np.float64)
+        texts = np.frombuffer(buffers["texts"], dtype=np.int32)
+        first: dict[_Kind, int] = {}
+        index = [first.setdefault(kind, len(first)) for kind in kinds]
+        if len(first) < len(kinds):
+            texts = np.asarray(index, dtype=np.int32)[texts]
+        columns["texts"] = texts
+        return cls(columns, list(first))
 
     def __len__(self) -> int:
         return len(self.columns["time_ns"])
@@ -76,16 +122,18 @@ class MemoryColumns(Sequence[MemoryRecord]):
         texts = self.columns["texts"]
         if allocations_only:
             texts = texts[self.columns["is_alloc"]]
-        kinds, first, counts = np.unique(texts, return_index=True, return_counts=True)
-        out: dict[str, int] = {}
-        for i in np.argsort(first, kind="stable").tolist():
-            value = self.kinds[int(kinds[i])][field]
-            out[str(value)] = out.get(str(value), 0) + int(counts[i])
-        return out
+        ids: dict[str, int] = {}
+        of_kind = np.array([ids.setdefault(str(kind[field]), len(ids)) for kind in self.kinds], dtype=np.int64)
+        values, first, counts = np.unique(of_kind[texts], return_index=True, return_counts=True)
+        names = list(ids)
+        return {names[values[i]]: int(counts[i]) for i in np.argsort(first, kind="stable").tolist()}
 
     def sorted_by_time(self) -> MemoryColumns:
-        """The records in time order (stable: equal times keep their order)."""
-        order = np.argsort(self.columns["time_ns"], kind="stable")
+        """The records in time order (stable: equal times keep their order); ``self`` when they are."""
+        times = self.columns["time_ns"]
+        if bool(np.all(times[1:] >= times[:-1])):
+            return self
+        order = np.argsort(times, kind="stable")
         columns = {}
         for name in list(self.columns):
             columns[name] = self.columns.pop(name)[order]  # one column copied at a time
@@ -100,7 +148,7 @@ class MemoryColumnsBuilder:
         self._flags = array("B")  # bit 0: is_alloc, bit 1: has step
         self._fragmentation = array("d")
         self._texts = array("i")
-        self._kinds: dict[tuple[str, str, str | None, str | None, str], int] = {}
+        self._kinds: dict[_Kind, int] = {}
 
     def add(self, record: MemoryRecord) -> None:
         ints = self._ints
@@ -122,12 +170,8 @@ class MemoryColumnsBuilder:
 
     def build(self) -> MemoryColumns:
         """The columns (the builder is left empty: the arrays belong to the columns)."""
-        flags = np.frombuffer(self._flags, dtype=np.uint8)
-        columns = {name: np.frombuffer(values, dtype=np.int64) for name, values in self._ints.items()}
-        columns["is_alloc"] = (flags & 1) != 0
-        columns["has_step"] = (flags & 2) != 0
-        columns["fragmentation"] = np.frombuffer(self._fragmentation, dtype=np.float64)
-        columns["texts"] = np.frombuffer(self._texts, dtype=np.int32)
+        buffers: dict[str, Any] = {**self._ints, "flags": self._flags, "fragmentation": self._fragmentation,
+                                   "texts": self._texts}  # fmt: skip
         kinds = sorted(self._kinds, key=self._kinds.__getitem__)
         self.__init__()  # type: ignore[misc]  # drop the arrays: a column is freed when its view goes
-        return MemoryColumns(columns, kinds)
+        return MemoryColumns.from_buffers(buffers, kinds)

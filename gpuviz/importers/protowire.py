@@ -8,12 +8,15 @@ length-delimited fields (strings, bytes, nested messages, packed repeated). Grou
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator
 
 __all__ = ["WireError", "fields", "read_varint", "as_int64", "as_double", "VARINT", "FIXED64", "LEN", "FIXED32"]
+__all__ += ["WireData"]
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
+WireData = bytes | mmap.mmap  # a message in memory, or a memory-mapped file holding one
 _DOUBLE = struct.Struct("<d")
 
 
@@ -21,7 +24,7 @@ class WireError(ValueError):
     """The bytes are not a well-formed protobuf message (or were cut short)."""
 
 
-def read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+def read_varint(data: WireData, pos: int, end: int) -> tuple[int, int]:
     """The unsigned varint at ``pos`` and the position after it."""
     result = 0
     shift = 0
@@ -38,7 +41,7 @@ def read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
             raise WireError(f"varint longer than 10 bytes at byte {pos}")
 
 
-def fields(data: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
+def fields(data: WireData, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
     """``(field number, wire type, value, position)`` of each field in ``data[start:end]``.
 
     For ``VARINT``/``FIXED64``/``FIXED32`` the value is the raw unsigned integer; for ``LEN``

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import mmap
 import os
 import zlib
 from pathlib import Path
@@ -118,6 +119,16 @@ class Source:
         if self.compressed:
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw
+
+    def mapped(self) -> bytes | mmap.mmap:
+        """The whole decompressed content: an uncompressed file memory-mapped read-only (its pages
+        are read when touched), a gzip-compressed or empty one as ``read_all`` gives it."""
+        if self.compressed or self.size == 0:
+            return self.read_all()
+        with open(self.path, "rb") as file:
+            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        self.progress.update(self.size)
+        return data
 
     def read_all(self) -> bytes:
         """The whole decompressed content. A gzip file cut short raises ``LogFormatError``."""

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from gpuviz.base.tags import array_tag
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, infer_segments_of
+from gpuviz.importers.memory_columns import MemoryColumns, MemoryRecord
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind, MarkPhase
 
@@ -108,34 +109,24 @@ def memory_tag(op: str | None, dtype: str | None, shape: str | None) -> str | No
     (``f32[8,128]{1,0}``) gives the dtype where the trace names none."""
     if not op:
         return None
-    op = _TAG_UNSAFE.sub("_", op)
-    xla_dtype, shape = _xla_shape(shape)
+    op = _safe_op(op)
+    xla_dtype, dims = _shape_parts(shape)
     dtype = dtype or xla_dtype
-    dims = parse_shape(shape)
     if dtype is None or dims is None:
         return op
     return array_tag(op, dtype, dims)
 
 
-class MemoryRecord(NamedTuple):
-    """One MemoryAllocation (``is_alloc``) or MemoryDeallocation of a TF allocator. Bytes, ns.
-    (A named tuple: importers build millions of them, one at a time.)"""
+@lru_cache(maxsize=1 << 12)  # a trace has few op names and shapes, and many records of each
+def _safe_op(op: str) -> str:
+    return _TAG_UNSAFE.sub("_", op)
 
-    time_ns: int
-    is_alloc: bool
-    allocator: str
-    address: int
-    requested: int
-    size: int
-    bytes_in_use: int  # TF's bytes_allocated after the event; -1 when absent
-    peak_bytes_in_use: int
-    fragmentation: float  # TF's (free - largest free chunk) / free after the event; -1.0 when absent
-    op: str
-    dtype: str | None
-    shape: str | None
-    region_type: str
-    step: int | None
-    thread: int
+
+@lru_cache(maxsize=1 << 12)
+def _shape_parts(shape: str | None) -> tuple[str | None, tuple[int, ...] | None]:
+    """The dtype an XLA shape names (else None) and the dims of ``shape`` (None when not static)."""
+    xla_dtype, text = _xla_shape(shape)
+    return xla_dtype, parse_shape(text)
 
 
 def add_devices(log: EventLog, allocators: list[str], known: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -160,139 +151,234 @@ def add_devices(log: EventLog, allocators: list[str], known: dict[str, dict[str,
 
 
 def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[str, int]) -> list[str]:
-    """Seed, infer segments, then feed every record to its device's heap; returns the notes."""
+    """Seed, infer segments, then feed every record (in time order) to its device's heap; returns the notes.
+
+    ``records`` given as ``MemoryColumns`` are consumed: their columns and kinds are dropped as soon
+    as the writing needs them no more (the log takes their place)."""
     notes: list[str] = []
     if not records:
         notes.append("the trace holds no MemoryAllocation/MemoryDeallocation events")
         return notes
-    start = records[0].time_ns
-    heaps = {allocator: HeapBuilder(log, device) for allocator, device in devices.items()}
-    seeds, skipped, intervals, (first, last) = _plan(records)
-    for record in seeds:
-        _interval(intervals, record)
-    for allocator, heap in heaps.items():
-        addresses, sizes = intervals.pop(allocator, (array("q"), array("q")))
-        for base, size in infer_segments_of(np.frombuffer(addresses, np.int64), np.frombuffer(sizes, np.int64)):
+    columns = records if isinstance(records, MemoryColumns) else MemoryColumns.of(records)
+    allocators = list(devices)
+    c = columns.columns
+    start = int(c["time_ns"][0])
+    plan = _plan(columns, allocators)
+    heaps = [HeapBuilder(log, devices[allocator]) for allocator in allocators]
+    for heap, segments in zip(heaps, plan.segments, strict=True):
+        for base, size in segments:
             heap.segment_alloc(start, base, size)
-    in_use: Counter[str] = Counter()
+    tags = _Tags(log, columns.kinds)
+    columns.kinds = []  # each kind is its tag now
+    seeded = [0] * len(heaps)  # bytes in use the seeds add, per allocator
     conflicts = 0
-    for record in seeds:
+    for i, size in zip(plan.seeds.tolist(), plan.seed_sizes.tolist(), strict=True):
+        allocator = int(c["allocator"][i])
         try:
-            heaps[record.allocator].alloc(start, record.address, record.size, record.requested,
-                                          thread=record.thread, tag=_tag(log, record))  # fmt: skip
-            in_use[record.allocator] += record.size
+            address, requested, thread = int(c["address"][i]), int(c["requested"][i]), int(c["thread"][i])
+            heaps[allocator].alloc(start, address, size, requested, thread=thread, tag=tags.of(int(c["texts"][i])))
+            seeded[allocator] += size
         except HeapConflict:  # overlaps another seed: its free is skipped as a conflict too
             conflicts += 1
-    untracked: dict[str, set[int]] = {a: set() for a in heaps}
-    peaks: dict[str, int] = {}  # allocator -> TF's largest peak_bytes_in_use (skipped records too)
-    for i, record in enumerate(records):
-        if record.peak_bytes_in_use > peaks.get(record.allocator, -1):
-            peaks[record.allocator] = record.peak_bytes_in_use
-        if i in skipped:
-            continue
-        if i in first:
-            _mark(log, record.time_ns, MarkPhase.BEGIN, first[i])
-        heap = heaps[record.allocator]
-        try:
-            if record.is_alloc:
-                heap.alloc(record.time_ns, record.address, record.size, record.requested, thread=record.thread,
-                           tag=_tag(log, record))  # fmt: skip
-                in_use[record.allocator] += record.size
-            else:
-                in_use[record.allocator] -= heap.free(record.time_ns, record.address, thread=record.thread)
-        except HeapConflict:
-            conflicts += 1
-        if record.bytes_in_use >= 0:
-            untracked[record.allocator].add(record.bytes_in_use - in_use[record.allocator])
-        if i in last:
-            _mark(log, record.time_ns, MarkPhase.END, last[i])
-    for allocator, values in untracked.items():
-        device = log.devices[devices[allocator]]
-        if len(values) == 1:
-            device.options["untracked_bytes_in_use"] = values.pop()
-        elif values:
-            notes.append(f"{allocator}: the source's bytes in use differ from the replayed bytes in use by "
-                         f"{min(values)}..{max(values)} bytes (events missing from the trace)")  # fmt: skip
-        if allocator in peaks:
-            device.options["tf_peak_bytes_in_use"] = peaks[allocator]
+    in_use = _InUse(seeded)
+    first, last = plan.first, plan.last
+    for begin, block in _blocks(c):  # each block of columns is dropped once written: the log takes its place
+        rows = zip(*(block[name].tolist() for name in _WRITTEN[:-1]), strict=True)
+        delta = np.zeros(len(block["action"]), dtype=np.int64)  # bytes in use each record adds
+        for j, (action, allocator, time_ns, address, size, requested, thread, text) in enumerate(rows):
+            i = begin + j
+            if action == _SKIP:
+                continue
+            if i in first:
+                _mark(log, time_ns, MarkPhase.BEGIN, first[i])
+            try:
+                if action == _ALLOC:
+                    heaps[allocator].alloc(time_ns, address, size, requested, thread=thread, tag=tags.of(text))
+                    delta[j] = size
+                else:
+                    delta[j] = -heaps[allocator].free(time_ns, address, thread=thread)
+            except HeapConflict:
+                conflicts += 1
+            if i in last:
+                _mark(log, time_ns, MarkPhase.END, last[i])
+        in_use.add(block, delta)
+    in_use.report(log, allocators, devices, notes)
+    for allocator, peak in plan.peaks.items():
+        log.devices[devices[allocators[allocator]]].options["tf_peak_bytes_in_use"] = peak
     notes.append("segments are inferred: the connected address ranges ever allocated (TF does not trace regions)")
-    if seeds:
-        notes.append(f"{len(seeds)} allocations made before the trace began (freed in it) are placed at its start")
-    if skipped or conflicts:
+    if len(plan.seeds):
+        notes.append(f"{len(plan.seeds)} allocations made before the trace began (freed in it) are placed at its start")
+    if plan.skipped or conflicts:
         notes.append(
-            f"{len(skipped) + conflicts} events that contradict the heap (an allocation over memory in use, "
+            f"{plan.skipped + conflicts} events that contradict the heap (an allocation over memory in use, "
             "a second free) were skipped"
         )
     return notes
 
 
-_Intervals = dict[str, tuple["array[int]", "array[int]"]]  # allocator -> addresses, sizes of its allocations
+_SKIP, _ALLOC, _FREE = 0, 1, 2
+_BLOCK = 1 << 13  # records turned into Python values at a time
 
 
-def _interval(intervals: _Intervals, record: MemoryRecord) -> None:
-    addresses, sizes = intervals.setdefault(record.allocator, (array("q"), array("q")))
-    addresses.append(record.address)
-    sizes.append(record.size)
+class _Tags:
+    """Each kind's tag (``memory_tag``), interned in the log when a record first uses it."""
+
+    def __init__(self, log: EventLog, kinds: list[tuple[str, str, str | None, str | None, str]]) -> None:
+        self._log = log
+        self._texts = [memory_tag(op, dtype, shape) for _, op, dtype, shape, _ in kinds]
+        self._ids = array("i", [_UNSET]) * len(kinds)  # 4 bytes a kind
+
+    def of(self, kind: int) -> int:
+        tag = self._ids[kind]
+        if tag == _UNSET:
+            text = self._texts[kind]
+            tag = self._ids[kind] = NO_INDEX if text is None else self._log.intern_string(text)
+        return tag
 
 
-_StepBounds = tuple[dict[int, int], dict[int, int]]
+_UNSET = -2
+_WRITTEN = ("action", "allocator", "time_ns", "address", "size", "requested", "thread", "texts", "bytes_in_use")
 
 
-def _plan(records: Sequence[MemoryRecord]) -> tuple[list[MemoryRecord], set[int], _Intervals, _StepBounds]:
-    """One pass over the records: allocations to seed (freed in the trace, never allocated in it),
-    records to skip, each allocator's allocated ``(address, size)`` (for inferring segments), and
-    the indices of the first and of the last record of each profiler step -> the step.
+def _blocks(columns: dict[str, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """The columns the writing reads (``_WRITTEN``) in blocks of ``_BLOCK`` records, each one
+    structured array (one allocation, which the log's rows reuse once it is freed), with the index
+    of its first record; the whole columns are dropped first (one at a time) and each block when
+    the next is asked for."""
+    n = len(columns["action"])
+    starts = range(0, n, _BLOCK)
+    layout = np.dtype([(name, columns[name].dtype) for name in _WRITTEN])
+    blocks = [np.empty(min(_BLOCK, n - start), dtype=layout) for start in starts]
+    for name in _WRITTEN:
+        column = columns.pop(name)
+        for block, start in zip(blocks, starts, strict=True):
+            block[name] = column[start : start + _BLOCK]
+        del column
+    empty = np.empty(0, dtype=layout)
+    for i, start in enumerate(starts):
+        block, blocks[i] = blocks[i], empty
+        yield start, block
+
+
+class _InUse:
+    """TF's bytes in use after each written record minus gpuviz's, per allocator: the device's
+    ``untracked_bytes_in_use`` when always the same, else a note with its range."""
+
+    def __init__(self, seeded: list[int]) -> None:
+        self._ours = list(seeded)  # gpuviz's bytes in use so far
+        self._low: list[int | None] = [None] * len(seeded)
+        self._high: list[int | None] = [None] * len(seeded)
+
+    def add(self, block: np.ndarray, delta: np.ndarray) -> None:
+        """``block``'s records, whose bytes in use changed by ``delta`` (0 where skipped or refused)."""
+        allocator, theirs = block["allocator"], block["bytes_in_use"]
+        for i in np.unique(allocator).tolist():
+            mine = allocator == i
+            ours = np.cumsum(delta[mine]) + self._ours[i]
+            self._ours[i] = int(ours[-1])
+            known = (block["action"][mine] != _SKIP) & (theirs[mine] >= 0)
+            values = theirs[mine][known] - ours[known]
+            if len(values):
+                low, high = int(values.min()), int(values.max())
+                self._low[i] = low if self._low[i] is None else min(low, self._low[i])
+                self._high[i] = high if self._high[i] is None else max(high, self._high[i])
+
+    def report(self, log: EventLog, allocators: list[str], devices: dict[str, int], notes: list[str]) -> None:
+        for i, allocator in enumerate(allocators):
+            low, high = self._low[i], self._high[i]
+            if low is None:
+                continue
+            if low == high:
+                log.devices[devices[allocator]].options["untracked_bytes_in_use"] = low
+            else:
+                notes.append(f"{allocator}: the source's bytes in use differ from the replayed bytes in use by "
+                             f"{low}..{high} bytes (events missing from the trace)")  # fmt: skip
+
+
+class _Plan(NamedTuple):
+    """What to do with the records (in time order) beyond each one's ``action`` and ``allocator``."""
+
+    skipped: int  # records whose action is _SKIP
+    seeds: np.ndarray  # records (frees) whose allocation is placed at the trace's start
+    seed_sizes: np.ndarray  # their chunk bytes
+    segments: list[list[tuple[int, int]]]  # per allocator: (base, size) inferred from its allocations and seeds
+    first: dict[int, int]  # index of the first record of each profiler step -> the step
+    last: dict[int, int]  # index of its last record -> the step
+    peaks: dict[int, int]  # allocator -> TF's largest peak_bytes_in_use (skipped records too), where known
+
+
+def _plan(records: MemoryColumns, allocators: list[str]) -> _Plan:
+    """Decide every record at once, per (allocator, address) in time order: an allocation is skipped
+    when the previous record at its address is an allocation (memory in use); a free is normal after
+    an allocation; a free before any allocation at its address is a seed (allocated before the trace
+    began: the first such free with a size), every other free is skipped (a second free).
 
     A seeded free that names no size (XProf writes allocationBytes 0 for some) takes the drop
     of the source's bytes in use since the allocator's previous record, where both are known.
-    """
-    live: dict[str, set[int]] = {}  # allocator -> addresses allocated and not freed
-    seen: dict[str, set[int]] = {}  # allocator -> addresses met
-    previous_in_use: dict[str, int] = {}
-    seeds: list[MemoryRecord] = []
-    skipped: set[int] = set()
-    intervals: _Intervals = {}
+    Adds the columns ``action`` (_SKIP, _ALLOC or _FREE, int8) and ``allocator`` (index into
+    ``allocators``) and drops those the writing needs no more (peak, step, fragmentation)."""
+    c = records.columns
+    index = {name: i for i, name in enumerate(allocators)}
+    of_kind = np.array([index[kind[0]] for kind in records.kinds], dtype=np.int32)
+    allocator = of_kind[c["texts"]]
+    is_alloc, size, in_use = c.pop("is_alloc"), c["size"], c["bytes_in_use"]
+    n = len(is_alloc)
+    by_allocator = np.argsort(allocator, kind="stable")  # the previous record of the same allocator
+    before = np.full(n, -1, dtype=np.int64)
+    same = allocator[by_allocator][1:] == allocator[by_allocator][:-1]
+    before[by_allocator[1:][same]] = in_use[by_allocator[:-1][same]]
+    effective = size.copy()
+    infer = (size <= 0) & (before >= 0) & (in_use >= 0)
+    effective[infer] = before[infer] - in_use[infer]
+    del before, infer
+    order = np.lexsort((c["address"], allocator))  # stable: time order within each (allocator, address)
+    a = is_alloc[order]
+    keys_allocator, keys_address = allocator[order], c["address"][order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (keys_allocator[1:] != keys_allocator[:-1]) | (keys_address[1:] != keys_address[:-1])
+    del keys_allocator, keys_address
+    group = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    previous_alloc = np.zeros(n, dtype=bool)
+    previous_alloc[1:] = a[:-1]
+    previous_alloc[new] = False
+    allocs_before = np.cumsum(a) - a  # allocations before each record, within its group after the next line
+    allocs_before -= allocs_before[starts][group]
+    candidate = ~a & ~previous_alloc & (allocs_before == 0) & (effective[order] > 0)
+    candidates_before = np.cumsum(candidate) - candidate
+    first_candidate = candidate & (candidates_before == candidates_before[starts][group])
+    action = np.full(n, _SKIP, dtype=np.int8)
+    sorted_action = np.where(a, np.where(previous_alloc, _SKIP, _ALLOC), np.where(previous_alloc, _FREE, _SKIP))
+    action[order] = np.where(first_candidate, _FREE, sorted_action)  # a seed's free is a normal free
+    seed = np.zeros(n, dtype=bool)
+    seed[order] = first_candidate
+    del a, new, group, starts, previous_alloc, allocs_before, candidate, candidates_before, first_candidate
+    del sorted_action, order
+    seeds = np.flatnonzero(seed)
+    intervals = np.flatnonzero(is_alloc | seed)  # what the segments are inferred from
+    sizes, of_interval = np.where(seed, effective, size)[intervals], allocator[intervals]
+    segments = [infer_segments_of(c["address"][intervals][of_interval == i], sizes[of_interval == i])
+                for i in range(len(allocators))]  # fmt: skip
+    del intervals, sizes, of_interval
+    kept = np.flatnonzero((action != _SKIP) & c.pop("has_step"))
+    steps = c.pop("step")[kept]
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    for i, record in enumerate(records):
-        address = record.address
-        allocator_live = live.setdefault(record.allocator, set())
-        allocator_seen = seen.setdefault(record.allocator, set())
-        before = previous_in_use.get(record.allocator, -1)
-        previous_in_use[record.allocator] = record.bytes_in_use
-        skip = False
-        if record.is_alloc:
-            _interval(intervals, record)
-            if address in allocator_live:
-                skip = True
-            else:
-                allocator_live.add(address)
-                allocator_seen.add(address)
-        elif address in allocator_live:
-            allocator_live.discard(address)
-        elif address in allocator_seen:
-            skip = True
-        else:
-            size = record.size
-            if size <= 0 and before >= 0 and record.bytes_in_use >= 0:
-                size = before - record.bytes_in_use
-            if size <= 0:
-                skip = True
-            else:
-                seeds.append(record._replace(size=size))
-                allocator_seen.add(address)
-        if skip:
-            skipped.add(i)
-        elif record.step is not None:
-            first.setdefault(record.step, i)
-            last[record.step] = i
-    bounds = ({i: step for step, i in first.items()}, {i: step for step, i in last.items()})
-    return seeds, skipped, intervals, bounds
-
-
-def _tag(log: EventLog, record: MemoryRecord) -> int:
-    tag = memory_tag(record.op, record.dtype, record.shape)
-    return NO_INDEX if tag is None else log.intern_string(tag)
+    if len(kept):
+        values, at = np.unique(steps, return_index=True)
+        first = dict(zip(kept[at].tolist(), values.tolist(), strict=True))
+        values, at = np.unique(steps[::-1], return_index=True)
+        last = dict(zip(kept[len(kept) - 1 - at].tolist(), values.tolist(), strict=True))
+    peak = c.pop("peak_bytes_in_use")
+    peaks = {}
+    for i in range(len(allocators)):
+        mine = peak[allocator == i]
+        if len(mine) and int(mine.max()) > -1:
+            peaks[i] = int(mine.max())
+    del c["fragmentation"]
+    c["action"], c["allocator"] = action, allocator
+    skipped = int(np.count_nonzero(action == _SKIP))
+    return _Plan(skipped, seeds, effective[seeds], segments, first, last, peaks)
 
 
 def _mark(log: EventLog, time_ns: int, phase: MarkPhase, step: int) -> None:

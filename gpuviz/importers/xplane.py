@@ -31,6 +31,9 @@ device as ``untracked_bytes_in_use``.
 
 from __future__ import annotations
 
+import importlib
+import mmap
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -38,18 +41,34 @@ from typing import Any
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import finish, set_source_meta
 from gpuviz.importers.memory_columns import MemoryColumns, MemoryColumnsBuilder
-from gpuviz.importers.protowire import FIXED64, LEN, VARINT, WireError, as_double, as_int64, fields, read_varint
+from gpuviz.importers.protowire import (
+    FIXED64,
+    LEN,
+    VARINT,
+    WireData,
+    WireError,
+    as_double,
+    as_int64,
+    fields,
+    read_varint,
+)
 from gpuviz.importers.source import Progress, Source
 from gpuviz.importers.tf_memory import MemoryRecord, add_devices, dtype_name, write_events
 from gpuviz.log.eventlog import EventLog
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MemoryRecord", "decode_memory_records"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MemoryRecord", "decode_memory_records", "native_decoder_available"]
 
 NAME = "xplane"
 DESCRIPTION = "a TensorFlow/JAX profiler XSpace (.xplane.pb)"
 _MEMORY_EVENTS = {"MemoryAllocation": True, "MemoryDeallocation": False}
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 _PLANE_FIELDS = {1: VARINT, 2: LEN, 3: LEN, 4: LEN, 5: LEN, 6: LEN}
+try:  # the C decoder of memory events (gpuviz/importers/_xplanewire.c), built where a C compiler exists
+    _native: Any = importlib.import_module("gpuviz.importers._xplanewire")
+    _SLOTS = {name: slot for slot, name in enumerate(_native.SLOT_NAMES)}
+except ImportError:
+    _native, _SLOTS = None, {}
+_TEXT_SLOTS = 6  # allocator_name, tf_op, data_type, shape, tensor_shape, region_type
 
 
 def sniff(head: bytes) -> bool:
@@ -72,7 +91,7 @@ def sniff(head: bytes) -> bool:
     return False
 
 
-def _text(data: bytes, start: int, end: int, cache: dict[bytes, str] | None = None) -> str:
+def _text(data: WireData, start: int, end: int, cache: dict[bytes, str] | None = None) -> str:
     """The UTF-8 text at ``data[start:end]``; with ``cache``, equal texts share one str."""
     raw = data[start:end]
     if cache is None:
@@ -83,7 +102,7 @@ def _text(data: bytes, start: int, end: int, cache: dict[bytes, str] | None = No
     return text
 
 
-def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
+def _metadata(data: WireData, start: int, end: int) -> tuple[int, str]:
     """``(id, name)`` of a map entry holding an XEventMetadata or XStatMetadata."""
     key, ident, name = 0, None, ""
     for number, wire, value, pos in fields(data, start, end):
@@ -99,7 +118,7 @@ def _metadata(data: bytes, start: int, end: int) -> tuple[int, str]:
 
 
 def _stat(
-    data: bytes, start: int, end: int, stat_names: dict[int, str], texts: dict[bytes, str] | None = None
+    data: WireData, start: int, end: int, stat_names: dict[int, str], texts: dict[bytes, str] | None = None
 ) -> tuple[str, Any]:
     name, value_out = "", None  # type: tuple[str, Any]
     for number, wire, value, pos in fields(data, start, end):
@@ -124,7 +143,17 @@ class _Plane:
     stats: dict[str, Any]
 
 
-def _plane(data: bytes, start: int, end: int, records: MemoryColumnsBuilder) -> _Plane:
+@dataclass
+class _Outline:
+    """A plane without its lines decoded: where its lines are, its event and stat names."""
+
+    plane: _Plane
+    lines: list[tuple[int, int]]
+    memory_ids: dict[int, bool]  # event metadata id -> is an allocation
+    stat_names: dict[int, str]
+
+
+def _outline(data: WireData, start: int, end: int) -> _Outline:
     name = ""
     lines: list[tuple[int, int]] = []
     stat_spans: list[tuple[int, int]] = []
@@ -147,14 +176,11 @@ def _plane(data: bytes, start: int, end: int, records: MemoryColumnsBuilder) -> 
             stat_spans.append((pos, value))
     stats = dict(_stat(data, a, b, stat_names) for a, b in stat_spans)
     memory_ids = {key: _MEMORY_EVENTS[text] for key, text in event_names.items() if text in _MEMORY_EVENTS}
-    if memory_ids:
-        for a, b in lines:
-            _line_records(data, a, b, memory_ids, stat_names, records)
-    return _Plane(name, stats)
+    return _Outline(_Plane(name, stats), lines, memory_ids, stat_names)
 
 
 def _line_records(
-    data: bytes, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str],
+    data: WireData, start: int, end: int, memory_ids: dict[int, bool], stat_names: dict[int, str],
     records: MemoryColumnsBuilder,
 ) -> None:  # fmt: skip
     line_id, timestamp_ns = 0, 0
@@ -183,54 +209,109 @@ def _line_records(
         records.add(_record(timestamp_ns + offset_ps // 1000, memory_ids[metadata_id], stats, line_id))
 
 
+_Texts = tuple[str, str, str | None, str | None, str]  # allocator, op, dtype, shape, region type
+
+
+def _texts(stats: dict[str, Any]) -> _Texts:
+    """The text fields of a record from its stats (``MemoryColumns.kinds`` holds these)."""
+    data_type = stats.get("data_type")
+    return (
+        str(stats.get("allocator_name", "")),
+        str(stats.get("tf_op") or ""),
+        dtype_name(data_type if isinstance(data_type, (int, str)) else None),
+        str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
+        str(stats.get("region_type") or ""),
+    )
+
+
 def _record(time_ns: int, is_alloc: bool, stats: dict[str, Any], thread: int) -> MemoryRecord:
     def number(key: str, default: int = 0) -> int:
         value = stats.get(key)
         return int(value) if isinstance(value, (int, float)) else default
 
     step = stats.get("group_id")
-    data_type = stats.get("data_type")
     fragmentation = stats.get("fragmentation")
+    allocator, op, dtype, shape, region_type = _texts(stats)
     return MemoryRecord(
         time_ns=time_ns,
         is_alloc=is_alloc,
-        allocator=str(stats.get("allocator_name", "")),
+        allocator=allocator,
         address=number("addr"),
         requested=number("requested_bytes"),
         size=number("allocation_bytes"),
         bytes_in_use=number("bytes_allocated", -1),
         peak_bytes_in_use=number("peak_bytes_in_use", -1),
         fragmentation=float(fragmentation) if isinstance(fragmentation, (int, float)) else -1.0,
-        op=str(stats.get("tf_op") or ""),
-        dtype=dtype_name(data_type if isinstance(data_type, (int, str)) else None),
-        shape=str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
-        region_type=str(stats.get("region_type") or ""),
+        op=op,
+        dtype=dtype,
+        shape=shape,
+        region_type=region_type,
         step=int(step) if isinstance(step, int) else None,
         thread=thread,
     )
 
 
-def decode_memory_records(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+def decode_memory_records(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
     """Every plane of an XSpace and the memory records of all, in time order (stable across threads)."""
     planes, records = _decode(data)
     return planes, records.sorted_by_time()
 
 
-def _decode(data: bytes) -> tuple[list[_Plane], MemoryColumns]:
+def native_decoder_available() -> bool:
+    """Whether memory events are decoded in C (built, and ``GPUVIZ_NATIVE`` is not ``0``)."""
+    return _native is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+
+
+def _decode(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
+    """Planes and memory records in file order: in C where it is built (falling back to
+    ``_decode_python`` on anything it does not cover), else in Python."""
+    if native_decoder_available():
+        try:
+            return _decode_native(data)
+        except (WireError, _native.Unsupported):
+            pass  # the Python decoder gives the same columns or the right error
+    return _decode_python(data)
+
+
+def _decode_python(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
     planes = []
     records = MemoryColumnsBuilder()
     for number, wire, value, pos in fields(data):
         if number == 1 and wire == LEN:
-            planes.append(_plane(data, pos, value, records))
+            outline = _outline(data, pos, value)
+            planes.append(outline.plane)
+            if outline.memory_ids:
+                for a, b in outline.lines:
+                    _line_records(data, a, b, outline.memory_ids, outline.stat_names, records)
     return planes, records.build()
 
 
+def _decode_native(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
+    outlines = [_outline(data, pos, value) for number, wire, value, pos in fields(data) if number == 1 and wire == LEN]
+    jobs = []
+    for outline in outlines:
+        if outline.memory_ids:
+            names = outline.stat_names
+            slots = {key: _SLOTS[name] for key, name in names.items() if name in _SLOTS}
+            refs = {key: name.encode() for key, name in names.items()}
+            jobs.append((outline.memory_ids, slots, refs, outline.lines))
+    raw, keys = _native.decode(data, jobs, isinstance(data, mmap.mmap))  # a mapped file: pages handed back
+    columns = dict(zip(_native.COLUMN_NAMES, raw, strict=True))
+    names = _native.SLOT_NAMES[:_TEXT_SLOTS]
+    kinds = [_texts({name: v for name, v in zip(names, key, strict=True) if v is not ...}) for key in keys]
+    del keys
+    return [o.plane for o in outlines], MemoryColumns.from_buffers(columns, kinds)
+
+
 def read(source: Source, *, progress: Progress) -> EventLog:
-    data = source.read_all()
+    data = source.mapped()  # an uncompressed file is read through a memory map, never whole in memory
     try:
         planes, unsorted = _decode(data)
     except WireError as exc:
         raise LogFormatError(f"{source.path} is not a complete XSpace protobuf (truncated or corrupt: {exc})") from None
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
     del data  # the records are columns now: the file's bytes go before they are sorted and the log is written
     records = unsorted.sorted_by_time()
     log = EventLog()
@@ -241,8 +322,10 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             stats = {k: v for k, v in plane.stats.items() if isinstance(v, (int, float, str))}
             known[f"{match[1]}:{int(match[2])}"] = {"plane": plane.name, **stats}
     allocators = records.counts(0)
+    region_types = {k: n for k, n in records.counts(4, allocations_only=True).items() if k}
     devices = add_devices(log, list(allocators), known)
-    notes = write_events(log, records, devices)
+    notes = write_events(log, records, devices)  # consumes the records' columns
+    del records
     set_source_meta(
         log,
         format=NAME,
@@ -267,7 +350,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         extra={
             "planes": [p.name for p in planes],
             "allocators": allocators,
-            "region_types": {k: n for k, n in records.counts(4, allocations_only=True).items() if k},
+            "region_types": region_types,
         },
     )
     return finish(log)

@@ -229,6 +229,15 @@ static void heap_pop(Vec *h) {
     }
 }
 
+/* rebuild the max-heap from the free sizes present: stale entries would otherwise pile up (one per
+ * size that came and went) and the heap grow with the trace rather than with the heap */
+static void compact_free_heap(Core *c) {
+    Vec *h = &c->free_heap;
+    h->n = 0;
+    for (Py_ssize_t i = 0; i < c->free_counts.cap; i++)
+        if (c->free_counts.used[i]) heap_push(h, c->free_counts.keys[i]);
+}
+
 static int free_add(Core *c, int64_t size) {
     Py_ssize_t i = map_find(&c->free_counts, size);
     if (i >= 0) {
@@ -236,6 +245,7 @@ static int free_add(Core *c, int64_t size) {
         return 0;
     }
     if (map_set(&c->free_counts, size, 1) < 0) return -1;
+    if (c->free_heap.n >= 2 * c->free_counts.n + 64) compact_free_heap(c); /* room for them all: n < cap */
     if (c->free_heap.n == c->free_heap.cap) {
         Py_ssize_t cap = c->free_heap.cap ? c->free_heap.cap * 2 : 64;
         int64_t *v = PyMem_Realloc(c->free_heap.v, cap * sizeof(int64_t));

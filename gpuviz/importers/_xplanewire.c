@@ -1,0 +1,641 @@
+/* gpuviz.importers._xplanewire: the memory events of an XSpace decoded in C (optional).
+ *
+ * decode(data, planes, drop_behind) walks the lines of each plane and turns every MemoryAllocation /
+ * MemoryDeallocation event into one row of columns, in plane, line and event order, exactly as
+ * gpuviz/importers/xplane.py's Python decoder does (that decoder is the reference; the field
+ * numbers are listed there). ``data`` is any buffer (bytes, mmap); ``planes`` is a list of
+ * (memory, slots, ref_names, lines): memory = {event metadata id: is_alloc}, slots = {stat
+ * metadata id: slot} with slots numbered as SLOT_NAMES, ref_names = {stat metadata id: UTF-8
+ * name} (what a ref_value names), lines = [(start, end)] of the plane's XLine payloads.
+ * ``drop_behind`` (a memory-mapped file, Linux): the pages read are handed back to the kernel as
+ * the decoding passes them (madvise MADV_DONTNEED), so the file is never wholly resident.
+ *
+ * Returns (columns, keys): columns a tuple of bytes in COLUMN_NAMES order (int64 each but
+ * flags uint8, fragmentation float64, texts int32); keys a list (texts indexes it) of the
+ * distinct values of the text slots (the first N_TEXT of SLOT_NAMES), each a tuple of what the
+ * Python decoder reads for each slot: Ellipsis where the event has no such stat, None for a stat
+ * without a value, else its str (UTF-8, errors replaced; equal texts are one str), int or float
+ * -- for the caller to turn into (allocator, op, dtype, shape, region type) as that decoder does.
+ *
+ * Anything the Python decoder would treat in an unusual way -- a malformed or truncated message,
+ * a field of an unexpected wire type, a number that does not fit an int64 column, a double that
+ * is not finite -- raises ``Unsupported``; the caller then decodes with the Python decoder,
+ * which gives the same columns or the same error.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+enum { VARINT = 0, FIXED64 = 1, LEN = 2, FIXED32 = 5 };
+enum { S_ALLOCATOR, S_OP, S_DTYPE, S_SHAPE, S_TENSOR_SHAPE, S_REGION, N_TEXT,
+       S_ADDR = N_TEXT, S_REQUESTED, S_SIZE, S_IN_USE, S_PEAK, S_FRAGMENTATION, S_STEP, N_SLOTS };
+static const char *SLOT_NAMES[] = {"allocator_name", "tf_op", "data_type", "shape", "tensor_shape", "region_type",
+                                   "addr", "requested_bytes", "allocation_bytes", "bytes_allocated",
+                                   "peak_bytes_in_use", "fragmentation", "group_id", NULL};
+enum { C_TIME, C_ADDR, C_REQUESTED, C_SIZE, C_IN_USE, C_PEAK, C_STEP, C_THREAD, C_FLAGS, C_FRAGMENTATION, C_TEXTS,
+       N_COLUMNS };
+static const char *COLUMN_NAMES[] = {"time_ns", "address", "requested", "size", "bytes_in_use", "peak_bytes_in_use",
+                                     "step", "thread", "flags", "fragmentation", "texts", NULL};
+enum { V_ABSENT, V_NONE, V_TEXT, V_INT, V_UINT, V_DOUBLE };
+
+static PyObject *Unsupported; /* exception type */
+
+static int unsupported(const char *why) {
+    if (!PyErr_Occurred()) PyErr_SetString(Unsupported, why);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- output buffers */
+typedef struct {
+    PyObject *bytes; /* grown in place (_PyBytes_Resize), shrunk to len at the end */
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap + b->cap / 2 : 1 << 14;
+        while (cap < b->len + n) cap += cap / 2;
+        if (!b->bytes) {
+            b->bytes = PyBytes_FromStringAndSize(NULL, cap);
+            if (!b->bytes) return -1;
+        } else if (_PyBytes_Resize(&b->bytes, cap) < 0) {
+            return -1;
+        }
+        b->cap = cap;
+    }
+    memcpy(PyBytes_AS_STRING(b->bytes) + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static PyObject *buf_take(Buf *b) {
+    if (!b->bytes) return PyBytes_FromStringAndSize("", 0);
+    PyObject *out = b->bytes;
+    b->bytes = NULL;
+    if (_PyBytes_Resize(&out, b->len) < 0) return NULL;
+    b->len = b->cap = 0;
+    return out;
+}
+
+/* ---------------------------------------------------------------- the wire format */
+typedef struct {
+    uint64_t number;
+    int wire;
+    uint64_t value;     /* VARINT/FIXED64/FIXED32: the value; LEN: the payload length */
+    const uint8_t *at;  /* LEN: the payload */
+} Field;
+
+static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*p >= end) return unsupported("varint runs past the end of its message");
+        uint8_t byte = *(*p)++;
+        if (shift == 63 && byte > 1) return unsupported("varint beyond 64 bits");
+        result |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *out = result;
+            return 0;
+        }
+    }
+    return unsupported("varint longer than 10 bytes");
+}
+
+/* the next field of [*p, end): 1, or 0 at the end, -1 on a malformed field */
+static int next_field(const uint8_t **p, const uint8_t *end, Field *f) {
+    if (*p >= end) return 0;
+    uint64_t key;
+    if (varint(p, end, &key) < 0) return -1;
+    f->number = key >> 3;
+    f->wire = (int)(key & 7);
+    if (f->number == 0) return unsupported("field number 0");
+    switch (f->wire) {
+    case VARINT:
+        return varint(p, end, &f->value) < 0 ? -1 : 1;
+    case LEN:
+        if (varint(p, end, &f->value) < 0) return -1;
+        if (f->value > (uint64_t)(end - *p)) return unsupported("a field runs past the end of its message");
+        f->at = *p;
+        *p += f->value;
+        return 1;
+    case FIXED64:
+    case FIXED32: {
+        int n = f->wire == FIXED64 ? 8 : 4;
+        if (end - *p < n) return unsupported("a fixed-width field runs past the end of its message");
+        uint64_t v = 0;
+        for (int i = n - 1; i >= 0; i--) v = v << 8 | (*p)[i];
+        f->value = v;
+        *p += n;
+        return 1;
+    }
+    default:
+        return unsupported("unsupported wire type");
+    }
+}
+
+/* ---------------------------------------------------------------- per-plane lookups */
+typedef struct {
+    int64_t id;
+    int value;
+} Pair;
+
+typedef struct {
+    Pair *memory, *slots;
+    Py_ssize_t n_memory, n_slots;
+    PyObject *ref_names; /* borrowed */
+} Plane;
+
+static int pairs_of(PyObject *dict, Pair **out, Py_ssize_t *n) {
+    if (!PyDict_Check(dict)) return unsupported("expected a dict");
+    *n = PyDict_Size(dict);
+    *out = PyMem_Malloc(sizeof(Pair) * (*n + 1));
+    if (!*out) return PyErr_NoMemory(), -1;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0, i = 0;
+    while (PyDict_Next(dict, &pos, &k, &v)) {
+        long long id = PyLong_AsLongLong(k);
+        long value = PyLong_AsLong(v);
+        if (PyErr_Occurred()) return -1;
+        (*out)[i].id = id;
+        (*out)[i].value = (int)value;
+        i++;
+    }
+    return 0;
+}
+
+static int find(const Pair *pairs, Py_ssize_t n, int64_t id) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (pairs[i].id == id) return pairs[i].value;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- text keys */
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t index; /* -1: empty */
+} Slot;
+
+typedef struct {
+    Buf arena;              /* the keys, one after another */
+    Py_ssize_t *offsets;    /* index -> offset in arena (count + 1 of them) */
+    Py_ssize_t count, offsets_cap;
+    Slot *table;
+    Py_ssize_t table_cap;   /* a power of two */
+    char *scratch;
+    Py_ssize_t scratch_len, scratch_cap;
+} Keys;
+
+static uint64_t fnv1a(const char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int scratch_put(Keys *k, const void *src, Py_ssize_t n) {
+    if (k->scratch_len + n > k->scratch_cap) {
+        Py_ssize_t cap = (k->scratch_len + n) * 2 + 64;
+        char *grown = PyMem_Realloc(k->scratch, cap);
+        if (!grown) return PyErr_NoMemory(), -1;
+        k->scratch = grown;
+        k->scratch_cap = cap;
+    }
+    memcpy(k->scratch + k->scratch_len, src, n);
+    k->scratch_len += n;
+    return 0;
+}
+
+static int table_grow(Keys *k) {
+    Py_ssize_t cap = k->table_cap ? k->table_cap * 2 : 256;
+    Slot *table = PyMem_Malloc(sizeof(Slot) * cap);
+    if (!table) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < cap; i++) table[i].index = -1;
+    for (Py_ssize_t i = 0; i < k->table_cap; i++) {
+        if (k->table[i].index < 0) continue;
+        Py_ssize_t j = (Py_ssize_t)(k->table[i].hash & (uint64_t)(cap - 1));
+        while (table[j].index >= 0) j = (j + 1) & (cap - 1);
+        table[j] = k->table[i];
+    }
+    PyMem_Free(k->table);
+    k->table = table;
+    k->table_cap = cap;
+    return 0;
+}
+
+/* the index of the key in scratch, adding it if new; -1 on error */
+static Py_ssize_t key_index(Keys *k) {
+    if ((k->count + 1) * 2 > k->table_cap && table_grow(k) < 0) return -1;
+    uint64_t h = fnv1a(k->scratch, k->scratch_len);
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(k->table_cap - 1));
+    const char *arena = k->arena.bytes ? PyBytes_AS_STRING(k->arena.bytes) : NULL;
+    while (k->table[j].index >= 0) {
+        Py_ssize_t i = k->table[j].index;
+        if (k->table[j].hash == h && k->offsets[i + 1] - k->offsets[i] == k->scratch_len &&
+            memcmp(arena + k->offsets[i], k->scratch, k->scratch_len) == 0)
+            return i;
+        j = (j + 1) & (k->table_cap - 1);
+    }
+    if (k->count + 2 > k->offsets_cap) {
+        Py_ssize_t cap = k->offsets_cap * 2 + 64;
+        Py_ssize_t *grown = PyMem_Realloc(k->offsets, sizeof(Py_ssize_t) * cap);
+        if (!grown) return PyErr_NoMemory(), -1;
+        k->offsets = grown;
+        k->offsets_cap = cap;
+    }
+    if (k->count == 0) k->offsets[0] = 0;
+    if (buf_put(&k->arena, k->scratch, k->scratch_len) < 0) return -1;
+    k->offsets[k->count + 1] = k->arena.len;
+    k->table[j].hash = h;
+    k->table[j].index = k->count;
+    return k->count++;
+}
+
+/* ---------------------------------------------------------------- decoding */
+typedef struct {
+    int type;
+    int64_t i;
+    uint64_t u;
+    double d;
+    const char *text;
+    Py_ssize_t len;
+} Value;
+
+typedef struct {
+    Buf columns[N_COLUMNS];
+    Keys keys;
+    const uint8_t *base; /* the data */
+    Py_ssize_t dropped;  /* drop_behind: pages of data before this offset were handed back */
+    int drop_behind;
+} D;
+
+#define DROP_STEP (4 << 20)
+
+/* drop_behind: hand back the whole pages of data between the last drop and p (every DROP_STEP bytes) */
+static void behind(D *d, const uint8_t *p, int force) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (!d->drop_behind) return;
+    Py_ssize_t at = p - d->base;
+    if (at - d->dropped < (force ? 1 : DROP_STEP)) return;
+    Py_ssize_t page = (Py_ssize_t)sysconf(_SC_PAGESIZE);
+    Py_ssize_t end = at / page * page;
+    if (end > d->dropped) madvise((void *)(d->base + d->dropped), (size_t)(end - d->dropped), MADV_DONTNEED);
+    d->dropped = end > d->dropped ? end : d->dropped;
+#else
+    (void)d, (void)p, (void)force;
+#endif
+}
+
+/* drop_behind: a new pass over data from p (pages before it are handed back as it goes on) */
+static void restart(D *d, const uint8_t *p) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (!d->drop_behind) return;
+    Py_ssize_t page = (Py_ssize_t)sysconf(_SC_PAGESIZE);
+    d->dropped = (p - d->base) / page * page;
+#else
+    (void)d, (void)p;
+#endif
+}
+
+static int read_stat(const Plane *plane, const uint8_t *p, const uint8_t *end, Value *values) {
+    Field f;
+    int rc, has_name = 0;
+    int64_t name = 0;
+    Value v = {V_NONE, 0, 0, 0.0, NULL, 0};
+    while ((rc = next_field(&p, end, &f)) > 0) {
+        switch (f.number) {
+        case 1:
+            if (f.wire != VARINT) return unsupported("a stat's metadata id is not a varint");
+            name = (int64_t)f.value;
+            has_name = 1;
+            break;
+        case 2:
+            if (f.wire == FIXED64) {
+                v.type = V_DOUBLE;
+                memcpy(&v.d, &f.value, 8);
+            }
+            break;
+        case 3:
+            if (f.wire != VARINT) return unsupported("a stat's uint64 value is not a varint");
+            if (f.value >> 63) {
+                v.type = V_UINT;
+                v.u = f.value;
+            } else {
+                v.type = V_INT;
+                v.i = (int64_t)f.value;
+            }
+            break;
+        case 4:
+            if (f.wire != VARINT) return unsupported("a stat's int64 value is not a varint");
+            v.type = V_INT;
+            v.i = (int64_t)f.value;
+            break;
+        case 5:
+        case 6:
+            if (f.wire == LEN) {
+                v.type = V_TEXT;
+                v.text = (const char *)f.at;
+                v.len = (Py_ssize_t)f.value;
+            }
+            break;
+        case 7: {
+            if (f.wire != VARINT) return unsupported("a stat's ref value is not a varint");
+            PyObject *key = PyLong_FromLongLong((int64_t)f.value);
+            if (!key) return -1;
+            PyObject *text = PyDict_GetItemWithError(plane->ref_names, key);
+            Py_DECREF(key);
+            if (!text && PyErr_Occurred()) return -1;
+            v.type = V_TEXT;
+            v.text = "";
+            v.len = 0;
+            if (text) {
+                if (!PyBytes_Check(text)) return unsupported("a ref name is not bytes");
+                v.text = PyBytes_AS_STRING(text);
+                v.len = PyBytes_GET_SIZE(text);
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    if (rc < 0) return -1;
+    if (has_name) {
+        int slot = find(plane->slots, plane->n_slots, name);
+        if (slot >= 0 && slot < N_SLOTS) values[slot] = v;
+    }
+    return 0;
+}
+
+/* Python's int(value) of a number stat, or ``fallback`` when it is not a number */
+static int number(const Value *v, int64_t fallback, int64_t *out) {
+    switch (v->type) {
+    case V_INT:
+        *out = v->i;
+        return 0;
+    case V_UINT:
+        return unsupported("a number beyond int64");
+    case V_DOUBLE:
+        if (!isfinite(v->d) || v->d < -9223372036854775808.0 || v->d >= 9223372036854775808.0)
+            return unsupported("a double that is no int64");
+        *out = (int64_t)v->d;
+        return 0;
+    default:
+        *out = fallback;
+        return 0;
+    }
+}
+
+static int put_text_key(Keys *k, const Value *values) {
+    k->scratch_len = 0;
+    for (int s = 0; s < N_TEXT; s++) {
+        const Value *v = &values[s];
+        uint8_t tag = (uint8_t)v->type;
+        if (scratch_put(k, &tag, 1) < 0) return -1;
+        if (v->type == V_TEXT) {
+            uint32_t n = (uint32_t)v->len;
+            if ((Py_ssize_t)n != v->len) return unsupported("a text over 4 GB");
+            if (scratch_put(k, &n, 4) < 0 || scratch_put(k, v->text, v->len) < 0) return -1;
+        } else if (v->type == V_INT) {
+            if (scratch_put(k, &v->i, 8) < 0) return -1;
+        } else if (v->type == V_UINT) {
+            if (scratch_put(k, &v->u, 8) < 0) return -1;
+        } else if (v->type == V_DOUBLE) {
+            if (scratch_put(k, &v->d, 8) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static int emit(D *d, int is_alloc, int64_t time_ns, int64_t thread, const Value *values) {
+    int64_t ints[8];
+    ints[C_TIME] = time_ns;
+    if (number(&values[S_ADDR], 0, &ints[C_ADDR]) < 0 || number(&values[S_REQUESTED], 0, &ints[C_REQUESTED]) < 0 ||
+        number(&values[S_SIZE], 0, &ints[C_SIZE]) < 0 || number(&values[S_IN_USE], -1, &ints[C_IN_USE]) < 0 ||
+        number(&values[S_PEAK], -1, &ints[C_PEAK]) < 0)
+        return -1;
+    const Value *step = &values[S_STEP];
+    if (step->type == V_UINT) return unsupported("a step beyond int64");
+    ints[C_STEP] = step->type == V_INT ? step->i : 0;
+    ints[C_THREAD] = thread;
+    uint8_t flags = (uint8_t)((is_alloc ? 1 : 0) | (step->type == V_INT ? 2 : 0));
+    const Value *frag = &values[S_FRAGMENTATION];
+    double fragmentation = -1.0;
+    if (frag->type == V_INT) fragmentation = (double)frag->i;
+    else if (frag->type == V_DOUBLE) fragmentation = frag->d;
+    else if (frag->type == V_UINT) return unsupported("a fragmentation beyond int64");
+    if (put_text_key(&d->keys, values) < 0) return -1;
+    Py_ssize_t index = key_index(&d->keys);
+    if (index < 0) return -1;
+    int32_t texts = (int32_t)index;
+    for (int c = C_TIME; c <= C_THREAD; c++)
+        if (buf_put(&d->columns[c], &ints[c], 8) < 0) return -1;
+    if (buf_put(&d->columns[C_FLAGS], &flags, 1) < 0 || buf_put(&d->columns[C_FRAGMENTATION], &fragmentation, 8) < 0 ||
+        buf_put(&d->columns[C_TEXTS], &texts, 4) < 0)
+        return -1;
+    return 0;
+}
+
+static int read_event(D *d, const Plane *plane, const uint8_t *start, const uint8_t *end, int64_t line_id,
+                      int64_t timestamp_ns) {
+    const uint8_t *p = start;
+    Field f;
+    int rc, is_alloc = -1;
+    int64_t offset_ps = 0;
+    while ((rc = next_field(&p, end, &f)) > 0) {
+        if (f.number == 1) {
+            if (f.wire != VARINT) return unsupported("an event's metadata id is not a varint");
+            is_alloc = find(plane->memory, plane->n_memory, (int64_t)f.value);
+            if (is_alloc < 0) return 0; /* not a memory event: the rest is not read */
+        } else if (f.number == 2) {
+            if (f.wire != VARINT) return unsupported("an event's offset is not a varint");
+            offset_ps = (int64_t)f.value;
+        }
+    }
+    if (rc < 0) return -1;
+    if (is_alloc < 0) return 0;
+    Value values[N_SLOTS];
+    memset(values, 0, sizeof(values)); /* V_ABSENT */
+    p = start;
+    while ((rc = next_field(&p, end, &f)) > 0)
+        if (f.number == 4 && f.wire == LEN && read_stat(plane, f.at, f.at + f.value, values) < 0) return -1;
+    if (rc < 0) return -1;
+    int64_t q = offset_ps / 1000; /* Python's floor division */
+    if (offset_ps % 1000 != 0 && offset_ps < 0) q -= 1;
+    int64_t time_ns;
+    if (__builtin_add_overflow(timestamp_ns, q, &time_ns)) return unsupported("a time beyond int64");
+    return emit(d, is_alloc, time_ns, line_id, values);
+}
+
+static int read_line(D *d, const Plane *plane, const uint8_t *start, const uint8_t *end) {
+    const uint8_t *p = start;
+    Field f;
+    int rc;
+    int64_t line_id = 0, timestamp_ns = 0;
+    restart(d, start);
+    while ((rc = next_field(&p, end, &f)) > 0) { /* the line's id and time first (a field may repeat) */
+        if (f.number == 1 && f.wire == VARINT) line_id = (int64_t)f.value;
+        else if (f.number == 3 && f.wire == VARINT) timestamp_ns = (int64_t)f.value;
+        behind(d, p, 0);
+    }
+    if (rc < 0) return -1;
+    p = start;
+    restart(d, start);
+    while ((rc = next_field(&p, end, &f)) > 0) {
+        if (f.number == 4 && f.wire == LEN && read_event(d, plane, f.at, f.at + f.value, line_id, timestamp_ns) < 0)
+            return -1;
+        behind(d, p, 0);
+    }
+    behind(d, end, 1);
+    return rc;
+}
+
+static int read_plane(D *d, PyObject *job, const uint8_t *data, Py_ssize_t size) {
+    PyObject *memory, *slots, *ref_names, *lines;
+    if (!PyTuple_Check(job) || !PyArg_ParseTuple(job, "OOOO", &memory, &slots, &ref_names, &lines)) return -1;
+    if (!PyDict_Check(ref_names) || !PyList_Check(lines)) return unsupported("a plane is (dict, dict, dict, list)");
+    Plane plane = {NULL, NULL, 0, 0, ref_names};
+    int rc = -1;
+    if (pairs_of(memory, &plane.memory, &plane.n_memory) < 0 || pairs_of(slots, &plane.slots, &plane.n_slots) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lines); i++) {
+        Py_ssize_t a, b;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(lines, i), "nn", &a, &b)) goto done;
+        if (a < 0 || b < a || b > size) {
+            unsupported("a line outside the data");
+            goto done;
+        }
+        if (read_line(d, &plane, data + a, data + b) < 0) goto done;
+    }
+    rc = 0;
+done:
+    PyMem_Free(plane.memory);
+    PyMem_Free(plane.slots);
+    return rc;
+}
+
+/* the tuple of N_TEXT values a key encodes (see put_text_key); texts: str -> the same str */
+static PyObject *key_values(const char *p, PyObject *texts) {
+    PyObject *out = PyTuple_New(N_TEXT);
+    if (!out) return NULL;
+    for (int s = 0; s < N_TEXT; s++) {
+        int type = (uint8_t)*p++;
+        PyObject *v = NULL;
+        if (type == V_ABSENT) {
+            v = Py_NewRef(Py_Ellipsis);
+        } else if (type == V_NONE) {
+            v = Py_NewRef(Py_None);
+        } else if (type == V_TEXT) {
+            uint32_t n;
+            memcpy(&n, p, 4);
+            PyObject *text = PyUnicode_DecodeUTF8(p + 4, n, "replace");
+            p += 4 + n;
+            if (text) {
+                v = PyDict_SetDefault(texts, text, text);
+                Py_XINCREF(v);
+                Py_DECREF(text);
+            }
+        } else {
+            int64_t i;
+            uint64_t u;
+            double x;
+            if (type == V_INT) memcpy(&i, p, 8), v = PyLong_FromLongLong(i);
+            else if (type == V_UINT) memcpy(&u, p, 8), v = PyLong_FromUnsignedLongLong(u);
+            else memcpy(&x, p, 8), v = PyFloat_FromDouble(x);
+            p += 8;
+        }
+        if (!v) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, s, v);
+    }
+    return out;
+}
+
+static void release(D *d) {
+    for (int c = 0; c < N_COLUMNS; c++) Py_CLEAR(d->columns[c].bytes);
+    Py_CLEAR(d->keys.arena.bytes);
+    PyMem_Free(d->keys.offsets);
+    PyMem_Free(d->keys.table);
+    PyMem_Free(d->keys.scratch);
+}
+
+static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    PyObject *data, *planes;
+    int drop_behind = 0;
+    if (!PyArg_ParseTuple(args, "OO!|p", &data, &PyList_Type, &planes, &drop_behind)) return NULL;
+    if (drop_behind && strcmp(Py_TYPE(data)->tp_name, "mmap.mmap") != 0) {
+        PyErr_SetString(PyExc_TypeError, "drop_behind needs a memory-mapped file (mmap.mmap)");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
+    D d;
+    memset(&d, 0, sizeof(d));
+    d.base = view.buf;
+    d.drop_behind = drop_behind;
+    PyObject *result = NULL, *columns = NULL, *keys = NULL, *texts = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(planes); i++)
+        if (read_plane(&d, PyList_GET_ITEM(planes, i), view.buf, view.len) < 0) goto done;
+    columns = PyTuple_New(N_COLUMNS);
+    keys = PyList_New(d.keys.count);
+    if (!columns || !keys) goto done;
+    for (int c = 0; c < N_COLUMNS; c++) {
+        PyObject *column = buf_take(&d.columns[c]);
+        if (!column) goto done;
+        PyTuple_SET_ITEM(columns, c, column);
+    }
+    texts = PyDict_New();
+    if (!texts) goto done;
+    const char *arena = d.keys.arena.bytes ? PyBytes_AS_STRING(d.keys.arena.bytes) : NULL;
+    for (Py_ssize_t i = 0; i < d.keys.count; i++) {
+        PyObject *key = key_values(arena + d.keys.offsets[i], texts);
+        if (!key) goto done;
+        PyList_SET_ITEM(keys, i, key);
+    }
+    result = PyTuple_Pack(2, columns, keys);
+done:
+    Py_XDECREF(columns);
+    Py_XDECREF(keys);
+    Py_XDECREF(texts);
+    release(&d);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS,
+     "decode(data, planes, drop_behind=False) -> (columns, keys): the memory events of an XSpace."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_xplanewire", NULL, -1, methods};
+
+static PyObject *names_tuple(const char **names) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (int i = 0; names[i]; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s || PyList_Append(out, s) < 0) return NULL;
+        Py_DECREF(s);
+    }
+    PyObject *tuple = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return tuple;
+}
+
+PyMODINIT_FUNC PyInit__xplanewire(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Unsupported = PyErr_NewException("gpuviz.importers._xplanewire.Unsupported", PyExc_ValueError, NULL);
+    if (!Unsupported) return NULL;
+    Py_INCREF(Unsupported);
+    if (PyModule_AddObject(m, "Unsupported", Unsupported) < 0) return NULL;
+    if (PyModule_AddObject(m, "SLOT_NAMES", names_tuple(SLOT_NAMES)) < 0) return NULL;
+    if (PyModule_AddObject(m, "COLUMN_NAMES", names_tuple(COLUMN_NAMES)) < 0) return NULL;
+    return m;
+}
