@@ -556,10 +556,77 @@ done:
     return result;
 }
 
+/* alloc_pairs(kinds, devices, addresses, device) -> (rows, free_index): over a whole log
+ * (uint8 / int16 / int64 buffers), the log position of every alloc event, in log order, of
+ * ``device`` (-1: every device), and per alloc the position of the free that ends it (the next
+ * alloc or free event at its address on its device, when that is a free), else -1 (int64
+ * bytearrays each). gpuviz.analysis.tables.allocation_table's rows and pairing in one pass. */
+static PyObject *alloc_pairs(PyObject *module, PyObject *args) {
+    Py_buffer kinds, devices, addresses;
+    int device;
+    if (!PyArg_ParseTuple(args, "y*y*y*i", &kinds, &devices, &addresses, &device)) return NULL;
+    PyObject *rows = NULL, *frees = NULL, *result = NULL;
+    map_t *open = NULL; /* per device id: address -> row of its open alloc */
+    buffer_t row_buf = {0}, free_buf = {0};
+    Py_ssize_t n = kinds.len;
+    if (devices.len != n * 2 || addresses.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "alloc_pairs: columns of unequal length or wrong item size");
+        goto done;
+    }
+    open = calloc(32768, sizeof(map_t));
+    if (open == NULL) goto nomem;
+    const uint8_t *kind = kinds.buf;
+    const int16_t *dev = devices.buf;
+    const int64_t *address = addresses.buf;
+    int64_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((kind[i] != ALLOC && kind[i] != FREE) || dev[i] < 0 || (device >= 0 && dev[i] != device)) continue;
+        if (address[i] == EMPTY) {
+            PyErr_SetString(PyExc_ValueError, "alloc_pairs: an address of -2**63");
+            goto done;
+        }
+        map_t *m = &open[dev[i]];
+        if (m->keys == NULL && map_init(m, 1024) < 0) goto nomem;
+        if (kind[i] == ALLOC) {
+            int64_t position = i, none = -1;
+            if (buffer_add(&row_buf, &position, 8) < 0 || buffer_add(&free_buf, &none, 8) < 0) goto nomem;
+            if (map_put(m, address[i], count++) < 0) goto nomem;
+        } else {
+            int64_t *row = map_get(m, address[i]);
+            if (row != NULL) {
+                ((int64_t *)free_buf.data)[*row] = i;
+                map_remove(m, address[i]);
+            }
+        }
+    }
+    rows = PyByteArray_FromStringAndSize(row_buf.data, (Py_ssize_t)row_buf.size); /* writable for NumPy */
+    frees = PyByteArray_FromStringAndSize(free_buf.data, (Py_ssize_t)free_buf.size);
+    if (rows != NULL && frees != NULL) result = PyTuple_Pack(2, rows, frees);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(frees);
+    if (open != NULL) {
+        for (int d = 0; d < 32768; d++)
+            if (open[d].keys != NULL) map_free(&open[d]);
+        free(open);
+    }
+    free(row_buf.data);
+    free(free_buf.data);
+    PyBuffer_Release(&kinds);
+    PyBuffer_Release(&devices);
+    PyBuffer_Release(&addresses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
     {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
+    {"alloc_pairs", alloc_pairs, METH_VARARGS,
+     "alloc_pairs(kinds, devices, addresses, device) -> (rows, free_index): allocations and their frees"},
     {"by_address", by_address, METH_VARARGS, "by_address(addresses) -> (order, distinct): a stable sort by address"},
     {"resample", resample, METH_VARARGS,
      "resample(time_ns, keep, t0, width, points, 5 metrics, out_time, 5 x out_min, 5 x out_max) -> buckets"},
