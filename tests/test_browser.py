@@ -473,11 +473,33 @@ def stepper_frames(page, div: str, positions: list[int]) -> list[dict[str, Any]]
     return list(page.evaluate(script, [div, positions]))
 
 
-@pytest.mark.parametrize("case", ["tagged with call sites", "aggregated"])
+def growing_log() -> gpuviz.EventLog:
+    """PyTorch's allocator with expandable segments: ranges mapped (joining segments), unmapped
+    (splitting one in two) and mapped back."""
+    from gpuviz.base.torch_rules import CachingRules
+    from gpuviz.capture.torch_caching import TorchCachingAllocator
+
+    alloc = TorchCachingAllocator(
+        gpuviz.SimUpstream("64MiB"), rules=CachingRules.from_settings({"expandable_segments": True})
+    )
+    tags = [alloc.log.intern_string(f"t{i}") for i in range(3)]
+    ptrs = [alloc.allocate(6 << 20, tag=tags[i % 3]) for i in range(10)]
+    for p in ptrs[3:7]:
+        alloc.free(p)
+    alloc.empty_cache()
+    alloc.allocate(20 << 20, tag=tags[0])
+    alloc.allocate(512, tag=tags[1])
+    return alloc.log
+
+
+@pytest.mark.parametrize("case", ["tagged with call sites", "aggregated", "growing segments"])
 def test_report_event_frames_are_the_python_maps(browser, tmp_path: Path, case: str) -> None:  # type: ignore[no-untyped-def]
     """The page's map at an event is the one Python draws there (trace_specs/map_layout, lean):
     every bar, hover datum and axis, for every operation of the embedded window."""
-    if case == "aggregated":  # more than FRAME_RECTANGLES / 2 chunks: bucketed bars
+    if case == "growing segments":  # segment_map / segment_unmap applied by the page as replay does
+        log = growing_log()
+        options = ViewOptions(color_by="tag")
+    elif case == "aggregated":  # more than FRAME_RECTANGLES / 2 chunks: bucketed bars
         log = gpuviz.EventLog()
         alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), growth=True, log=log)
         keep = [alloc.allocate((i % 5 + 1) * 3000, tag=f"t{i % 3}") for i in range(900)]
@@ -497,6 +519,8 @@ def test_report_event_frames_are_the_python_maps(browser, tmp_path: Path, case: 
     positions = cols["position"][cols["settled"] == 1].tolist()
     if case == "aggregated":
         positions = positions[-40:]  # a heap of ~900 chunks: the last 40 operations
+    if case == "growing segments":  # every event, the states inside an operation too
+        positions = cols["position"].tolist()
     page = browser.new_page()
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
@@ -509,7 +533,11 @@ def test_report_event_frames_are_the_python_maps(browser, tmp_path: Path, case: 
         assert frame["layout"] == expected["layout"], position
         assert frame["label"] == _frame_label(p, dp, position, metric_text(state))
     names = {t["name"] for f in frames for t in f["data"] if t["x"]}
-    if case == "aggregated":
+    if case == "growing segments":  # one segment, two after the unmap, two (small pool) at the end
+        rows = [f["layout"]["yaxis"]["ticktext"] for f in frames]
+        assert len(rows[0]) == 1 and [len(r) for r in rows].count(2) > 1
+        assert {"segment_map", "segment_unmap"} <= set(stream["kinds"]) & {e.kind for e in log}
+    elif case == "aggregated":
         assert names == {"free (aggregated)", "waste (aggregated)", "used (aggregated)"}
     else:
         assert {"later 29", "D"} <= names  # one trace per tag

@@ -372,7 +372,7 @@ def test_indices_outside_the_side_tables_are_refused(tmp_path: Path) -> None:
         load(tmp_path / "v2.arrow")
     for name, value, message in [
         ("device", 1, "event 3 has device 1, outside the 1 devices"),
-        ("kind", 10, "event 3 has kind 10, outside the 10 kinds"),
+        ("kind", 12, "event 3 has kind 12, outside the 12 kinds"),
         ("stack", 0, "event 3 has stack 0, outside the 0 stacks"),
         ("seq", 7, "event 3 has sequence number 7 (expected 3)"),
     ]:

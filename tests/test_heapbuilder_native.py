@@ -21,7 +21,12 @@ UNIT = 256
 # an operation: (name, a, b, c) with small numbers scaled to addresses inside four 64 KiB regions
 _ops = st.lists(
     st.tuples(
-        st.sampled_from(["segment_alloc", "segment_free", "alloc", "alloc", "alloc", "free", "free", "oom", "query"]),
+        st.sampled_from(
+            [
+                *("segment_alloc", "segment_free", "alloc", "alloc", "alloc", "free", "free", "oom", "query"),
+                *("segment_map", "segment_map", "segment_unmap", "segment_unmap"),
+            ]
+        ),
         st.integers(0, 1023),
         st.integers(0, 300),
         st.integers(0, 5),
@@ -50,6 +55,24 @@ def _run(builder: type[Any], ops: list[tuple[str, int, int, int]]) -> tuple[list
                 starts = [ch.address for chunks in live for ch in chunks if ch.in_use]
                 target = starts[a % len(starts)] if starts and c else address
                 outcomes.append(heap.free(time, target, duration_ns=b, stack=None if c % 2 else c))
+            elif name == "segment_map":  # c > 0: a range touching a segment (below or above), else anywhere
+                segments = sorted(heap.segments.items())
+                size = b * UNIT
+                if segments and c:
+                    base, length = segments[a % len(segments)]
+                    target = base + length if c % 2 else base - size
+                else:
+                    target = BASE + (a // 16) * 16 * UNIT
+                outcomes.append(heap.segment_map(time, target, size, stack=c))
+            elif name == "segment_unmap":  # c > 0: a piece of a free chunk, as a growing segment returns one
+                free = [ch for seg in heap.state().segments for ch in seg.chunks if not ch.in_use]
+                if free and c:
+                    chunk = free[a % len(free)]
+                    offset = (b * UNIT) % chunk.size
+                    target, size = chunk.address + offset // 2, max(chunk.size - offset, UNIT) - c % 2 * UNIT
+                else:
+                    target, size = address, b * UNIT
+                outcomes.append(heap.segment_unmap(time, target, size, thread=c))
             elif name == "oom":
                 outcomes.append(heap.oom(time, b, b + c, tag=c))
             else:

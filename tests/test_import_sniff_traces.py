@@ -38,6 +38,8 @@ def _fixture_owner(path: Path) -> str | None:
         return "rmm-csv"
     if "torch_profiler" in name:
         return "pytorch-profiler"
+    if name.startswith("pt_snapshot_"):
+        return "pytorch-snapshot"
     if name.endswith(".xplane.pb.gz"):
         return "xplane"
     return None  # the legacy RMM CSV (rejected by its own reader), scripts, manifests

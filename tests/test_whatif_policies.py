@@ -141,7 +141,8 @@ _OPS = st.lists(st.tuples(st.booleans(), st.integers(1, 48 * MiB), st.integers(0
 
 
 @settings(max_examples=40, deadline=None)
-@given(_OPS, st.sampled_from(["torch", "torch:max_split_size_mb=32", "rmm-pool", "no-pool"]))
+@given(_OPS, st.sampled_from(["torch", "torch:max_split_size_mb=32", "torch:expandable_segments=true", "rmm-pool",
+                              "no-pool"]))  # fmt: skip
 def test_every_policy_keeps_its_invariants_and_replays_exactly(ops, spec) -> None:  # type: ignore[no-untyped-def]
     policy = parse_policy(spec)
     from gpuviz import EventLog

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5 };
+enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, SEGMENT_MAP = 10, SEGMENT_UNMAP = 11 };
 
 typedef struct {
     int64_t address, size, requested;
@@ -228,6 +228,37 @@ static int del_segment(heap_t *h, int64_t base) {
     return 0;
 }
 
+/* segment_map: [a, a+n) joins the segments ending at a and starting at a+n (a scan of the
+ * segments, as replay._map) */
+static int map_range(heap_t *h, int64_t a, int64_t n) {
+    int64_t upper = 0, *at = map_get(&h->segment_at, a + n);
+    if (at) {
+        upper = h->segments[*at].size;
+        del_segment(h, a + n);
+    }
+    for (size_t j = 0; j < h->n_segments; j++)
+        if (h->segments[j].base + h->segments[j].size == a) {
+            h->segments[j].size += n + upper;
+            return 0;
+        }
+    return set_segment(h, a, n + upper) < 0 ? -2 : 0;
+}
+
+/* segment_unmap: [a, a+n) leaves its segment (as replay._unmap); -1 with KeyError when no
+ * segment holds a, -2 when out of memory */
+static int unmap_range(heap_t *h, int64_t a, int64_t n) {
+    for (size_t j = 0; j < h->n_segments; j++) {
+        int64_t base = h->segments[j].base, end = base + h->segments[j].size;
+        if (base <= a && a < end) {
+            if (a > base) h->segments[j].size = a - base;
+            else if (del_segment(h, base) < 0) return -1;
+            if (a + n < end && set_segment(h, a + n, end - a - n) < 0) return -2;
+            return 0;
+        }
+    }
+    return missing(a);
+}
+
 static int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer_t *segments,
                     buffer_t *segment_offsets) {
     if (buffer_add(chunks, h->chunks, h->n_chunks * sizeof(chunk_rec)) < 0 ||
@@ -288,6 +319,14 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         case SEGMENT_ALLOC:
             failed = (set_segment(&h, a, s) < 0 || set_chunk(&h, a, s, 0, -1, -1) < 0) ? -2 : 0;
             break;
+        case SEGMENT_MAP:
+            failed = map_range(&h, a, s);
+            if (!failed) failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
+            break;
+        case SEGMENT_UNMAP:
+            failed = unmap_range(&h, a, s);
+            if (failed == -1 || (!failed && del_chunk(&h, a) < 0)) goto done;
+            break;
         default: /* segment_free */
             if (del_segment(&h, a) < 0 || del_chunk(&h, a) < 0) goto done;
         }
@@ -344,6 +383,8 @@ static PyObject *timeline(PyObject *module, PyObject *args) {
             case FREE: u -= size[i]; r -= req[i]; break;
             case SEGMENT_ALLOC: p += size[i]; break;
             case SEGMENT_FREE: p -= size[i]; break;
+            case SEGMENT_MAP: p += size[i]; break;
+            case SEGMENT_UNMAP: p -= size[i]; break;
             default: break;
             }
             int64_t l = lf[i] > 0 ? lf[i] : 0, free_bytes = p - u;

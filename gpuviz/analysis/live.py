@@ -8,8 +8,10 @@ allocator events among them, the timeline points to append and whether its heap 
 
 The newest heap follows from the net effect of the new events: an address's last
 ``alloc``/``free`` decides whether a chunk starts there, its last ``segment_alloc`` /
-``segment_free`` whether a segment does. Free chunks are the gaps between the chunks in use
-(the allocator coalesces free neighbours at once). Sizes in bytes, times in ns.
+``segment_free`` whether a segment does (where segments grow and shrink, with
+``segment_map`` / ``segment_unmap``, the segment events are applied one by one, in order).
+Free chunks are the gaps between the chunks in use (the allocator coalesces free neighbours
+at once). Sizes in bytes, times in ns.
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ import numpy as np
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.log.segments import map_range, unmap_range
 
 __all__ = ["LiveFollower", "LiveHeap", "LivePoints"]
 
 _ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
-                                              Kind.SPLIT, Kind.MERGE, Kind.OOM)])  # fmt: skip
+                                              Kind.SPLIT, Kind.MERGE, Kind.OOM, Kind.SEGMENT_MAP,
+                                              Kind.SEGMENT_UNMAP)])  # fmt: skip
 _ALLOC, _FREE, _SEGMENT_ALLOC, _SEGMENT_FREE = (
     int(Kind.ALLOC),
     int(Kind.FREE),
     int(Kind.SEGMENT_ALLOC),
     int(Kind.SEGMENT_FREE),
 )
+_SEGMENT_MAP, _SEGMENT_UNMAP = int(Kind.SEGMENT_MAP), int(Kind.SEGMENT_UNMAP)
+_GROWING = np.array([_SEGMENT_MAP, _SEGMENT_UNMAP])
 
 
 @dataclass
@@ -137,7 +143,9 @@ class LiveFollower:
             zero = np.zeros_like(s)
             in_use = heap.bytes_in_use + np.cumsum(np.where(k == _ALLOC, s, np.where(k == _FREE, -s, zero)))
             in_req = heap.bytes_requested + np.cumsum(np.where(k == _ALLOC, r, np.where(k == _FREE, -r, zero)))
-            pool = heap.pool_bytes + np.cumsum(np.where(k == _SEGMENT_ALLOC, s, np.where(k == _SEGMENT_FREE, -s, zero)))
+            grows = (k == _SEGMENT_ALLOC) | (k == _SEGMENT_MAP)
+            shrinks = (k == _SEGMENT_FREE) | (k == _SEGMENT_UNMAP)
+            pool = heap.pool_bytes + np.cumsum(np.where(grows, s, np.where(shrinks, -s, zero)))
             changed = self._apply_net(heap, k, a, s, r, tag[mine])
             heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes = int(in_use[-1]), int(in_req[-1]), int(pool[-1])
             heap.events += len(k)
@@ -159,6 +167,19 @@ class LiveFollower:
                 else:
                     heap.chunks.pop(address, None)
             changed = True
+        if np.isin(k, _GROWING).any():  # segments that grow and shrink: every segment event, in order
+            segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE) | np.isin(k, _GROWING))
+            for kind, address, size in zip(k[segment_events].tolist(), a[segment_events].tolist(),
+                                           s[segment_events].tolist(), strict=True):  # fmt: skip
+                if kind == _SEGMENT_ALLOC:
+                    heap.segments[address] = size
+                elif kind == _SEGMENT_FREE:
+                    heap.segments.pop(address, None)
+                elif kind == _SEGMENT_MAP:
+                    map_range(heap.segments, address, size)
+                else:
+                    unmap_range(heap.segments, address, size)
+            return True
         segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE))
         if len(segment_events):
             last = segment_events[_last_per_address(a[segment_events])]

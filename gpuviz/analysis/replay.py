@@ -27,11 +27,15 @@ import numpy as np
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["Replay", "replay", "HEAP_KINDS"]
+__all__ = ["Replay", "replay", "HEAP_KINDS", "heap_mask"]
 
-HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE)
-_SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE = (int(k) for k in HEAP_KINDS)
+HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE,
+              Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP)  # fmt: skip
+_SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE, _SEGMENT_MAP, _SEGMENT_UNMAP = (
+    int(k) for k in HEAP_KINDS
+)
 
 # chunk address -> (size, requested, tag index, stack index); requested == 0 means free
 _Chunks = dict[int, tuple[int, int, int, int]]
@@ -39,13 +43,14 @@ _FREE_CHUNK = (0, -1, -1)  # requested, tag, stack of a free chunk
 _Segments = dict[int, int]
 
 
-def _heap_mask(kinds: np.ndarray) -> np.ndarray:
-    """Which events are heap events: the kinds 0..5 (``HEAP_KINDS``), one comparison."""
-    mask: np.ndarray = kinds <= _MERGE
+def heap_mask(kinds: np.ndarray) -> np.ndarray:
+    """Which events are heap events (``HEAP_KINDS``): the kinds 0..5 and from 10 on (two comparisons)."""
+    mask: np.ndarray = (kinds <= _MERGE) | (kinds >= _SEGMENT_MAP)
     return mask
 
 
-assert sorted(int(k) for k in HEAP_KINDS) == list(range(_MERGE + 1))
+assert sorted(int(k) for k in HEAP_KINDS) == [*range(_MERGE + 1), _SEGMENT_MAP, _SEGMENT_UNMAP]
+assert max(Kind) == _SEGMENT_UNMAP, "heap_mask takes every kind from segment_map on"
 
 
 def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
@@ -118,8 +123,14 @@ def _apply(chunks: _Chunks, segments: _Segments, events: Iterable[tuple[int, int
         elif kind == _SEGMENT_ALLOC:
             segments[address] = size
             chunks[address] = (size, *_FREE_CHUNK)
-        else:  # segment_free
+        elif kind == _SEGMENT_FREE:
             del segments[address]
+            del chunks[address]
+        elif kind == _SEGMENT_MAP:
+            map_range(segments, address, size)
+            chunks[address] = (size, *_FREE_CHUNK)
+        else:  # segment_unmap
+            unmap_range(segments, address, size)
             del chunks[address]
 
 
@@ -145,7 +156,7 @@ class Replay:
         self._devices: dict[int, _DeviceReplay] = {}
         cols = log.columns
         self._n = len(cols["seq"])
-        heap = _heap_mask(cols["kind"])
+        heap = heap_mask(cols["kind"])
         devices = cols["device"]
         first = devices[:1]
         if len(first) and bool(heap.all()) and bool((devices == first[0]).all()):  # one allocator's log: no copies
@@ -174,7 +185,7 @@ class Replay:
         if prepared is not None:
             return prepared
         cols = self.log.columns
-        mask = (cols["device"] == device_id) & _heap_mask(cols["kind"])
+        mask = (cols["device"] == device_id) & heap_mask(cols["kind"])
         positions = None if bool(mask.all()) else np.flatnonzero(mask)
         del mask
         prepared = _DeviceReplay(

@@ -15,7 +15,7 @@ from gpuviz.analysis.native import kernel_function
 from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.tags import ArrayTag, parse_array_tag
 from gpuviz.log.eventlog import EventLog
-from gpuviz.log.schema import Direction, Kind, MarkPhase
+from gpuviz.log.schema import KIND_NAMES, Direction, Kind, MarkPhase
 
 __all__ = [
     "allocation_table",
@@ -247,15 +247,16 @@ def oom_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
 
 
 def segment_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
-    """Segment reservations and releases: time, device, kind, base address, size."""
-    s = log.filter(kind=["segment_alloc", "segment_free"], device=device)
+    """Segment reservations and releases, and ranges mapped into or unmapped from growing
+    segments: time, device, kind, base address (start of the range), size in bytes."""
+    s = log.filter(kind=["segment_alloc", "segment_free", "segment_map", "segment_unmap"], device=device)
     cols = s.columns
     return pd.DataFrame(
         {
             "seq": cols["seq"],
             "time_ns": cols["time_ns"],
             "device": _names(log, cols["device"]),
-            "kind": np.where(cols["kind"] == Kind.SEGMENT_ALLOC, "segment_alloc", "segment_free"),
+            "kind": np.array(KIND_NAMES)[cols["kind"]],
             "address": cols["address"],
             "size": cols["size"],
         }

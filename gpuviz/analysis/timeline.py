@@ -35,14 +35,18 @@ __all__ = [
 ]
 
 _ALLOCATOR_KINDS = [
-    int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM)
-]
-_LAST_ALLOCATOR_KIND = max(_ALLOCATOR_KINDS)
-assert sorted(_ALLOCATOR_KINDS) == list(range(_LAST_ALLOCATOR_KIND + 1))
+    int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM,
+                     Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP)
+]  # fmt: skip
+assert (
+    sorted(_ALLOCATOR_KINDS)
+    == [*range(Kind.OOM + 1), Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP]
+    == [*range(Kind.OOM + 1), *range(Kind.SEGMENT_MAP, max(Kind) + 1)]
+)  # so that two comparisons find them
 _IN_USE_SIGN = np.zeros(256, dtype=np.int8)
 _IN_USE_SIGN[[Kind.ALLOC, Kind.FREE]] = (1, -1)
 _POOL_SIGN = np.zeros(256, dtype=np.int8)
-_POOL_SIGN[[Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE]] = (1, -1)
+_POOL_SIGN[[Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP]] = (1, -1, 1, -1)
 METRICS = ("bytes_in_use", "bytes_requested", "pool_bytes", "largest_free", "fragmentation")
 
 
@@ -121,7 +125,11 @@ def operation_ends(kind: np.ndarray) -> np.ndarray:
     - a ``merge`` continues a ``free`` or ``merge`` just before it (coalescing after a free);
     - an ``alloc`` continues a ``split`` or a ``segment_alloc`` just before it;
     - a ``segment_alloc`` or ``segment_free`` continues a ``segment_free`` just before it
-      (garbage collection releasing segments, then reserving).
+      (garbage collection releasing segments, then reserving);
+    - a ``merge``, ``split``, ``alloc`` or ``segment_map`` continues a ``segment_map`` just
+      before it (a growing segment mapped, joined, carved); a ``segment_unmap`` continues a
+      ``split``; a ``segment_map`` or ``segment_unmap`` continues a ``segment_unmap`` (free
+      ranges unmapped on release, then mapping).
 
     Every other event ends its operation, and so does the last event. Sampling the timeline at
     these events shows the state users' code saw between its calls, without transient spikes.
@@ -136,6 +144,12 @@ def operation_ends(kind: np.ndarray) -> np.ndarray:
         | ((nxt == Kind.MERGE) & ((this == Kind.FREE) | (this == Kind.MERGE)))
         | ((nxt == Kind.ALLOC) & ((this == Kind.SPLIT) | (this == Kind.SEGMENT_ALLOC)))
         | (((nxt == Kind.SEGMENT_ALLOC) | (nxt == Kind.SEGMENT_FREE)) & (this == Kind.SEGMENT_FREE))
+        | (
+            ((nxt == Kind.MERGE) | (nxt == Kind.SPLIT) | (nxt == Kind.ALLOC) | (nxt == Kind.SEGMENT_MAP))
+            & (this == Kind.SEGMENT_MAP)
+        )
+        | ((nxt == Kind.SEGMENT_UNMAP) & (this == Kind.SPLIT))
+        | (((nxt == Kind.SEGMENT_MAP) | (nxt == Kind.SEGMENT_UNMAP)) & (this == Kind.SEGMENT_UNMAP))
     )
     ends[:-1] = ~continues
     return ends
@@ -193,7 +207,8 @@ def _allocator_positions(log: EventLog, device_id: int, start: int = 0, stop: in
     """Log positions in [start, stop) of the device's allocator events; None when that is all of them."""
     cols = log.columns
     window = slice(start, stop)
-    mask = (cols["device"][window] == device_id) & (cols["kind"][window] <= _LAST_ALLOCATOR_KIND)
+    kinds = cols["kind"][window]
+    mask = (cols["device"][window] == device_id) & ((kinds <= Kind.OOM) | (kinds >= Kind.SEGMENT_MAP))
     if bool(mask.all()):
         return None
     positions: np.ndarray = np.flatnonzero(mask)

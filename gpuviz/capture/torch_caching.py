@@ -24,9 +24,20 @@ Policy, as PyTorch's source defines it (sizes in bytes; the size rules are
                  when it synchronizes them all, which ``release_cached_blocks`` (``empty_cache``,
                  and the last step before an out-of-memory error) does first
 
-Not modelled (no real trace here to check them against): expandable segments and CUDA graph
-private pools. Deferred frees have no real trace either (none of the snapshots here has one):
-they are tested on hand-computed cases.
+    expandable   ``expandable_segments``: no cudaMalloc; per (pool, stream) one virtual range
+                 (``gpuviz.capture.torch_expandable``) into which granules of 2 MiB (small pool) /
+                 20 MiB (large) are mapped at the lowest unmapped address where, together with
+                 the free block before it, the request fits (``find_expandable_block``,
+                 ``map_block``); blocks always split (remainder >= 512 B); a free block's whole
+                 granules are unmapped when cached blocks are released (``unmap_block``), and a
+                 range with nothing mapped is given back. Recorded as ``segment_map`` /
+                 ``segment_unmap``: each contiguous mapped range is a segment.
+
+Not modelled: CUDA graph private pools; expandable segments together with ``max_split_size``
+(PyTorch's ``release_available_cached_blocks`` would ``release_block`` an expandable block,
+an internal assertion, so the model refuses the combination). Expandable segments and
+deferred frees have no real trace here (none of the snapshots has one): they are tested on
+hand-computed cases.
 
 Decisions are recorded through ``HeapBuilder`` (the model decides, the builder records), so the
 log is an ordinary gpuviz log: ``replay(log).state_at(-1)`` is this allocator's heap.
@@ -35,11 +46,12 @@ log is an ordinary gpuviz log: ``replay(log).state_at(-1)`` is this allocator's 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass
 
 from gpuviz.base.errors import InvalidFreeError, OutOfMemoryError
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.torch_rules import LARGE_BUFFER, NO_MAX_SPLIT, SMALL_BUFFER, SMALL_SIZE, CachingRules, allocation_size
+from gpuviz.capture.torch_block import Block as _Block
+from gpuviz.capture.torch_expandable import VIRTUAL_BASE, ExpandableBlocks, ExpandableSegment
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.heapbuilder import HeapBuilder
@@ -47,17 +59,7 @@ from gpuviz.log.heapbuilder import HeapBuilder
 __all__ = ["TorchCachingAllocator"]
 
 
-@dataclass
-class _Block:
-    size: int
-    segment: int
-    small: bool
-    stream: int
-    requested: int = 0  # 0 when free
-    age: int = 0  # the pool's get_free_block call count when the block became free (GC)
-
-
-class TorchCachingAllocator:
+class TorchCachingAllocator(ExpandableBlocks):
     """PyTorch's caching allocator for one device over ``upstream`` (the cudaMalloc of the model).
 
     Args:
@@ -83,8 +85,8 @@ class TorchCachingAllocator:
         self.rules = rules if rules is not None else CachingRules()
         if self.rules.max_split_size <= LARGE_BUFFER:
             raise ValueError(f"max_split_size must be above 20 MiB as in PyTorch, got {self.rules.max_split_size}")
-        if self.rules.expandable:
-            raise ValueError("expandable segments are not modelled (see the module docstring)")
+        if self.rules.expandable and self.rules.max_split_size != NO_MAX_SPLIT:
+            raise ValueError("expandable segments with max_split_size are not modelled (see the module docstring)")
         if garbage_collection_threshold is not None and not 0 < garbage_collection_threshold < 1:
             raise ValueError(f"garbage_collection_threshold must be in (0, 1), got {garbage_collection_threshold}")
         if memory_fraction is not None and not 0 < memory_fraction <= 1:
@@ -101,6 +103,8 @@ class TorchCachingAllocator:
             "memory_fraction": memory_fraction,
             "memory_limit": upstream.capacity if self.allowed is None else self.allowed,
         }
+        if self.rules.expandable:
+            options["expandable_segments"] = True
         self.log = log if log is not None else EventLog()
         self.device = device
         self.heap = HeapBuilder(self.log, self.log.add_device(device, **options))
@@ -115,6 +119,8 @@ class TorchCachingAllocator:
         # deferred frees: address -> the caller's key, in the order they were freed (cuda_events)
         self._pending: dict[int, object] = {}
         self._synchronized: set[object] = set()  # keys of deferred frees completed by synchronizing
+        self._expandable: list[ExpandableSegment] = []  # in the order reserved (= address order)
+        self._next_virtual = VIRTUAL_BASE
 
     # ------------------------------------------------------------------ seeding
     def seed(self, state: HeapState, *, streams: dict[int, int] | None = None) -> None:
@@ -159,6 +165,15 @@ class TorchCachingAllocator:
         i = bisect_left(pool, (stream, size, -1))
         if i == len(pool) or pool[i][0] != stream:
             return None
+        # an expandable block counts as the size it can grow to (its free block plus the unmapped
+        # run after it); a later block that can grow less is the better fit
+        while (
+            self._blocks[pool[i][2]].expandable
+            and i + 1 < len(pool)
+            and pool[i + 1][0] == stream
+            and self._expandable_size(pool[i + 1]) < self._expandable_size(pool[i])
+        ):
+            i += 1
         _, block_size, address = pool[i]
         if size < self.max_split_size and block_size >= self.max_split_size:
             return None
@@ -172,9 +187,11 @@ class TorchCachingAllocator:
         return not (address == block.segment and block.size == self.heap.segments[block.segment])
 
     # --------------------------------------------------------------- segments
-    def _alloc_block(self, small: bool, stream: int, alloc_size: int) -> int | None:
+    def _alloc_block(self, small: bool, stream: int, alloc_size: int, size: int) -> int | None:
         if self.allowed is not None and self.reserved + alloc_size > self.allowed:
             return None
+        if self.rules.expandable:
+            return self._allocate_expandable(small, stream, size)
         try:
             base = self.upstream.allocate(alloc_size)
         except MemoryError:
@@ -231,14 +248,20 @@ class TorchCachingAllocator:
         for small in (False, True):  # release_blocks(large_blocks), then small_blocks
             pool = self._pools[small]
             keep = []
+            to_unmap = []
             for key in pool:
                 address = key[2]
-                if self._is_split(address):
+                if self._blocks[address].expandable:
+                    keep.append(key)
+                    to_unmap.append(address)
+                elif self._is_split(address):
                     keep.append(key)
                 else:
                     released += self._blocks[address].size
                     self._release_block(address)
             self._pools[small] = keep
+            for address in to_unmap:  # then unmap the whole granules of expandable free blocks
+                released += self._unmap_block(address)
         return released
 
     def _garbage_collect(self) -> None:
@@ -252,7 +275,8 @@ class TorchCachingAllocator:
         def age(key: tuple[int, int, int]) -> int:
             return self._calls[False] - self._blocks[key[2]].age
 
-        freeable = [key for key in pool if not self._is_split(key[2])]
+        # (a free block of an expandable segment is never released whole: PyTorch counts it split)
+        freeable = [key for key in pool if not self._blocks[key[2]].expandable and not self._is_split(key[2])]
         if not freeable:
             return
         total_age = sum(age(key) for key in freeable)
@@ -263,7 +287,7 @@ class TorchCachingAllocator:
             threshold_age = total_age / count
             freed = False
             for key in list(self._pools[False]):
-                if not self._is_split(key[2]) and age(key) >= threshold_age:
+                if not self._blocks[key[2]].expandable and not self._is_split(key[2]) and age(key) >= threshold_age:
                     freed = True
                     reclaimed += key[1]
                     total_age -= age(key)
@@ -282,12 +306,12 @@ class TorchCachingAllocator:
         if address is None:
             if self.allowed is not None and self.gc_threshold > 0:
                 self._garbage_collect()
-            address = self._alloc_block(small, stream, alloc_size)
+            address = self._alloc_block(small, stream, alloc_size, size)
             if address is None and self._release_available_cached_blocks(stream, size):
-                address = self._alloc_block(small, stream, alloc_size)
+                address = self._alloc_block(small, stream, alloc_size, size)
             if address is None:
                 self.release_cached_blocks()
-                address = self._alloc_block(small, stream, alloc_size)
+                address = self._alloc_block(small, stream, alloc_size, size)
             if address is None:
                 self.heap.oom(self.time_ns, nbytes, size, tag=tag, stack=stack)
                 free = self.reserved - self.in_use
@@ -300,7 +324,8 @@ class TorchCachingAllocator:
         block = self._blocks[address]
         remaining = block.size - size
         if self.rules.should_split(block.size, size):
-            self._blocks[address + size] = rest = _Block(remaining, block.segment, block.small, stream)
+            rest = _Block(remaining, block.segment, block.small, stream, expandable=block.expandable)
+            self._blocks[address + size] = rest
             self._insert_free(address + size, rest)
             block.size = size
         block.requested = max(nbytes, 1)

@@ -5,13 +5,16 @@ returns; ``write_torch_snapshot(log, path)`` pickles them as ``_dump_snapshot`` 
 JSON when the name ends in ``.json``), so https://pytorch.org/memory_viz opens the file.
 
 - ``segments``: every segment of the replayed final state of each device with allocator
-  events, with its blocks (in use -> ``active_allocated``, or ``active_awaiting_free`` when a
-  ``free_requested`` mark is pending; free -> ``inactive``) and the allocating frames;
+  events (a mapped range of a device with ``segment_map`` events, not reserved by a
+  ``segment_alloc`` of the exported trace, is ``is_expandable``), with its blocks (in use -> ``active_allocated``,
+  or ``active_awaiting_free`` when a ``free_requested`` mark is pending; free -> ``inactive``)
+  and the allocating frames;
 - ``device_traces``: per device, the events as trace entries in log order: ``alloc`` (the
   requested bytes, as PyTorch records them, plus ``block_size``: the chunk's bytes, a key
   gpuviz adds and PyTorch's viewer ignores), ``free`` -> ``free_requested`` + ``free_completed``,
-  ``segment_alloc``/``segment_free``, ``oom``, and the ``free_requested``/``snapshot`` marks of
-  an imported snapshot; splits, merges, transfers and placements have no PyTorch action;
+  ``segment_alloc``/``segment_free``/``segment_map``/``segment_unmap``, ``oom``, and the
+  ``free_requested``/``snapshot`` marks of an imported snapshot; splits, merges, transfers and
+  placements have no PyTorch action;
 - other marks -> ``external_annotations`` (begin -> START, end -> END, a point -> both);
 - ``time_us`` = ``time_ns // 1000`` unless the log's times were inferred (a free's request is
   ``duration_ns`` before its completion);
@@ -41,6 +44,8 @@ _GPU = re.compile(r"^GPU:(\d+)$")
 _HEAP = {int(k) for k in HEAP_KINDS} | {int(Kind.OOM)}
 _SMALL_SEGMENT = 2 << 20  # PyTorch's small-pool segments are exactly 2 MiB
 _TRACE_MARKS = (FREE_REQUESTED_MARK, "snapshot")  # marks an imported snapshot's trace entries became
+_SEGMENT_ACTIONS = {int(k): k.name.lower() for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.SEGMENT_MAP,
+                                                     Kind.SEGMENT_UNMAP)}  # fmt: skip
 
 
 def device_indices(log: EventLog) -> dict[str, int]:
@@ -105,9 +110,8 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
                 requested_at = dict(common, time_us=(time_ns - duration) // 1000) if timed else common
                 out.append({"action": "free_requested", "addr": address, "size": requested, **requested_at})
             out.append({"action": "free_completed", "addr": address, "size": requested, **common})
-        elif kind in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE):
-            action = "segment_alloc" if kind == Kind.SEGMENT_ALLOC else "segment_free"
-            out.append({"action": action, "addr": address, "size": size, **common})
+        elif kind in _SEGMENT_ACTIONS:
+            out.append({"action": _SEGMENT_ACTIONS[kind], "addr": address, "size": size, **common})
         elif kind == Kind.OOM:
             out.append({"action": "oom", "addr": 0, "size": requested, "device_free": 0, **common})
         elif kind == Kind.MARK:
@@ -121,6 +125,8 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
             for stage in stages:
                 annotations.append({"stage": stage, "name": label, "device": index, "time_us": time_ns // 1000})
     heap = replay(log)
+    mapped = set(cols["device"][cols["kind"] == Kind.SEGMENT_MAP].tolist())  # devices whose segments grow
+    reserved = set(cols["address"][skip:][cols["kind"][skip:] == Kind.SEGMENT_ALLOC].tolist())  # cudaMalloc'd bases
     segments: list[dict[str, Any]] = []
     for device in sorted(heap_devices):
         name = names[device]
@@ -144,7 +150,7 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
                 "allocated_size": sum(c.size for c in used), "active_size": sum(c.size for c in used),
                 "requested_size": sum(c.requested for c in used), "stream": 0,
                 "segment_type": "small" if segment.size == _SMALL_SEGMENT else "large", "segment_pool_id": (0, 0),
-                "is_expandable": False, "frames": [], "blocks": blocks,
+                "is_expandable": device in mapped and segment.base not in reserved, "frames": [], "blocks": blocks,
             })  # fmt: skip
     count = max([*traces, *(s["device"] for s in segments)], default=-1) + 1
     snapshot: dict[str, Any] = {

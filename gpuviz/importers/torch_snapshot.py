@@ -8,14 +8,17 @@ allocator's recent actions), newer ones also ``allocator_settings`` and
 - devices ``GPU:<index>``; every trace action: ``alloc`` -> alloc, ``free_completed`` -> free
   (``free_requested`` directly followed by its ``free_completed`` is the same free; one whose
   completion waits on a stream, or never came, is a ``mark`` tagged ``free_requested``
-  carrying the address and size), ``segment_alloc``/``segment_map`` -> segment_alloc,
-  ``segment_free``/``segment_unmap`` -> segment_free, ``oom`` -> oom, ``snapshot`` -> a mark;
+  carrying the address and size), ``segment_alloc`` -> segment_alloc, ``segment_free`` ->
+  segment_free, ``segment_map``/``segment_unmap`` (expandable segments: a range mapped into or
+  unmapped from a growing segment) -> segment_map/segment_unmap, ``oom`` -> oom, ``snapshot``
+  -> a mark;
 - the trace records requested bytes; the block (chunk) size follows PyTorch's policy
   (``gpuviz.base.torch_rules``) applied to the free block found at the address;
 - the trace is a ring buffer: what was alive when it began is taken from ``segments``, as
   PyTorch's viewer does (frees without an alloc and active blocks without an alloc were
   allocated at the start; the segments at the start are the final ones minus those the trace
-  allocates plus those it frees);
+  allocates plus those it frees; with mapped ranges, the trace's segment actions undone from
+  the last to the first on the final segments);
 - ``time_us`` -> ``time_ns``; without it the entries keep their order one µs apart
   (``time_ns`` inferred); ``external_annotations`` -> marks (START -> begin, END -> end);
 - frames -> stacks of the Python frames (innermost first), as gpuviz records its own;
@@ -55,6 +58,7 @@ from gpuviz.importers.snapshot_reader import (
 from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind, MarkPhase
+from gpuviz.log.segments import map_range, unmap_range
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "from_snapshot", "load_snapshot", "ALLOCATOR"]
 
@@ -70,7 +74,7 @@ _BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indice
  _SNAPSHOT) = range(len(ACTIONS))  # fmt: skip
 _SEGMENT_ACTIONS = (_SEGMENT_ALLOC, _SEGMENT_FREE, _SEGMENT_MAP, _SEGMENT_UNMAP)
 _NEEDS_ADDR = (_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, *_SEGMENT_ACTIONS)
-_NEEDS_SIZE = (_ALLOC, _SEGMENT_ALLOC, _SEGMENT_MAP)
+_NEEDS_SIZE = (_ALLOC, _SEGMENT_ALLOC, _SEGMENT_MAP, _SEGMENT_UNMAP)
 _BLOCK = 1 << 13  # entries turned into Python values at a time
 _BLOCK_SIZES = 1 << 16  # block sizes remembered per device (the same requests and free blocks recur)
 
@@ -152,19 +156,7 @@ class _Device:
             raise LogFormatError(f"trace entry {position} of device {self.index} (free_completed) has no 'size'")
         for address, size in zip(trace.addr[freed_first].tolist(), trace.size[freed_first].tolist(), strict=True):
             initial[address] = (size, None, NO_INDEX)
-        segment_events = np.flatnonzero(np.isin(trace.action, _SEGMENT_ACTIONS))
-        bases, first_event = np.unique(trace.addr[segment_events], return_index=True)
-        first_segment_event = dict(zip(bases.tolist(), segment_events[first_event].tolist(), strict=True))
-        segments = {
-            int(s["address"]): int(s["total_size"])
-            for s in self.final_segments
-            if s["address"] not in first_segment_event
-        }
-        for address, position in first_segment_event.items():
-            if trace.action[position] in (_SEGMENT_FREE, _SEGMENT_UNMAP):
-                if not trace.flags[position] & HAS_SIZE:
-                    raise LogFormatError(f"trace entry {position} of device {self.index} has no 'size'")
-                segments[address] = int(trace.size[position])
+        segments = self._initial_segments()
         for segment in self.final_segments:
             for block in segment.get("blocks", ()):
                 if block.get("state", "inactive") != "inactive" and block["address"] not in live:
@@ -193,6 +185,47 @@ class _Device:
             self.conflicts.append(f"{len(initial) - placed} allocations alive at the start lie outside every segment")
         self.initial_blocks = placed
         self.initial_segments = len(segments)
+
+    def _initial_segments(self) -> dict[int, int]:
+        """Segment base -> size (bytes) when the trace began."""
+        trace = self.trace
+        segment_events = np.flatnonzero(np.isin(trace.action, _SEGMENT_ACTIONS))
+        final = {int(s["address"]): int(s["total_size"]) for s in self.final_segments}
+        if np.isin(trace.action[segment_events], (_SEGMENT_MAP, _SEGMENT_UNMAP)).any():
+            # ranges mapped and unmapped: undo every segment action, from the last, on the final segments
+            segments = dict(final)
+            for position in segment_events[::-1].tolist():
+                action, address, size = (
+                    int(trace.action[position]),
+                    int(trace.addr[position]),
+                    int(trace.size[position]),
+                )
+                if action == _SEGMENT_FREE and not trace.flags[position] & HAS_SIZE:
+                    raise LogFormatError(f"trace entry {position} of device {self.index} has no 'size'")
+                try:
+                    if action == _SEGMENT_ALLOC:
+                        del segments[address]
+                    elif action == _SEGMENT_FREE:
+                        segments[address] = size
+                    elif action == _SEGMENT_MAP:
+                        unmap_range(segments, address, size)
+                    else:
+                        map_range(segments, address, size)
+                except KeyError:
+                    self.conflicts.append(
+                        f"GPU:{self.index} trace entry {position} ({ACTIONS[action]}) does not match the segments "
+                        "after it; the segments at the start may be wrong"
+                    )
+            return segments
+        bases, first_event = np.unique(trace.addr[segment_events], return_index=True)
+        first_segment_event = dict(zip(bases.tolist(), segment_events[first_event].tolist(), strict=True))
+        segments = {base: size for base, size in final.items() if base not in first_segment_event}
+        for address, position in first_segment_event.items():
+            if trace.action[position] == _SEGMENT_FREE:
+                if not trace.flags[position] & HAS_SIZE:
+                    raise LogFormatError(f"trace entry {position} of device {self.index} has no 'size'")
+                segments[address] = int(trace.size[position])
+        return segments
 
     # ------------------------------------------------------------ the trace
     def _follow(self, times: np.ndarray) -> np.ndarray:
@@ -264,10 +297,14 @@ class _Device:
                 if not follow:
                     self.pending_frees += 1
                     self._mark(time_ns, FREE_REQUESTED_MARK, flags, address, size, stack)
-            elif action in (_SEGMENT_ALLOC, _SEGMENT_MAP):
+            elif action == _SEGMENT_ALLOC:
                 heap.segment_alloc(time_ns, address, size, stack=self.stacks.final(stack))
-            elif action in (_SEGMENT_FREE, _SEGMENT_UNMAP):
+            elif action == _SEGMENT_FREE:
                 heap.segment_free(time_ns, address)
+            elif action == _SEGMENT_MAP:
+                heap.segment_map(time_ns, address, size, stack=self.stacks.final(stack))
+            elif action == _SEGMENT_UNMAP:
+                heap.segment_unmap(time_ns, address, size, stack=self.stacks.final(stack))
             elif action == _OOM:
                 requested = size if flags & HAS_SIZE else 0
                 heap.oom(time_ns, requested, self.rules.round_size(requested), stack=self.stacks.final(stack))

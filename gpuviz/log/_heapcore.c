@@ -20,7 +20,8 @@
 #endif
 
 #define ROW_BYTES 78
-enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6 };
+enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6, SEGMENT_MAP = 10,
+       SEGMENT_UNMAP = 11 };
 
 /* ------------------------------------------------------------ int64 -> int64 hash map */
 typedef struct {
@@ -183,20 +184,8 @@ static PyObject *hex(int64_t x) {
     return s;
 }
 
-static PyObject *conflict(Core *c, const char *format, int64_t a, int64_t b) {
-    /* format holds %U (hex a) then optionally %lld (b) or %U (hex b): encoded by a leading char */
-    PyObject *ha = hex(a), *msg = NULL;
-    if (!ha) return NULL;
-    if (format[0] == 'h') {
-        PyObject *hb = hex(b);
-        if (hb) msg = PyUnicode_FromFormat(format + 1, ha, hb);
-        Py_XDECREF(hb);
-    } else if (format[0] == 'd') {
-        msg = PyUnicode_FromFormat(format + 1, ha, (long long)b);
-    } else {
-        msg = PyUnicode_FromFormat(format + 1, ha);
-    }
-    Py_DECREF(ha);
+/* NULL, with HeapConflict(msg) set (msg NULL: the error of making it stays set); steals msg */
+static PyObject *raise_conflict(Core *c, PyObject *msg) {
     if (msg) {
         PyErr_SetObject(c->conflict, msg);
         Py_DECREF(msg);
@@ -204,19 +193,11 @@ static PyObject *conflict(Core *c, const char *format, int64_t a, int64_t b) {
     return NULL;
 }
 
-/* format: "... %U (hex a) ... %lld (n) ... %U (hex b)" */
-static PyObject *range_conflict(Core *c, const char *format, int64_t a, int64_t n, int64_t b) {
-    PyObject *ha = hex(a), *hb = hex(b);
-    if (ha && hb) {
-        PyObject *msg = PyUnicode_FromFormat(format, ha, (long long)n, hb);
-        if (msg) {
-            PyErr_SetObject(c->conflict, msg);
-            Py_DECREF(msg);
-        }
-    }
+/* HeapConflict(format % hex(a)): format holds one %U */
+static PyObject *conflict(Core *c, const char *format, int64_t a) {
+    PyObject *ha = hex(a), *msg = ha ? PyUnicode_FromFormat(format, ha) : NULL;
     Py_XDECREF(ha);
-    Py_XDECREF(hb);
-    return NULL;
+    return raise_conflict(c, msg);
 }
 
 /* free-size multiset */
@@ -389,22 +370,30 @@ static int merge(Core *c, int64_t time_ns, int64_t address, int64_t thread) {
     return emit(c, time_ns, MERGE, thread, address, size + upper_size, 0, segment, 0, -1, -1);
 }
 
-static PyObject *Core_segment_alloc(Core *c, PyObject *args, PyObject *kw) {
-    static char *names[] = {"time_ns", "base", "size", "thread", "stack", NULL};
-    long long time_ns, base, size, thread = 0;
-    int stack = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &base, &size, &thread, &stack))
-        return NULL;
-    if (size <= 0) return conflict(c, "dsegment at %U has size %lld", base, size);
-    Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, base);
-    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size > base)
-        return range_conflict(c, "segment [%U, +%lld) overlaps the segment at %U", base, size, c->segs[i - 1].base);
-    if (i < c->nsegs && base + size > c->segs[i].base)
-        return range_conflict(c, "segment [%U, +%lld) overlaps the segment at %U", base, size, c->segs[i].base);
+/* Where a new range [address, address+size) goes among the sorted segments, or -1 with
+ * HeapConflict set (``what`` names the operation) when it is empty or overlaps a segment. */
+static Py_ssize_t place(Core *c, int64_t address, int64_t size, const char *what) {
+    Py_ssize_t i = bisect_right(c->bases.v, c->bases.n, address);
+    int64_t other = 0;
+    if (size > 0 && i > 0 && c->segs[i - 1].base + c->segs[i - 1].size > address) other = c->segs[i - 1].base;
+    else if (size > 0 && i < c->nsegs && address + size > c->segs[i].base) other = c->segs[i].base;
+    else if (size > 0) return i;
+    PyObject *ha = hex(address), *ho = size > 0 ? hex(other) : NULL, *msg = NULL;
+    if (ha && size <= 0) msg = PyUnicode_FromFormat("%s at %U has size %lld", what, ha, (long long)size);
+    else if (ha && ho)
+        msg = PyUnicode_FromFormat("%s [%U, +%lld) overlaps the segment at %U", what, ha, (long long)size, ho);
+    Py_XDECREF(ha);
+    Py_XDECREF(ho);
+    raise_conflict(c, msg);
+    return -1;
+}
+
+/* a new segment [base, base+size) at index i of the sorted segments, with no chunks yet */
+static Segment *segment_insert(Core *c, Py_ssize_t i, int64_t base, int64_t size) {
     if (c->nsegs == c->segcap) {
         Py_ssize_t cap = c->segcap ? c->segcap * 2 : 8;
         Segment *p = PyMem_Realloc(c->segs, cap * sizeof(Segment));
-        if (!p) return PyErr_NoMemory();
+        if (!p) return PyErr_NoMemory(), NULL;
         c->segs = p;
         c->segcap = cap;
     }
@@ -415,7 +404,27 @@ static PyObject *Core_segment_alloc(Core *c, PyObject *args, PyObject *kw) {
     memset(s, 0, sizeof *s);
     s->base = base;
     s->size = size;
-    if (vec_insert(&s->starts, 0, base) < 0 || set_free(c, base, size, base) < 0) return NULL;
+    return s;
+}
+
+/* drop the segment at index i (its chunks are the caller's business) */
+static void segment_remove(Core *c, Py_ssize_t i) {
+    PyMem_Free(c->segs[i].starts.v);
+    memmove(c->segs + i, c->segs + i + 1, (c->nsegs - i - 1) * sizeof(Segment));
+    c->nsegs--;
+    vec_remove(&c->bases, i);
+}
+
+static PyObject *Core_segment_alloc(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "base", "size", "thread", "stack", NULL};
+    long long time_ns, base, size, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &base, &size, &thread, &stack))
+        return NULL;
+    Py_ssize_t i = place(c, base, size, "segment");
+    if (i < 0) return NULL;
+    Segment *s = segment_insert(c, i, base, size);
+    if (!s || vec_insert(&s->starts, 0, base) < 0 || set_free(c, base, size, base) < 0) return NULL;
     if (emit(c, time_ns, SEGMENT_ALLOC, thread, base, size, 0, base, 0, -1, stack) < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -426,18 +435,113 @@ static PyObject *Core_segment_free(Core *c, PyObject *args, PyObject *kw) {
     int stack = -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "LL|$Li", names, &time_ns, &base, &thread, &stack)) return NULL;
     Segment *s = segment_at(c, base);
-    if (!s) return conflict(c, "-no segment at %U", base, 0);
+    if (!s) return conflict(c, "no segment at %U", base);
     Chunk *ch = chunk_get(c, base);
     int64_t size = s->size;
-    if (ch->size != size || ch->requested) return conflict(c, "-segment at %U is not wholly free", base, 0);
-    Py_ssize_t i = s - c->segs;
-    PyMem_Free(s->starts.v);
-    memmove(c->segs + i, c->segs + i + 1, (c->nsegs - i - 1) * sizeof(Segment));
-    c->nsegs--;
-    vec_remove(&c->bases, i);
+    if (ch->size != size || ch->requested) return conflict(c, "segment at %U is not wholly free", base);
+    segment_remove(c, s - c->segs);
     if (chunk_drop(c, base) < 0) return NULL;
     free_remove(c, size);
     if (emit(c, time_ns, SEGMENT_FREE, thread, base, size, 0, base, 0, -1, stack) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* the chunks of starts[from:] now belong to the segment at base */
+static void rebase_chunks(Core *c, const Vec *starts, Py_ssize_t from, int64_t base) {
+    for (Py_ssize_t j = from; j < starts->n; j++) chunk_get(c, starts->v[j])->segment = base;
+}
+
+static int vec_reserve(Vec *a, Py_ssize_t n) {
+    if (n <= a->cap) return 0;
+    Py_ssize_t cap = a->cap ? a->cap : 8;
+    while (cap < n) cap *= 2;
+    int64_t *v = PyMem_Realloc(a->v, cap * sizeof(int64_t));
+    if (!v) return PyErr_NoMemory(), -1;
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static PyObject *Core_segment_map(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "address", "size", "thread", "stack", NULL};
+    long long time_ns, address, size, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &address, &size, &thread, &stack))
+        return NULL;
+    Py_ssize_t i = place(c, address, size, "mapping");
+    if (i < 0) return NULL;
+    int joins_above = i < c->nsegs && c->segs[i].base == address + size;
+    Segment *s;
+    if (i > 0 && c->segs[i - 1].base + c->segs[i - 1].size == address) {
+        s = &c->segs[i - 1];
+        s->size += size;
+        if (vec_insert(&s->starts, s->starts.n, address) < 0) return NULL;
+    } else {
+        s = segment_insert(c, i, address, size);
+        if (!s || vec_insert(&s->starts, 0, address) < 0) return NULL;
+        i++; /* the segment above (if any) is now at i */
+    }
+    int64_t base = s->base;
+    if (set_free(c, address, size, base) < 0) return NULL;
+    if (joins_above) { /* the segment above joins this one */
+        Segment *above = &c->segs[i];
+        Py_ssize_t from = s->starts.n;
+        if (vec_reserve(&s->starts, s->starts.n + above->starts.n) < 0) return NULL;
+        memcpy(s->starts.v + s->starts.n, above->starts.v, above->starts.n * sizeof(int64_t));
+        s->starts.n += above->starts.n;
+        s->size += above->size;
+        rebase_chunks(c, &s->starts, from, base);
+        segment_remove(c, i);
+        s = segment_at(c, base);
+    }
+    if (emit(c, time_ns, SEGMENT_MAP, thread, address, size, 0, base, 0, -1, stack) < 0) return NULL;
+    int64_t end = address + size;
+    if (end < base + s->size && chunk_get(c, end)->requested == 0 && merge(c, time_ns, address, thread) < 0)
+        return NULL;
+    if (address > base) {
+        s = segment_at(c, base);
+        int64_t previous = s->starts.v[bisect_right(s->starts.v, s->starts.n, address) - 2];
+        if (chunk_get(c, previous)->requested == 0 && merge(c, time_ns, previous, thread) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int cut_out(Core *c, int64_t time_ns, int64_t address, int64_t size, int64_t thread, const char *what);
+
+static PyObject *Core_segment_unmap(Core *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"time_ns", "address", "size", "thread", "stack", NULL};
+    long long time_ns, address, size, thread = 0;
+    int stack = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLL|$Li", names, &time_ns, &address, &size, &thread, &stack))
+        return NULL;
+    if (cut_out(c, time_ns, address, size, thread, "unmapping") < 0) return NULL;
+    int64_t base = chunk_get(c, address)->segment;
+    if (chunk_drop(c, address) < 0) return NULL;
+    free_remove(c, size);
+    Segment *s = segment_at(c, base);
+    Py_ssize_t i = s - c->segs;
+    int64_t end = base + s->size, upper = address + size;
+    Py_ssize_t k = bisect_right(s->starts.v, s->starts.n, address) - 1;
+    Vec upper_starts = {0};
+    if (upper < end) {
+        if (vec_reserve(&upper_starts, s->starts.n - k - 1) < 0) return NULL;
+        memcpy(upper_starts.v, s->starts.v + k + 1, (s->starts.n - k - 1) * sizeof(int64_t));
+        upper_starts.n = s->starts.n - k - 1;
+    }
+    s->starts.n = k;
+    if (address > base) {
+        s->size = address - base;
+        i++;
+    } else {
+        segment_remove(c, i);
+    }
+    if (upper < end) {
+        Segment *u = segment_insert(c, i, upper, end - upper);
+        if (!u) return PyMem_Free(upper_starts.v), NULL;
+        u->starts = upper_starts;
+        rebase_chunks(c, &u->starts, 0, upper);
+    }
+    if (emit(c, time_ns, SEGMENT_UNMAP, thread, address, size, 0, base, 0, -1, stack) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -450,6 +554,36 @@ static Chunk *containing(Core *c, int64_t address, int64_t *start) {
     return address < *start + ch->size ? ch : NULL;
 }
 
+/* Split the free chunk holding [address, address+size) so that the range is one free chunk; -1
+ * with HeapConflict set (nothing changed) when it is not inside one free chunk. ``what`` names
+ * the operation in the messages, as PythonHeapBuilder._cut_out words them. */
+static int cut_out(Core *c, int64_t time_ns, int64_t address, int64_t size, int64_t thread, const char *what) {
+    int64_t start = 0;
+    Chunk *found = size > 0 ? containing(c, address, &start) : NULL;
+    PyObject *ha = hex(address), *hs = NULL, *msg = NULL;
+    if (!ha) return -1;
+    if (size <= 0) {
+        msg = PyUnicode_FromFormat("%s at %U has size %lld", what, ha, (long long)size);
+    } else if (!found) {
+        msg = PyUnicode_FromFormat("%s [%U, +%lld) lies outside every segment", what, ha, (long long)size);
+    } else if (found->requested || address + size > start + found->size) {
+        hs = hex(start);
+        if (hs && found->requested)
+            msg = PyUnicode_FromFormat("%s at %U overlaps the live allocation at %U", what, ha, hs);
+        else if (hs)
+            msg = PyUnicode_FromFormat("%s [%U, +%lld) runs past the free chunk at %U", what, ha, (long long)size, hs);
+    } else {
+        Py_DECREF(ha);
+        if (address > start && split(c, time_ns, start, address - start, thread) < 0) return -1;
+        if (size < chunk_get(c, address)->size && split(c, time_ns, address, size, thread) < 0) return -1;
+        return 0;
+    }
+    Py_DECREF(ha);
+    Py_XDECREF(hs);
+    raise_conflict(c, msg);
+    return -1;
+}
+
 static PyObject *Core_alloc(Core *c, PyObject *args, PyObject *kw) {
     static char *names[] = {"time_ns", "address", "size", "requested", "thread", "tag", "stack", NULL};
     long long time_ns, address, size, requested, thread = 0;
@@ -457,15 +591,7 @@ static PyObject *Core_alloc(Core *c, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "LLLL|$Lii", names, &time_ns, &address, &size, &requested, &thread,
                                      &tag, &stack))
         return NULL;
-    if (size <= 0) return conflict(c, "dallocation at %U has size %lld", address, size);
-    int64_t start = 0;
-    Chunk *found = containing(c, address, &start);
-    if (!found) return conflict(c, "dallocation [%U, +%lld) lies outside every segment", address, size);
-    if (found->requested) return conflict(c, "hallocation at %U overlaps the live allocation at %U", address, start);
-    if (address + size > start + found->size)
-        return range_conflict(c, "allocation [%U, +%lld) runs past the free chunk at %U", address, size, start);
-    if (address > start && split(c, time_ns, start, address - start, thread) < 0) return NULL;
-    if (size < chunk_get(c, address)->size && split(c, time_ns, address, size, thread) < 0) return NULL;
+    if (cut_out(c, time_ns, address, size, thread, "allocation") < 0) return NULL;
     Chunk *ch = chunk_get(c, address);
     free_remove(c, size);
     ch->requested = requested > 1 ? requested : 1;
@@ -483,7 +609,7 @@ static PyObject *Core_free(Core *c, PyObject *args, PyObject *kw) {
                                      &stack_arg))
         return NULL;
     Chunk *ch = chunk_get(c, address);
-    if (!ch || ch->requested == 0) return conflict(c, "-free of %U, which is not a live allocation", address, 0);
+    if (!ch || ch->requested == 0) return conflict(c, "free of %U, which is not a live allocation", address);
     int32_t stack = ch->stack;
     if (stack_arg != Py_None) {
         long s = PyLong_AsLong(stack_arg);
@@ -544,7 +670,7 @@ static PyObject *Core_live_size(Core *c, PyObject *arg) {
     long long address = PyLong_AsLongLong(arg);
     if (address == -1 && PyErr_Occurred()) return NULL;
     Chunk *ch = chunk_get(c, address);
-    if (!ch || ch->requested == 0) return conflict(c, "-no live allocation at %U", address, 0);
+    if (!ch || ch->requested == 0) return conflict(c, "no live allocation at %U", address);
     return PyLong_FromLongLong(ch->size);
 }
 
@@ -622,6 +748,8 @@ static void Core_dealloc(Core *c) {
 static PyMethodDef Core_methods[] = {
     {"segment_alloc", (PyCFunction)(void (*)(void))Core_segment_alloc, METH_VARARGS | METH_KEYWORDS, NULL},
     {"segment_free", (PyCFunction)(void (*)(void))Core_segment_free, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"segment_map", (PyCFunction)(void (*)(void))Core_segment_map, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"segment_unmap", (PyCFunction)(void (*)(void))Core_segment_unmap, METH_VARARGS | METH_KEYWORDS, NULL},
     {"alloc", (PyCFunction)(void (*)(void))Core_alloc, METH_VARARGS | METH_KEYWORDS, NULL},
     {"free", (PyCFunction)(void (*)(void))Core_free, METH_VARARGS | METH_KEYWORDS, NULL},
     {"oom", (PyCFunction)(void (*)(void))Core_oom, METH_VARARGS | METH_KEYWORDS, NULL},

@@ -14,6 +14,14 @@ importer or a policy feeds it decisions, and emits the events that replay needs:
         merge(a, n+m)          when [a+n, a+n+m) is free (the next neighbour first)
         merge(p, p_n+...)      when the previous chunk [p, a) is free
     segment_alloc(b, s) / segment_free(b)        -> one free chunk [b, b+s) / none
+    segment_map(a, n):                           (a range mapped into a growing segment)
+        segment_map(a, n)                        -> [a, a+n) free; touching segments join
+        merge(a, n+m)          when the segment above began with a free chunk [a+n, a+n+m)
+        merge(p, p_n+...)      when the segment below ended with a free chunk [p, a)
+    segment_unmap(a, n) inside the free chunk [f, f+S):
+        split(f, a-f)          when a > f
+        split(a, n)            when a+n < f+S
+        segment_unmap(a, n)                      -> [a, a+n) gone; its segment shrinks or splits
 
 Invariants (``check``): within each segment chunks tile ``[base, base+size)`` in address
 order; no two adjacent chunks are both free after a public operation; ``largest_free`` of
@@ -47,6 +55,7 @@ _SEGMENT_ALLOC, _SEGMENT_FREE, _ALLOC, _FREE, _SPLIT, _MERGE, _OOM = (
     int(Kind.SEGMENT_ALLOC), int(Kind.SEGMENT_FREE), int(Kind.ALLOC), int(Kind.FREE),
     int(Kind.SPLIT), int(Kind.MERGE), int(Kind.OOM),
 )  # fmt: skip
+_SEGMENT_MAP, _SEGMENT_UNMAP = int(Kind.SEGMENT_MAP), int(Kind.SEGMENT_UNMAP)
 
 
 class HeapConflict(ValueError):
@@ -175,15 +184,21 @@ class PythonHeapBuilder:
         self._free.add(size)
 
     # ---------------------------------------------------------------- segments
+    def _place(self, address: int, size: int, what: str) -> int:
+        """Where a new range ``[address, address+size)`` goes among the sorted segment bases;
+        ``HeapConflict`` (``what`` names the operation) when it is empty or overlaps a segment."""
+        if size <= 0:
+            raise HeapConflict(f"{what} at {address:#x} has size {size}")
+        i = bisect_right(self._bases, address)
+        if i > 0 and self._bases[i - 1] + self._segments[self._bases[i - 1]] > address:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) overlaps the segment at {self._bases[i - 1]:#x}")
+        if i < len(self._bases) and address + size > self._bases[i]:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) overlaps the segment at {self._bases[i]:#x}")
+        return i
+
     def segment_alloc(self, time_ns: int, base: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
         """A segment of ``size`` bytes at ``base`` was reserved: one free chunk."""
-        if size <= 0:
-            raise HeapConflict(f"segment at {base:#x} has size {size}")
-        i = bisect_right(self._bases, base)
-        if i > 0 and self._bases[i - 1] + self._segments[self._bases[i - 1]] > base:
-            raise HeapConflict(f"segment [{base:#x}, +{size}) overlaps the segment at {self._bases[i - 1]:#x}")
-        if i < len(self._bases) and base + size > self._bases[i]:
-            raise HeapConflict(f"segment [{base:#x}, +{size}) overlaps the segment at {self._bases[i]:#x}")
+        i = self._place(base, size, "segment")
         self._bases.insert(i, base)
         self._segments[base] = size
         self._starts[base] = [base]
@@ -205,6 +220,64 @@ class PythonHeapBuilder:
         self._free.remove(size)
         self._emit(time_ns, _SEGMENT_FREE, base, size, 0, base, thread=thread, stack=stack)
 
+    def segment_map(self, time_ns: int, address: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
+        """``size`` bytes at ``address`` were mapped (a growing segment): one free chunk, joined
+        with the segments that end at ``address`` or start at ``address + size``."""
+        i = self._place(address, size, "mapping")
+        below = self._bases[i - 1] if i > 0 else None
+        above = self._bases[i] if i < len(self._bases) else None
+        if below is not None and below + self._segments[below] == address:
+            base = below
+            self._segments[base] += size
+            self._starts[base].append(address)
+        else:
+            base = address
+            self._bases.insert(i, base)
+            self._segments[base] = size
+            self._starts[base] = [address]
+        self._set_free(address, size, base)
+        if above is not None and above == address + size:  # the segment above joins this one
+            self._segments[base] += self._segments.pop(above)
+            self._bases.remove(above)
+            for start in self._starts[above]:
+                self._chunks[start][2] = base
+            self._starts[base] += self._starts.pop(above)
+        self._emit(time_ns, _SEGMENT_MAP, address, size, 0, base, thread=thread, stack=stack)
+        end = address + size
+        if end < base + self._segments[base] and self._chunks[end][1] == 0:
+            self._merge(time_ns, address, thread)
+        if address > base:
+            starts = self._starts[base]
+            previous = starts[bisect_right(starts, address) - 2]
+            if self._chunks[previous][1] == 0:
+                self._merge(time_ns, previous, thread)
+
+    def segment_unmap(self, time_ns: int, address: int, size: int, *, thread: int = 0, stack: int = NO_INDEX) -> None:
+        """``size`` bytes at ``address`` were unmapped; the range must lie in one free chunk. Its
+        segment shrinks, or splits in two when the range is inside it."""
+        self._cut_out(time_ns, address, size, thread, "unmapping")
+        base = self._chunks.pop(address)[2]
+        self._free.remove(size)
+        starts = self._starts[base]
+        k = bisect_right(starts, address) - 1
+        upper_starts = starts[k + 1 :]
+        del starts[k:]
+        end = base + self._segments[base]
+        if address > base:
+            self._segments[base] = address - base
+        else:
+            del self._segments[base]
+            del self._starts[base]
+            self._bases.remove(base)
+        if address + size < end:
+            upper = address + size
+            insort(self._bases, upper)
+            self._segments[upper] = end - upper
+            self._starts[upper] = upper_starts
+            for chunk in upper_starts:
+                self._chunks[chunk][2] = upper
+        self._emit(time_ns, _SEGMENT_UNMAP, address, size, 0, base, thread=thread, stack=stack)
+
     # ---------------------------------------------------------------- chunks
     def _split(self, time_ns: int, address: int, first: int, thread: int) -> None:
         size, _, segment, *_ = self._chunks[address]
@@ -214,6 +287,25 @@ class PythonHeapBuilder:
         insort(self._starts[segment], address + first)
         self._emit(time_ns, _SPLIT, address, first, 0, segment, thread=thread)
 
+    def _cut_out(self, time_ns: int, address: int, size: int, thread: int, what: str) -> None:
+        """Split the free chunk holding ``[address, address+size)`` so that the range is one free
+        chunk; ``HeapConflict`` (nothing changed) when it is not inside one free chunk. ``what``
+        names the operation in the messages."""
+        if size <= 0:
+            raise HeapConflict(f"{what} at {address:#x} has size {size}")
+        found = self.chunk_at(address)
+        if found is None:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) lies outside every segment")
+        start, free_size, used = found
+        if used:
+            raise HeapConflict(f"{what} at {address:#x} overlaps the live allocation at {start:#x}")
+        if address + size > start + free_size:
+            raise HeapConflict(f"{what} [{address:#x}, +{size}) runs past the free chunk at {start:#x}")
+        if address > start:
+            self._split(time_ns, start, address - start, thread)
+        if size < self._chunks[address][0]:
+            self._split(time_ns, address, size, thread)
+
     def alloc(self, time_ns: int, address: int, size: int, requested: int, *, thread: int = 0,
               tag: int = NO_INDEX, stack: int = NO_INDEX) -> None:  # fmt: skip
         """``size`` bytes (the chunk) at ``address`` were handed out for a request of ``requested`` bytes.
@@ -221,20 +313,7 @@ class PythonHeapBuilder:
         The range must lie inside one free chunk of a segment (``HeapConflict`` otherwise).
         ``requested`` is stored as at least 1 so that an in-use chunk is never mistaken for free.
         """
-        if size <= 0:
-            raise HeapConflict(f"allocation at {address:#x} has size {size}")
-        found = self.chunk_at(address)
-        if found is None:
-            raise HeapConflict(f"allocation [{address:#x}, +{size}) lies outside every segment")
-        start, free_size, used = found
-        if used:
-            raise HeapConflict(f"allocation at {address:#x} overlaps the live allocation at {start:#x}")
-        if address + size > start + free_size:
-            raise HeapConflict(f"allocation [{address:#x}, +{size}) runs past the free chunk at {start:#x}")
-        if address > start:
-            self._split(time_ns, start, address - start, thread)
-        if size < self._chunks[address][0]:
-            self._split(time_ns, address, size, thread)
+        self._cut_out(time_ns, address, size, thread, "allocation")
         chunk = self._chunks[address]
         self._free.remove(size)
         chunk[1], chunk[3], chunk[4] = max(requested, 1), tag, stack

@@ -16,9 +16,11 @@ peer           index into the device table: transfer destination, placement's
                requested device; -1 when not applicable
 thread         ``threading.get_ident()`` of the recording thread
 address        chunk address (alloc/free/split/merge), segment base
-               (segment_alloc/free); 0 when not applicable
+               (segment_alloc/free), start of the mapped or unmapped range
+               (segment_map/unmap); 0 when not applicable
 size           bytes: chunk size (alloc/free), size of the first part after a split,
-               merged size (merge), segment size, rounded request (oom),
+               merged size (merge), segment size, bytes mapped or unmapped
+               (segment_map/unmap), rounded request (oom),
                transferred bytes (transfer)
 requested      bytes the caller asked for (alloc/free/oom), else 0
 segment        base address of the segment holding the chunk, -1 when not applicable
@@ -33,6 +35,15 @@ stack          index into the stack table, -1 when stacks are off
 Event kinds (design.md): a split of the chunk at ``address`` leaves it with ``size``
 bytes and makes the remainder, at ``address + size``, a new free chunk; a merge leaves
 the chunk at ``address`` with ``size`` bytes, absorbing its free upper neighbour.
+
+Segments that grow and shrink (PyTorch's expandable segments): a ``segment_map`` of
+``[address, address + size)`` adds that range as one free chunk; where a segment of the
+device ends at ``address`` or starts at ``address + size`` the ranges join into one segment
+(the lower segment's base is the joined one's; ``segment`` is that base). Free chunks at a
+seam are then coalesced by ``merge`` events. A ``segment_unmap`` of ``[address, address +
+size)`` removes exactly one free chunk; what remains of its segment below and above becomes
+one or two segments (``segment`` is the base before). The kinds' codes are appended to the
+older ones, so logs written before they existed read unchanged.
 """
 
 from __future__ import annotations
@@ -72,6 +83,8 @@ class Kind(IntEnum):
     TRANSFER = 7
     PLACEMENT = 8
     MARK = 9
+    SEGMENT_MAP = 10
+    SEGMENT_UNMAP = 11
 
 
 KIND_NAMES: tuple[str, ...] = tuple(k.name.lower() for k in Kind)

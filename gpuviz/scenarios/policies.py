@@ -7,7 +7,8 @@ A policy is written ``name`` or ``name:key=value,key=value`` (sizes accept units
     tf-bfc     growth (true), limit (bytes; default the capacity), fraction (0-1),
                gc (false: garbage collection of free segments on OOM)
     torch      max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold,
-               fraction (set_per_process_memory_fraction; the GC threshold needs it)
+               fraction (set_per_process_memory_fraction; the GC threshold needs it),
+               expandable_segments (false; not with max_split_size_mb)
     rmm-pool   initial (bytes, default 0), maximum (bytes, default unlimited)
     no-pool    (none): every tensor its own cudaMalloc — the lower bound on reserved bytes
 """
@@ -42,6 +43,7 @@ _OPTIONS: dict[str, dict[str, str]] = {  # option -> kind: bool, bytes, int, fra
         "roundup_power2_divisions": "int",
         "garbage_collection_threshold": "fraction",
         "fraction": "fraction",
+        "expandable_segments": "bool",
     },
     "rmm-pool": {"initial": "bytes", "maximum": "bytes"},
     "no-pool": {},
@@ -105,6 +107,7 @@ class Policy:
             settings = {
                 "max_split_size": -1 if split is None else int(split) * MiB,  # type: ignore[call-overload]
                 "roundup_power2_divisions": o.get("roundup_power2_divisions", 0),
+                "expandable_segments": bool(o.get("expandable_segments", False)),
             }
             return TorchCachingAllocator(
                 upstream,

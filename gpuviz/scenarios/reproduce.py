@@ -120,6 +120,11 @@ def reproduce(
         built = chosen.build(upstream, device=name, log=EventLog())
         assert isinstance(built, TorchCachingAllocator)
         model = built
+    if model.rules.expandable:  # the seed's mapped ranges would be seeded as cudaMalloc'd segments
+        raise ValueError(
+            "reproduce does not check runs with expandable segments: the model maps its own virtual "
+            "addresses and cannot seed the run's mapped ranges (use whatif with torch:expandable_segments=true)"
+        )
     if seed is not None:
         model.seed(seed)
     stream = request_stream(log, name, start=start, keep_unmatched=True)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from gpuviz.analysis.profile import Profile
-from gpuviz.analysis.replay import HEAP_KINDS
+from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
 from gpuviz.log.schema import Kind
 from gpuviz.views.fragmentation import _PALETTE as PALETTE
 from gpuviz.views.fragmentation import COLORS, LEAN_AGGREGATED, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW, call_site
@@ -93,7 +93,7 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         raise ValueError(f"window must be at least 1 event, got {window}")
     log, dp = p.log, p.devices[device]
     cols = log.columns
-    heap = np.flatnonzero((cols["device"] == log.device_index(device)) & (cols["kind"] <= max(HEAP_KINDS)))
+    heap = np.flatnonzero((cols["device"] == log.device_index(device)) & heap_mask(cols["kind"]))
     centre = int(np.searchsorted(heap, dp.opening)) if dp.opening >= 0 else len(heap)
     lo = max(0, min(centre - window // 2, len(heap) - window))
     positions = heap[lo : lo + window]
@@ -190,6 +190,22 @@ function gpuvizStepper(stream) {
     else if (kind === kinds.merge) { old = chunks.get(a).size; chunks.delete(a + old); chunks.set(a, free(size)); }
     else if (kind === kinds.segment_alloc) { segments.set(a, size); chunks.set(a, free(size)); }
     else if (kind === kinds.segment_free) { segments.delete(a); chunks.delete(a); }
+    else if (kind === kinds.segment_map) {  // [a, a + size) joins the segments it touches (replay.map_range)
+      var upper = segments.has(a + size) ? segments.get(a + size) : 0, below = null;
+      segments.delete(a + size);
+      segments.forEach(function (length, base) { if (base + length === a) { below = base; } });
+      if (below === null) { segments.set(a, size + upper); }
+      else { segments.set(below, segments.get(below) + size + upper); }
+      chunks.set(a, free(size));
+    }
+    else if (kind === kinds.segment_unmap) {  // [a, a + size) leaves its segment (replay.unmap_range)
+      var holder = null;
+      segments.forEach(function (length, base) { if (base <= a && a < base + length) { holder = base; } });
+      var end = holder + segments.get(holder);
+      if (a > holder) { segments.set(holder, a - holder); } else { segments.delete(holder); }
+      if (a + size < end) { segments.set(a + size, end - a - size); }
+      chunks.delete(a);
+    }
   }
   function heapAfter(position) {
     // segments by base, each with its chunks by address, right after log position `position`

@@ -163,12 +163,14 @@ def timeline(
             row=1, col=1, secondary_y=False,
         )  # fmt: skip
     if segments is not None and len(segments):
-        grow = segments[segments["kind"] == "segment_alloc"]
+        grow = segments[segments["kind"].isin(["segment_alloc", "segment_map"])]
         if len(grow):
+            words = {"segment_alloc": "segment of {} reserved", "segment_map": "{} mapped into a growing segment"}
             figure.add_trace(
                 go.Scatter(x=_seconds(grow["time_ns"].to_numpy(), t0), y=level(grow["seq"].to_numpy()),
                            name="segment reserved", mode="markers", marker={"symbol": "triangle-up", "size": 8},
-                           hovertext=[f"segment of {format_size(int(s))} reserved" for s in grow["size"]],
+                           hovertext=[words[k].format(format_size(int(s)))
+                                      for k, s in zip(grow["kind"], grow["size"], strict=True)],
                            hoverinfo="text"),
                 row=1, col=1, secondary_y=False,
             )  # fmt: skip
