@@ -171,3 +171,33 @@ def test_the_compiled_address_sort_is_a_stable_sort(n: int) -> None:
     np.testing.assert_array_equal(np.frombuffer(distinct, dtype=np.int64), np.unique(addresses))
     with pytest.raises(ValueError, match="int64"):
         kernel(addresses.tobytes() + b"abc")  # not a whole number of int64
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_pairing_gives_the_allocation_table_definition(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """allocation_table's rows and frees from the compiled pass equal the NumPy pairing, for every
+    device and all devices at once, also for sequences no allocator writes (a second alloc at an
+    open address, frees of addresses never allocated) and for a real allocator's log."""
+    from gpuviz.analysis import tables
+
+    rng = np.random.default_rng(seed)
+    log = EventLog()
+    for name in ("GPU:0", "GPU:1"):
+        log.add_device(name)
+    for step in range(4000):
+        kind = int(rng.choice([Kind.ALLOC, Kind.FREE, Kind.MARK]))
+        address = (1 << 40) + int(rng.integers(0, 40)) * 256
+        log.append((step, kind, 0, int(rng.integers(2)), -1, 0, address, 256, 200, 1 << 40, 0, 0, -1, -1))
+    for each in (log, two_device_log(2000, seed)):
+        for device in (None, "GPU:0", "GPU:1"):
+            monkeypatch.setenv("GPUVIZ_NATIVE", "1")
+            rows, frees = tables._allocations_and_frees(each, device)
+            monkeypatch.setenv("GPUVIZ_NATIVE", "0")
+            expected_rows, expected_frees = tables._allocations_and_frees(each, device)
+            np.testing.assert_array_equal(rows, expected_rows)
+            np.testing.assert_array_equal(frees, expected_frees)
+            assert len(rows) > 100 and (frees >= 0).any() and (frees < 0).any()
+            assert rows.flags.writeable

@@ -269,6 +269,37 @@ static int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer
     return 0;
 }
 
+/* Apply one heap event to ``h`` with replay's rules: 0, or -1 with an exception set (an event
+ * that contradicts the heap), or -2 when out of memory (no exception set yet). */
+static int apply_event(heap_t *h, int kind, int64_t a, int64_t s, int64_t requested, int32_t tag, int32_t stack) {
+    int64_t old;
+    int failed = 0;
+    switch (kind) {
+    case ALLOC:
+        return set_chunk(h, a, s, requested, tag, stack) < 0 ? -2 : 0;
+    case FREE:
+        return set_chunk(h, a, s, 0, -1, -1) < 0 ? -2 : 0;
+    case SPLIT:
+        if (size_of_chunk(h, a, &old) < 0) return -1;
+        return (set_chunk(h, a, s, 0, -1, -1) < 0 || set_chunk(h, a + s, old - s, 0, -1, -1) < 0) ? -2 : 0;
+    case MERGE:
+        if (size_of_chunk(h, a, &old) < 0 || del_chunk(h, a + old) < 0) return -1;
+        return set_chunk(h, a, s, 0, -1, -1) < 0 ? -2 : 0;
+    case SEGMENT_ALLOC:
+        return (set_segment(h, a, s) < 0 || set_chunk(h, a, s, 0, -1, -1) < 0) ? -2 : 0;
+    case SEGMENT_MAP:
+        failed = map_range(h, a, s);
+        if (!failed) failed = set_chunk(h, a, s, 0, -1, -1) < 0 ? -2 : 0;
+        return failed;
+    case SEGMENT_UNMAP:
+        failed = unmap_range(h, a, s);
+        if (failed) return failed;
+        return del_chunk(h, a) < 0 ? -1 : 0;
+    default: /* segment_free */
+        return (del_segment(h, a) < 0 || del_chunk(h, a) < 0) ? -1 : 0;
+    }
+}
+
 static PyObject *checkpoints(PyObject *module, PyObject *args) {
     Py_buffer kinds, addresses, sizes, requested, tags, stacks, picked = {0};
     Py_ssize_t every;
@@ -299,37 +330,8 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         goto nomem;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t e = position ? position[i] : i;
-        int64_t a = address_of[e], s = size_of[e], old;
-        int failed = 0;
-        switch (kind_of[e]) {
-        case ALLOC:
-            failed = set_chunk(&h, a, s, req_of[e], tag_of[e], stack_of[e]) < 0 ? -2 : 0;
-            break;
-        case FREE:
-            failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
-            break;
-        case SPLIT:
-            if (size_of_chunk(&h, a, &old) < 0) goto done;
-            failed = (set_chunk(&h, a, s, 0, -1, -1) < 0 || set_chunk(&h, a + s, old - s, 0, -1, -1) < 0) ? -2 : 0;
-            break;
-        case MERGE:
-            if (size_of_chunk(&h, a, &old) < 0 || del_chunk(&h, a + old) < 0) goto done;
-            failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
-            break;
-        case SEGMENT_ALLOC:
-            failed = (set_segment(&h, a, s) < 0 || set_chunk(&h, a, s, 0, -1, -1) < 0) ? -2 : 0;
-            break;
-        case SEGMENT_MAP:
-            failed = map_range(&h, a, s);
-            if (!failed) failed = set_chunk(&h, a, s, 0, -1, -1) < 0 ? -2 : 0;
-            break;
-        case SEGMENT_UNMAP:
-            failed = unmap_range(&h, a, s);
-            if (failed == -1 || (!failed && del_chunk(&h, a) < 0)) goto done;
-            break;
-        default: /* segment_free */
-            if (del_segment(&h, a) < 0 || del_chunk(&h, a) < 0) goto done;
-        }
+        int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
+        if (failed == -1) goto done;
         if (failed) goto nomem;
         if ((i + 1) % every == 0 && snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0) goto nomem;
     }
@@ -354,6 +356,70 @@ done:
     PyBuffer_Release(&requested);
     PyBuffer_Release(&tags);
     PyBuffer_Release(&stacks);
+    if (picked.buf) PyBuffer_Release(&picked);
+    return result;
+}
+
+/* state(kinds, addresses, sizes, requested, tags, stacks, chunks, segments, start, stop[, positions])
+ * -> (chunks, segments): the heap after applying events [start, stop) (indices into
+ * ``positions``, or rows without it) to a snapshot given as packed chunk and segment records
+ * (a checkpoint of ``checkpoints``); the records of the result as bytes, in no particular order.
+ * Replay.state_at's last step, without a Python object per chunk or event. */
+static PyObject *state(PyObject *module, PyObject *args) {
+    Py_buffer kinds, addresses, sizes, requested, tags, stacks, chunk_recs, segment_recs, picked = {0};
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*nn|y*", &kinds, &addresses, &sizes, &requested, &tags, &stacks,
+                          &chunk_recs, &segment_recs, &start, &stop, &picked))
+        return NULL;
+    PyObject *result = NULL;
+    heap_t h = {0};
+    Py_ssize_t rows = kinds.len, n = picked.buf ? picked.len / 8 : rows;
+    if (addresses.len != rows * 8 || sizes.len != rows * 8 || requested.len != rows * 8 || tags.len != rows * 4 ||
+        stacks.len != rows * 4 || (picked.buf && picked.len % 8) || chunk_recs.len % sizeof(chunk_rec) ||
+        segment_recs.len % sizeof(segment_rec) || start < 0 || stop < start || stop > n) {
+        PyErr_SetString(PyExc_ValueError, "state: columns of unequal length or wrong item size, or a bad range");
+        goto done;
+    }
+    const int64_t *position = picked.buf;
+    const uint8_t *kind_of = kinds.buf;
+    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
+    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
+    const chunk_rec *c = chunk_recs.buf;
+    const segment_rec *g = segment_recs.buf;
+    size_t n_chunks = chunk_recs.len / sizeof(chunk_rec), n_segments = segment_recs.len / sizeof(segment_rec);
+    if (map_init(&h.chunk_at, 1024) < 0 || map_init(&h.segment_at, 64) < 0) goto nomem;
+    for (size_t j = 0; j < n_segments; j++)
+        if (set_segment(&h, g[j].base, g[j].size) < 0) goto nomem;
+    for (size_t j = 0; j < n_chunks; j++)
+        if (set_chunk(&h, c[j].address, c[j].size, c[j].requested, c[j].tag, c[j].stack) < 0) goto nomem;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        Py_ssize_t e = position ? position[i] : i;
+        if (e < 0 || e >= rows) {
+            PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
+            goto done;
+        }
+        int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
+        if (failed == -1) goto done;
+        if (failed) goto nomem;
+    }
+    result = Py_BuildValue("(y#y#)", h.chunks ? (const char *)h.chunks : "", (Py_ssize_t)(h.n_chunks * sizeof(chunk_rec)),
+                           h.segments ? (const char *)h.segments : "", (Py_ssize_t)(h.n_segments * sizeof(segment_rec)));
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    free(h.chunks);
+    free(h.segments);
+    map_free(&h.chunk_at);
+    map_free(&h.segment_at);
+    PyBuffer_Release(&kinds);
+    PyBuffer_Release(&addresses);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&requested);
+    PyBuffer_Release(&tags);
+    PyBuffer_Release(&stacks);
+    PyBuffer_Release(&chunk_recs);
+    PyBuffer_Release(&segment_recs);
     if (picked.buf) PyBuffer_Release(&picked);
     return result;
 }
@@ -597,13 +663,83 @@ done:
     return result;
 }
 
+/* alloc_pairs(kinds, devices, addresses, device) -> (rows, free_index): over a whole log
+ * (uint8 / int16 / int64 buffers), the log position of every alloc event, in log order, of
+ * ``device`` (-1: every device), and per alloc the position of the free that ends it (the next
+ * alloc or free event at its address on its device, when that is a free), else -1 (int64
+ * bytearrays each). gpuviz.analysis.tables.allocation_table's rows and pairing in one pass. */
+static PyObject *alloc_pairs(PyObject *module, PyObject *args) {
+    Py_buffer kinds, devices, addresses;
+    int device;
+    if (!PyArg_ParseTuple(args, "y*y*y*i", &kinds, &devices, &addresses, &device)) return NULL;
+    PyObject *rows = NULL, *frees = NULL, *result = NULL;
+    map_t *open = NULL; /* per device id: address -> row of its open alloc */
+    buffer_t row_buf = {0}, free_buf = {0};
+    Py_ssize_t n = kinds.len;
+    if (devices.len != n * 2 || addresses.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "alloc_pairs: columns of unequal length or wrong item size");
+        goto done;
+    }
+    open = calloc(32768, sizeof(map_t));
+    if (open == NULL) goto nomem;
+    const uint8_t *kind = kinds.buf;
+    const int16_t *dev = devices.buf;
+    const int64_t *address = addresses.buf;
+    int64_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((kind[i] != ALLOC && kind[i] != FREE) || dev[i] < 0 || (device >= 0 && dev[i] != device)) continue;
+        if (address[i] == EMPTY) {
+            PyErr_SetString(PyExc_ValueError, "alloc_pairs: an address of -2**63");
+            goto done;
+        }
+        map_t *m = &open[dev[i]];
+        if (m->keys == NULL && map_init(m, 1024) < 0) goto nomem;
+        if (kind[i] == ALLOC) {
+            int64_t position = i, none = -1;
+            if (buffer_add(&row_buf, &position, 8) < 0 || buffer_add(&free_buf, &none, 8) < 0) goto nomem;
+            if (map_put(m, address[i], count++) < 0) goto nomem;
+        } else {
+            int64_t *row = map_get(m, address[i]);
+            if (row != NULL) {
+                ((int64_t *)free_buf.data)[*row] = i;
+                map_remove(m, address[i]);
+            }
+        }
+    }
+    rows = PyByteArray_FromStringAndSize(row_buf.data, (Py_ssize_t)row_buf.size); /* writable for NumPy */
+    frees = PyByteArray_FromStringAndSize(free_buf.data, (Py_ssize_t)free_buf.size);
+    if (rows != NULL && frees != NULL) result = PyTuple_Pack(2, rows, frees);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(frees);
+    if (open != NULL) {
+        for (int d = 0; d < 32768; d++)
+            if (open[d].keys != NULL) map_free(&open[d]);
+        free(open);
+    }
+    free(row_buf.data);
+    free(free_buf.data);
+    PyBuffer_Release(&kinds);
+    PyBuffer_Release(&devices);
+    PyBuffer_Release(&addresses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"timeline", timeline, METH_VARARGS,
      "timeline(kinds, sizes, requested, largest_free, in_use, in_req, pool, largest, fragmentation)"},
     {"free_of", free_of, METH_VARARGS, "free_of(kinds, addresses) -> int64 bytes: the free ending each alloc, or -1"},
+    {"alloc_pairs", alloc_pairs, METH_VARARGS,
+     "alloc_pairs(kinds, devices, addresses, device) -> (rows, free_index): allocations and their frees"},
     {"by_address", by_address, METH_VARARGS, "by_address(addresses) -> (order, distinct): a stable sort by address"},
     {"resample", resample, METH_VARARGS,
      "resample(time_ns, keep, t0, width, points, 5 metrics, out_time, 5 x out_min, 5 x out_max) -> buckets"},
+    {"state", state, METH_VARARGS,
+     "state(kinds, addresses, sizes, requested, tags, stacks, chunks, segments, start, stop[, positions]) -> "
+     "(chunks, segments)"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},

@@ -15,8 +15,6 @@ kept as dicts). Both apply the same rules (``_apply``) and give the same states.
 
 from __future__ import annotations
 
-import importlib
-import os
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuviz.analysis.native import kernel_function
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
@@ -54,16 +53,7 @@ assert max(Kind) == _SEGMENT_UNMAP, "heap_mask takes every kind from segment_map
 
 
 def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
-        return None
-    try:
-        kernel: Callable[..., tuple[bytes, bytes, bytes, bytes]] = importlib.import_module(
-            "gpuviz.analysis._replaykernel"
-        ).checkpoints
-    except ImportError:  # built without a C compiler: the pass runs in Python
-        return None
-    return kernel
+    return kernel_function("checkpoints")
 
 
 _CHUNK_RECORD = np.dtype([("address", "<i8"), ("size", "<i8"), ("requested", "<i8"), ("tag", "<i4"), ("stack", "<i4")])
@@ -80,9 +70,15 @@ class _PackedCheckpoints:
         self.segments = np.frombuffer(segments, dtype=_SEGMENT_RECORD)
         self.segment_offsets = np.frombuffer(segment_offsets, dtype=np.int64)
 
+    def records(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Snapshot k's chunk and segment records (views)."""
+        return (
+            self.chunks[self.chunk_offsets[k] : self.chunk_offsets[k + 1]],
+            self.segments[self.segment_offsets[k] : self.segment_offsets[k + 1]],
+        )
+
     def __getitem__(self, k: int) -> tuple[_Chunks, _Segments]:
-        c = self.chunks[self.chunk_offsets[k] : self.chunk_offsets[k + 1]]
-        s = self.segments[self.segment_offsets[k] : self.segment_offsets[k + 1]]
+        c, s = self.records(k)
         values = zip(c["size"].tolist(), c["requested"].tolist(), c["tag"].tolist(), c["stack"].tolist(), strict=True)
         return dict(zip(c["address"].tolist(), values, strict=True)), dict(
             zip(s["base"].tolist(), s["size"].tolist(), strict=True)
@@ -231,9 +227,43 @@ class Replay:
         p = self._prepare(device_id)
         applied = p.applied_through(index)
         checkpoint = applied // self.checkpoint_every
+        name = self.log.devices[device_id].name
+        compiled = kernel_function("state") if isinstance(p.checkpoints, _PackedCheckpoints) else None
+        if compiled is not None:  # the same rules applied in C to the packed checkpoint
+            extra = () if p.positions is None else (p.positions,)
+            chunk_records, segment_records = compiled(
+                *p.columns, *p.checkpoints.records(checkpoint), checkpoint * self.checkpoint_every, applied, *extra
+            )
+            return self._records_to_state(name, chunk_records, segment_records)
         chunks, segments = p.checkpoints[checkpoint]
         _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
-        return self._to_state(self.log.devices[device_id].name, chunks, segments)
+        return self._to_state(name, chunks, segments)
+
+    def _records_to_state(self, device: str, chunk_records: bytes, segment_records: bytes) -> HeapState:
+        """``_to_state`` of packed chunk and segment records (in any order)."""
+        strings = self.log.strings
+        c = np.frombuffer(chunk_records, dtype=_CHUNK_RECORD)
+        c = c[np.argsort(c["address"], kind="stable")]
+        g = np.frombuffer(segment_records, dtype=_SEGMENT_RECORD)
+        g = g[np.argsort(g["base"], kind="stable")]
+        bases = g["base"]
+        owner = np.searchsorted(bases, c["address"], side="right") - 1
+        bounds = np.searchsorted(owner, np.arange(len(bases) + 1)).tolist()
+        requested = c["requested"].tolist()
+        chunks = [
+            ChunkState(address, size, req, req > 0, strings[tag] if tag >= 0 else None, stack)
+            for address, size, req, tag, stack in zip(
+                c["address"].tolist(), c["size"].tolist(), requested, c["tag"].tolist(), c["stack"].tolist(),
+                strict=True,
+            )
+        ]  # fmt: skip
+        return HeapState(
+            device,
+            tuple(
+                SegmentState(base, size, tuple(chunks[bounds[k] : bounds[k + 1]]))
+                for k, (base, size) in enumerate(zip(bases.tolist(), g["size"].tolist(), strict=True))
+            ),
+        )
 
     def _to_state(self, device: str, chunks: _Chunks, segments: _Segments) -> HeapState:
         strings = self.log.strings

@@ -107,14 +107,19 @@ def _column(values: np.ndarray) -> pd.Series:
     return pd.Series(values, dtype=object, copy=False)
 
 
-def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
-    """One row per allocation, in log order: where, how big, tag, stack, and when it was made and freed.
-
-    ``alloc_index``/``free_index`` are positions in the log (``free_index`` -1: never freed).
-    ``op``/``dtype``/``shape`` are parsed from array tags (``op:dtype[shape]``) when present.
-    """
+def _allocations_and_frees(log: EventLog, device: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The log positions of the alloc events of ``device`` (None: every device), in log order,
+    and of the free that ends each (the next alloc or free event at its address on its device,
+    when that is a free), else -1."""
     cols = log.columns
     kind = cols["kind"]
+    compiled = kernel_function("alloc_pairs")
+    if compiled is not None:  # the same in one compiled pass
+        rows, frees = compiled(
+            np.ascontiguousarray(kind), np.ascontiguousarray(cols["device"], dtype=np.int16),
+            np.ascontiguousarray(cols["address"], dtype=np.int64), -1 if device is None else log.device_index(device),
+        )  # fmt: skip
+        return np.frombuffer(rows, dtype=np.int64), np.frombuffer(frees, dtype=np.int64)
     mask = (kind == Kind.ALLOC) | (kind == Kind.FREE)
     if device is not None:
         mask &= cols["device"] == log.device_index(device)
@@ -128,8 +133,17 @@ def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
         ended = pairs >= 0
         free_at[mine[ended]] = positions[mine[pairs[ended]]]
     is_alloc = kind[positions] == Kind.ALLOC
-    rows = positions[is_alloc]  # in log order
-    free_index = free_at[is_alloc]
+    return positions[is_alloc], free_at[is_alloc]
+
+
+def allocation_table(log: EventLog, device: str | None = None) -> pd.DataFrame:
+    """One row per allocation, in log order: where, how big, tag, stack, and when it was made and freed.
+
+    ``alloc_index``/``free_index`` are positions in the log (``free_index`` -1: never freed).
+    ``op``/``dtype``/``shape`` are parsed from array tags (``op:dtype[shape]``) when present.
+    """
+    cols = log.columns
+    rows, free_index = _allocations_and_frees(log, device)
     ops, dtypes, shapes = _parsed_tags(log, cols["tag"][rows])
     return pd.DataFrame(
         {
