@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -23,16 +24,22 @@ from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["LiveFollower", "LiveHeap", "LivePoints"]
+__all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints"]
 
 _ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
                                               Kind.SPLIT, Kind.MERGE, Kind.OOM)])  # fmt: skip
+_IS_ALLOCATOR = np.zeros(256, dtype=bool)  # indexed by kind code
+_IS_ALLOCATOR[_ALLOCATOR_KINDS] = True
 _ALLOC, _FREE, _SEGMENT_ALLOC, _SEGMENT_FREE = (
     int(Kind.ALLOC),
     int(Kind.FREE),
     int(Kind.SEGMENT_ALLOC),
     int(Kind.SEGMENT_FREE),
 )
+_CHUNK_SIGN = np.zeros(256, dtype=np.int64)  # how a kind moves bytes in use: +1 alloc, -1 free
+_CHUNK_SIGN[[_ALLOC, _FREE]] = (1, -1)
+_SEGMENT_SIGN = np.zeros(256, dtype=np.int64)  # how a kind moves pool bytes
+_SEGMENT_SIGN[[_SEGMENT_ALLOC, _SEGMENT_FREE]] = (1, -1)
 
 
 @dataclass
@@ -63,6 +70,20 @@ class LiveHeap:
     events: int = 0  # allocator events of the device seen so far
 
 
+@dataclass(frozen=True)
+class HeapArrays:
+    """The newest heap of one device as arrays sorted by address (int64, bytes): its segments'
+    bases and sizes, and its chunks in use (addresses, sizes, requested bytes), each inside a
+    segment. Free chunks are the gaps; what a cheap live map is drawn from."""
+
+    device: str
+    segment_base: np.ndarray
+    segment_size: np.ndarray
+    address: np.ndarray
+    size: np.ndarray
+    requested: np.ndarray
+
+
 def _last_per_address(addresses: np.ndarray) -> np.ndarray:
     """Positions (into ``addresses``) of the last occurrence of each distinct address."""
     _, first_in_reversed = np.unique(addresses[::-1], return_index=True)
@@ -75,6 +96,8 @@ class LiveFollower:
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self.position = 0  # rows read so far
+        self.first_time_ns: int | None = None  # time of the log's first row (ns), once read
+        self.last_time_ns: int | None = None  # time of the last row read (ns)
         self.heaps: dict[str, LiveHeap] = {}
 
     def heap(self, device: str) -> LiveHeap:
@@ -107,48 +130,70 @@ class LiveFollower:
             segments.append(SegmentState(base, heap.segments[base], tuple(chunks)))
         return HeapState(device, tuple(segments))
 
+    def arrays(self, device: str) -> HeapArrays:
+        """The newest heap of ``device`` as ``HeapArrays`` (no object per chunk)."""
+        heap = self.heap(device)
+        n = len(heap.segments)
+        bases = np.fromiter(heap.segments.keys(), dtype=np.int64, count=n)
+        sizes = np.fromiter(heap.segments.values(), dtype=np.int64, count=n)
+        order = np.argsort(bases)
+        bases, sizes = bases[order], sizes[order]
+        m = len(heap.chunks)
+        address = np.fromiter(heap.chunks.keys(), dtype=np.int64, count=m)
+        values = np.fromiter(chain.from_iterable(heap.chunks.values()), dtype=np.int64, count=3 * m).reshape(m, 3)
+        order = np.argsort(address)
+        address, size, requested = address[order], values[order, 0], values[order, 1]
+        found = np.searchsorted(bases, address, side="right") - 1
+        inside = np.zeros(m, dtype=bool)
+        if n:
+            inside = (found >= 0) & (address < (bases + sizes)[np.maximum(found, 0)])
+        return HeapArrays(device, bases, sizes, address[inside], size[inside], requested[inside])
+
     def update(self) -> dict[str, tuple[LivePoints, bool]]:
         """Read the new rows: per device with new allocator events, (its new timeline points,
         whether its heap changed)."""
-        cols = self.log.columns
-        end = len(cols["seq"])
-        start, self.position = self.position, end
-        if end <= start:
+        start = self.position
+        rows = self.log.rows_since(start)
+        if not len(rows):
             return {}
-        kind = cols["kind"][start:end]
-        allocator = np.isin(kind, _ALLOCATOR_KINDS)
-        if not allocator.any():
+        self.position = start + len(rows)
+        if self.first_time_ns is None:
+            self.first_time_ns = int(rows["time_ns"][0])
+        self.last_time_ns = int(rows["time_ns"][-1])
+        allocator = np.flatnonzero(_IS_ALLOCATOR[rows["kind"]])
+        if not len(allocator):
             return {}
-        rows = np.flatnonzero(allocator)
-        kind = kind[rows]
-        device = cols["device"][start:end][rows]
-        address = cols["address"][start:end][rows]
-        size = cols["size"][start:end][rows]
-        requested = cols["requested"][start:end][rows]
-        tag = cols["tag"][start:end][rows]
-        time_ns = cols["time_ns"][start:end][rows]
+        kind, device = rows["kind"][allocator], rows["device"][allocator]
         names = self.log.device_names
         result: dict[str, tuple[LivePoints, bool]] = {}
-        for device_id in np.unique(device).tolist():
-            mine = device == device_id
+        ids = [int(device[0])] if device.min() == device.max() else np.unique(device).tolist()
+        for device_id in ids:
+            where = allocator if len(ids) == 1 else allocator[device == device_id]
+            k = kind if len(ids) == 1 else kind[device == device_id]
+            a, s, r, tag, time_ns = (rows[f][where] for f in ("address", "size", "requested", "tag", "time_ns"))
             name = names[device_id]
             heap = self.heap(name)
-            k, a, s, r = kind[mine], address[mine], size[mine], requested[mine]
-            zero = np.zeros_like(s)
-            in_use = heap.bytes_in_use + np.cumsum(np.where(k == _ALLOC, s, np.where(k == _FREE, -s, zero)))
-            in_req = heap.bytes_requested + np.cumsum(np.where(k == _ALLOC, r, np.where(k == _FREE, -r, zero)))
-            pool = heap.pool_bytes + np.cumsum(np.where(k == _SEGMENT_ALLOC, s, np.where(k == _SEGMENT_FREE, -s, zero)))
-            changed = self._apply_net(heap, k, a, s, r, tag[mine])
+            chunk_sign, segment_sign = _CHUNK_SIGN[k], _SEGMENT_SIGN[k]
+            in_use = np.cumsum(chunk_sign * s)
+            in_use += heap.bytes_in_use
+            in_req = np.cumsum(chunk_sign * r)
+            in_req += heap.bytes_requested
+            pool = np.cumsum(segment_sign * s)
+            pool += heap.pool_bytes
+            changed = self._apply_net(heap, k, a, s, r, tag, chunk_sign, segment_sign)
             heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes = int(in_use[-1]), int(in_req[-1]), int(pool[-1])
             heap.events += len(k)
-            points = LivePoints(start + rows[mine], time_ns[mine], in_use, in_req, pool)
+            points = LivePoints(start + where, time_ns, in_use, in_req, pool)
             result[name] = (points, changed)
         return result
 
     @staticmethod
-    def _apply_net(heap: LiveHeap, k: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray, t: np.ndarray) -> bool:
+    def _apply_net(
+        heap: LiveHeap, k: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray, t: np.ndarray,
+        chunk_sign: np.ndarray, segment_sign: np.ndarray,
+    ) -> bool:  # fmt: skip
         changed = False
-        chunk_events = np.flatnonzero((k == _ALLOC) | (k == _FREE))
+        chunk_events = np.flatnonzero(chunk_sign)
         if len(chunk_events):
             last = chunk_events[_last_per_address(a[chunk_events])]
             for kind, address, size, requested, tag in zip(
@@ -159,7 +204,7 @@ class LiveFollower:
                 else:
                     heap.chunks.pop(address, None)
             changed = True
-        segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE))
+        segment_events = np.flatnonzero(segment_sign)
         if len(segment_events):
             last = segment_events[_last_per_address(a[segment_events])]
             for kind, address, size in zip(k[last].tolist(), a[last].tolist(), s[last].tolist(), strict=True):
