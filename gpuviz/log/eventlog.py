@@ -341,8 +341,7 @@ class EventLog:
                 for name in ROW_COLUMNS:
                     rows[name] = self._columns[name][start : self._n_columns]
                 pieces.append(rows.tobytes())
-            packed = b"".join(reversed(pieces))
-        return np.frombuffer(packed, dtype=ROW_DTYPE)
+        return np.frombuffer(b"".join(reversed(pieces)), dtype=ROW_DTYPE)  # blocks never change: no lock
 
     def column(self, name: str) -> np.ndarray:
         if name not in DTYPES:

@@ -216,7 +216,7 @@ class Dashboard(anywidget.AnyWidget):
 
     def live_update(self) -> None:
         """Draw what is new in the log since the last update (cheap: see the module doc)."""
-        with self._lock:
+        with self._lock, self.hold_sync():  # one state message per update
             start = time.perf_counter()
             follower = self._follower
             updates = follower.update()
