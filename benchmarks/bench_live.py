@@ -109,6 +109,10 @@ def main() -> None:
                   f" ({100 * (live['cell'] / bare - 1):+.1f} %); dashboard thread CPU {cpu * 1e3:.0f} ms"
                   f" = {100 * cpu / live['cell']:.1f} % of the cell; first draw {live['first_draw'] * 1e3:.0f} ms"
                   f" after the request; {len(during)} updates while it ran ({rate:.1f} Hz)")  # fmt: skip
+            pairs = ", ".join(f"{b:.2f}/{lv['cell']:.2f} s {100 * (lv['cell'] / b - 1):+.0f} %"
+                              f" {len([t for t in lv['updates'] if t <= lv['cell']]) / lv['cell']:.1f} Hz"
+                              for b, lv in zip(bares, lives, strict=True))  # fmt: skip
+            print(f"  each alternated pair, plain/live: {pairs}")
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

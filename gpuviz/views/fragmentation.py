@@ -80,6 +80,12 @@ def metric_words(bytes_in_use: int, pool_bytes: int, largest_free: int) -> str:
     )
 
 
+def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``
+    (the aggregated maps' buckets: the static one here, the live one in ``livemap``)."""
+    return _coverage(starts, lengths, x)
+
+
 def _label(base: int) -> str:
     return f"{base:#x}"
 
@@ -152,7 +158,7 @@ def _exact(
     return traces
 
 
-def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
+def _coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``."""
     if not len(starts):
         return np.zeros(len(x), dtype=np.float64)
@@ -182,7 +188,7 @@ def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> di
         amounts = {}
         for name, intervals in parts.items():
             arr = np.array(intervals, dtype=np.int64).reshape(-1, 2)
-            covered = coverage(arr[:, 0], arr[:, 1], edges)
+            covered = _coverage(arr[:, 0], arr[:, 1], edges)
             amounts[name] = np.diff(covered)
         counts = np.diff(np.searchsorted([c.address - seg.base for c in seg.chunks], edges))
         for i in range(buckets):
