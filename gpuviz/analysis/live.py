@@ -28,18 +28,12 @@ __all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints"]
 
 _ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
                                               Kind.SPLIT, Kind.MERGE, Kind.OOM)])  # fmt: skip
-_IS_ALLOCATOR = np.zeros(256, dtype=bool)  # indexed by kind code
-_IS_ALLOCATOR[_ALLOCATOR_KINDS] = True
 _ALLOC, _FREE, _SEGMENT_ALLOC, _SEGMENT_FREE = (
     int(Kind.ALLOC),
     int(Kind.FREE),
     int(Kind.SEGMENT_ALLOC),
     int(Kind.SEGMENT_FREE),
 )
-_CHUNK_SIGN = np.zeros(256, dtype=np.int64)  # how a kind moves bytes in use: +1 alloc, -1 free
-_CHUNK_SIGN[[_ALLOC, _FREE]] = (1, -1)
-_SEGMENT_SIGN = np.zeros(256, dtype=np.int64)  # how a kind moves pool bytes
-_SEGMENT_SIGN[[_SEGMENT_ALLOC, _SEGMENT_FREE]] = (1, -1)
 
 
 @dataclass
@@ -82,6 +76,10 @@ class HeapArrays:
     address: np.ndarray
     size: np.ndarray
     requested: np.ndarray
+
+
+_IS_ALLOCATOR = np.zeros(256, dtype=bool)  # indexed by kind code: cheaper than ``np.isin``
+_IS_ALLOCATOR[_ALLOCATOR_KINDS] = True
 
 
 def _last_per_address(addresses: np.ndarray) -> np.ndarray:
@@ -153,47 +151,40 @@ class LiveFollower:
         """Read the new rows: per device with new allocator events, (its new timeline points,
         whether its heap changed)."""
         start = self.position
-        rows = self.log.rows_since(start)
+        new = self.log.rows_since(start)  # packed rows: each field below is one strided gather
+        if not len(new):
+            return {}
+        self.position = start + len(new)
+        if self.first_time_ns is None:
+            self.first_time_ns = int(new["time_ns"][0])
+        self.last_time_ns = int(new["time_ns"][-1])
+        rows = np.flatnonzero(_IS_ALLOCATOR[new["kind"]])
         if not len(rows):
             return {}
-        self.position = start + len(rows)
-        if self.first_time_ns is None:
-            self.first_time_ns = int(rows["time_ns"][0])
-        self.last_time_ns = int(rows["time_ns"][-1])
-        allocator = np.flatnonzero(_IS_ALLOCATOR[rows["kind"]])
-        if not len(allocator):
-            return {}
-        kind, device = rows["kind"][allocator], rows["device"][allocator]
+        kind, device, address, size = (new[name][rows] for name in ("kind", "device", "address", "size"))
+        requested, tag, time_ns = (new[name][rows] for name in ("requested", "tag", "time_ns"))
         names = self.log.device_names
         result: dict[str, tuple[LivePoints, bool]] = {}
-        ids = [int(device[0])] if device.min() == device.max() else np.unique(device).tolist()
-        for device_id in ids:
-            where = allocator if len(ids) == 1 else allocator[device == device_id]
-            k = kind if len(ids) == 1 else kind[device == device_id]
-            a, s, r, tag, time_ns = (rows[f][where] for f in ("address", "size", "requested", "tag", "time_ns"))
+        for device_id in np.unique(device).tolist():
+            mine = device == device_id
             name = names[device_id]
             heap = self.heap(name)
-            chunk_sign, segment_sign = _CHUNK_SIGN[k], _SEGMENT_SIGN[k]
-            in_use = np.cumsum(chunk_sign * s)
-            in_use += heap.bytes_in_use
-            in_req = np.cumsum(chunk_sign * r)
-            in_req += heap.bytes_requested
-            pool = np.cumsum(segment_sign * s)
-            pool += heap.pool_bytes
-            changed = self._apply_net(heap, k, a, s, r, tag, chunk_sign, segment_sign)
+            k, a, s, r = kind[mine], address[mine], size[mine], requested[mine]
+            zero = np.zeros_like(s)
+            in_use = heap.bytes_in_use + np.cumsum(np.where(k == _ALLOC, s, np.where(k == _FREE, -s, zero)))
+            in_req = heap.bytes_requested + np.cumsum(np.where(k == _ALLOC, r, np.where(k == _FREE, -r, zero)))
+            pool = heap.pool_bytes + np.cumsum(np.where(k == _SEGMENT_ALLOC, s, np.where(k == _SEGMENT_FREE, -s, zero)))
+            changed = self._apply_net(heap, k, a, s, r, tag[mine])
             heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes = int(in_use[-1]), int(in_req[-1]), int(pool[-1])
             heap.events += len(k)
-            points = LivePoints(start + where, time_ns, in_use, in_req, pool)
+            points = LivePoints(start + rows[mine], time_ns[mine], in_use, in_req, pool)
             result[name] = (points, changed)
         return result
 
     @staticmethod
-    def _apply_net(
-        heap: LiveHeap, k: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray, t: np.ndarray,
-        chunk_sign: np.ndarray, segment_sign: np.ndarray,
-    ) -> bool:  # fmt: skip
+    def _apply_net(heap: LiveHeap, k: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray, t: np.ndarray) -> bool:
         changed = False
-        chunk_events = np.flatnonzero(chunk_sign)
+        chunk_events = np.flatnonzero((k == _ALLOC) | (k == _FREE))
         if len(chunk_events):
             last = chunk_events[_last_per_address(a[chunk_events])]
             for kind, address, size, requested, tag in zip(
@@ -204,7 +195,7 @@ class LiveFollower:
                 else:
                     heap.chunks.pop(address, None)
             changed = True
-        segment_events = np.flatnonzero(segment_sign)
+        segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE))
         if len(segment_events):
             last = segment_events[_last_per_address(a[segment_events])]
             for kind, address, size in zip(k[last].tolist(), a[last].tolist(), s[last].tolist(), strict=True):
