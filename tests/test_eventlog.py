@@ -20,7 +20,7 @@ import pytest
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, load, mark, span
 from gpuviz.log.fileio import ARROW_SCHEMA
-from gpuviz.log.schema import MarkPhase
+from gpuviz.log.schema import ROW_DTYPE, MarkPhase
 
 BASE = 1 << 40
 
@@ -88,6 +88,28 @@ def test_reading_a_growing_log_copies_only_the_new_rows() -> None:
         np.testing.assert_array_equal(first[name], column)
     assert second["seq"].tolist() == list(range(len(log)))
     assert [e.kind for e in log][-4:] == ["split", "alloc", "free", "merge"]
+
+
+def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike() -> None:
+    """``rows_since(start)`` gives exactly rows ``start..`` whether they were split into columns
+    already, still sit in flushed blocks or are staged; the blocks stay unsplit."""
+    log = EventLog(flush_rows=6)
+    alloc = small_run(log)  # 9 events: 3 blocks of 3
+    before = {name: log[name].tolist() for name in ("time_ns", "kind", "address", "size", "tag")}  # splits them
+    for _ in range(3):
+        alloc.free(alloc.allocate(512))  # 12 more: 4 blocks of 3, none split
+    log.append((7, 9, 0, 0, -1, 1, 4096, 5, 6, -1, -1, 0, -1, -1))  # one staged row
+    rows = log.rows_since(4)
+    assert log._n_columns == 9 and len(log._blocks) == 5 and not log._staged  # nothing split, staged flushed
+    assert len(rows) == len(log) - 4 == 18 and rows.dtype == ROW_DTYPE and not rows.flags.writeable
+    assert rows["address"][:5].tolist() == before["address"][4:]  # from the columns
+    assert rows["size"][-1] == 5 and rows["address"][-1] == 4096  # the staged row
+    every = log.columns
+    for name in ("time_ns", "kind", "device", "address", "size", "requested", "tag", "stack"):
+        assert rows[name].tolist() == every[name][4:].tolist()
+    assert len(log.rows_since(len(log))) == 0 and len(log.rows_since(0)) == 22
+    with pytest.raises(ValueError, match="start must be a row position >= 0, got -1"):
+        log.rows_since(-1)
 
 
 def test_filter_by_kind_device_time_and_tag() -> None:

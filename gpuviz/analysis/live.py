@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["LiveFollower", "LiveHeap", "LivePoints"]
+__all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints"]
 
 _ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
                                               Kind.SPLIT, Kind.MERGE, Kind.OOM, Kind.SEGMENT_MAP,
@@ -69,6 +70,24 @@ class LiveHeap:
     events: int = 0  # allocator events of the device seen so far
 
 
+@dataclass(frozen=True)
+class HeapArrays:
+    """The newest heap of one device as arrays sorted by address (int64, bytes): its segments'
+    bases and sizes, and its chunks in use (addresses, sizes, requested bytes), each inside a
+    segment. Free chunks are the gaps; what a cheap live map is drawn from."""
+
+    device: str
+    segment_base: np.ndarray
+    segment_size: np.ndarray
+    address: np.ndarray
+    size: np.ndarray
+    requested: np.ndarray
+
+
+_IS_ALLOCATOR = np.zeros(256, dtype=bool)  # indexed by kind code: cheaper than ``np.isin``
+_IS_ALLOCATOR[_ALLOCATOR_KINDS] = True
+
+
 def _last_per_address(addresses: np.ndarray) -> np.ndarray:
     """Positions (into ``addresses``) of the last occurrence of each distinct address."""
     _, first_in_reversed = np.unique(addresses[::-1], return_index=True)
@@ -81,6 +100,8 @@ class LiveFollower:
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self.position = 0  # rows read so far
+        self.first_time_ns: int | None = None  # time of the log's first row (ns), once read
+        self.last_time_ns: int | None = None  # time of the last row read (ns)
         self.heaps: dict[str, LiveHeap] = {}
 
     def heap(self, device: str) -> LiveHeap:
@@ -113,26 +134,41 @@ class LiveFollower:
             segments.append(SegmentState(base, heap.segments[base], tuple(chunks)))
         return HeapState(device, tuple(segments))
 
+    def arrays(self, device: str) -> HeapArrays:
+        """The newest heap of ``device`` as ``HeapArrays`` (no object per chunk)."""
+        heap = self.heap(device)
+        n = len(heap.segments)
+        bases = np.fromiter(heap.segments.keys(), dtype=np.int64, count=n)
+        sizes = np.fromiter(heap.segments.values(), dtype=np.int64, count=n)
+        order = np.argsort(bases)
+        bases, sizes = bases[order], sizes[order]
+        m = len(heap.chunks)
+        address = np.fromiter(heap.chunks.keys(), dtype=np.int64, count=m)
+        values = np.fromiter(chain.from_iterable(heap.chunks.values()), dtype=np.int64, count=3 * m).reshape(m, 3)
+        order = np.argsort(address)
+        address, size, requested = address[order], values[order, 0], values[order, 1]
+        found = np.searchsorted(bases, address, side="right") - 1
+        inside = np.zeros(m, dtype=bool)
+        if n:
+            inside = (found >= 0) & (address < (bases + sizes)[np.maximum(found, 0)])
+        return HeapArrays(device, bases, sizes, address[inside], size[inside], requested[inside])
+
     def update(self) -> dict[str, tuple[LivePoints, bool]]:
         """Read the new rows: per device with new allocator events, (its new timeline points,
         whether its heap changed)."""
-        cols = self.log.columns
-        end = len(cols["seq"])
-        start, self.position = self.position, end
-        if end <= start:
+        start = self.position
+        new = self.log.rows_since(start)  # packed rows: each field below is one strided gather
+        if not len(new):
             return {}
-        kind = cols["kind"][start:end]
-        allocator = np.isin(kind, _ALLOCATOR_KINDS)
-        if not allocator.any():
+        self.position = start + len(new)
+        if self.first_time_ns is None:
+            self.first_time_ns = int(new["time_ns"][0])
+        self.last_time_ns = int(new["time_ns"][-1])
+        rows = np.flatnonzero(_IS_ALLOCATOR[new["kind"]])
+        if not len(rows):
             return {}
-        rows = np.flatnonzero(allocator)
-        kind = kind[rows]
-        device = cols["device"][start:end][rows]
-        address = cols["address"][start:end][rows]
-        size = cols["size"][start:end][rows]
-        requested = cols["requested"][start:end][rows]
-        tag = cols["tag"][start:end][rows]
-        time_ns = cols["time_ns"][start:end][rows]
+        kind, device, address, size = (new[name][rows] for name in ("kind", "device", "address", "size"))
+        requested, tag, time_ns = (new[name][rows] for name in ("requested", "tag", "time_ns"))
         names = self.log.device_names
         result: dict[str, tuple[LivePoints, bool]] = {}
         for device_id in np.unique(device).tolist():

@@ -11,6 +11,7 @@ __all__ = ["record_transfer", "record_placement"]
 
 _TRANSFER = int(Kind.TRANSFER)
 _PLACEMENT = int(Kind.PLACEMENT)
+_get_ident = threading.get_ident
 
 
 def record_transfer(
@@ -36,7 +37,6 @@ def record_transfer(
 
 def record_placement(
     log: EventLog,
-    *,
     op: str,
     device: int,
     requested: int,
@@ -46,8 +46,9 @@ def record_placement(
     stack: int = NO_INDEX,
 ) -> None:
     """Op ``op`` ran on device index ``device``; ``requested`` is the device index its scope
-    asked for (-1: none); ``soft`` when soft placement moved it to another device."""
+    asked for (-1: none); ``soft`` when soft placement moved it to another device. (Arguments
+    may be positional: the runtime records one per op.)"""
     log.append(
-        (start_ns, _PLACEMENT, int(soft), device, requested, threading.get_ident(),
+        (start_ns, _PLACEMENT, int(soft), device, requested, _get_ident(),
          0, 0, 0, -1, -1, duration_ns, log.intern_string(op), stack)
     )  # fmt: skip

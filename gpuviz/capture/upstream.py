@@ -13,6 +13,8 @@ import threading
 from bisect import bisect_right, insort
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from gpuviz.base.units import parse_bytes
 
 __all__ = ["Upstream", "SimUpstream", "UpstreamOutOfMemory", "SIM_BASE"]
@@ -66,7 +68,8 @@ class SimUpstream:
         self._hole_size: dict[int, int] = {}
         self._tail = base
         self._maps: dict[int, mmap.mmap] = {}
-        self._last: tuple[int, int, mmap.mmap] | None = None  # (start, end, map) of the last region mapped
+        self._arrays: dict[int, np.ndarray] = {}  # the bytes of each map (views over them are cheap to make)
+        self._last: tuple[int, int, np.ndarray] | None = None  # (start, end, bytes) of the last region mapped
         self.reserved = 0
 
     @property
@@ -100,6 +103,7 @@ class SimUpstream:
             if self.backed:
                 flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20) | getattr(mmap, "MAP_NORESERVE", 0)
                 self._maps[address] = mmap.mmap(-1, nbytes, flags=flags)
+                self._arrays[address] = np.frombuffer(self._maps[address], dtype=np.uint8)
             self._regions[address] = nbytes
             insort(self._starts, address)
             self.reserved += nbytes
@@ -115,6 +119,7 @@ class SimUpstream:
             self.reserved -= size
             self._release_range(address, size)
             region = self._maps.pop(address, None)
+            self._arrays.pop(address, None)
             self._last = None
         if region is not None:
             with contextlib.suppress(BufferError):  # a caller still holds a view; the map goes with it
@@ -144,11 +149,12 @@ class SimUpstream:
     def buffer(self, address: int, nbytes: int) -> memoryview:
         """Writable bytes ``[address, address + nbytes)`` of a backed region."""
         region, offset = self.mapped(address, nbytes)
-        return memoryview(region)[offset : offset + nbytes]
+        return region[offset : offset + nbytes].data
 
-    def mapped(self, address: int, nbytes: int) -> tuple[mmap.mmap, int]:
+    def mapped(self, address: int, nbytes: int) -> tuple[np.ndarray, int]:
         """The host memory backing ``[address, address + nbytes)`` of a backed region: its
-        region's map and the byte offset in it (a NumPy array over it is one constructor call)."""
+        region's bytes (a ``uint8`` array over its map) and the byte offset in them (an array
+        over them is one ``np.ndarray`` constructor call, cheaper over an array than over a map)."""
         last = self._last  # most arrays of a loop live in one region: no lock, no search
         if last is not None and last[0] <= address and address + nbytes <= last[1] and nbytes >= 0:
             return last[2], address - last[0]
@@ -159,8 +165,8 @@ class SimUpstream:
             start = self._starts[index] if index >= 0 else -1
             if start < 0 or address + nbytes > start + self._regions[start] or nbytes < 0:
                 raise ValueError(f"[{address:#x}, +{nbytes}) is not inside a reserved region")
-            self._last = (start, start + self._regions[start], self._maps[start])
-            return self._maps[start], address - start
+            self._last = (start, start + self._regions[start], self._arrays[start])
+            return self._arrays[start], address - start
 
     def __repr__(self) -> str:
         return f"SimUpstream(capacity={self._capacity}, base={self.base:#x}, reserved={self.reserved})"

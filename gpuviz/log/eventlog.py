@@ -319,6 +319,30 @@ class EventLog:
             n = self._n_columns
             return {name: column[:n] for name, column in self._columns.items()}
 
+    def rows_since(self, start: int) -> np.ndarray:
+        """The rows from position ``start`` on, as one read-only ``ROW_DTYPE`` record array (a
+        copy of those rows only): what a live view reads each time it comes back. Rows still
+        in flushed blocks are copied from the blocks, which stay unsplit (``columns`` splits
+        them when the whole log is read), so the cost is that of the new rows alone."""
+        if not isinstance(start, (int, np.integer)) or start < 0:
+            raise ValueError(f"start must be a row position >= 0, got {start!r}")
+        with self._lock:
+            self._flush_locked()
+            pieces: list[bytes | memoryview] = []
+            end = self._n_columns + self._block_rows
+            for block in reversed(self._blocks):  # the newest first: only the blocks holding new rows
+                if end <= start:
+                    break
+                first = end - len(block) // _ROW
+                pieces.append(memoryview(block)[max(0, start - first) * _ROW :])
+                end = first
+            if start < self._n_columns:  # rows already split into columns: packed again
+                rows = np.empty(self._n_columns - start, dtype=ROW_DTYPE)
+                for name in ROW_COLUMNS:
+                    rows[name] = self._columns[name][start : self._n_columns]
+                pieces.append(rows.tobytes())
+        return np.frombuffer(b"".join(reversed(pieces)), dtype=ROW_DTYPE)  # blocks never change: no lock
+
     def column(self, name: str) -> np.ndarray:
         if name not in DTYPES:
             raise KeyError(f"no column {name!r}; columns are {', '.join(DTYPES)}")

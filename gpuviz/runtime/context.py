@@ -234,10 +234,7 @@ class Runtime:
         return target_or_none, requested, False
 
     def record_op(self, op: str, target: Device, requested: int, soft: bool, start_ns: int, duration_ns: int) -> None:
-        record_placement(
-            self.log, op=op, device=target.index, requested=requested, soft=soft, start_ns=start_ns,
-            duration_ns=duration_ns,
-        )  # fmt: skip
+        record_placement(self.log, op, target.index, requested, soft, start_ns, duration_ns)
         if self.config.log_placement:
             print(f"Executing op {op} in device {target.spec.full}", file=sys.stdout)
 

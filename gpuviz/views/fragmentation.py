@@ -47,6 +47,9 @@ __all__ = [
     "ZOOM_BELOW",
     "MIN_WIDTH",
     "metric_text",
+    "metric_words",
+    "rows_layout",
+    "coverage",
     "Allocated",
 ]
 
@@ -64,10 +67,23 @@ _PALETTE = ["#3b6fb6", "#6a9e3f", "#9b59b6", "#16a085", "#c0392b", "#2c3e50", "#
 
 def metric_text(state: HeapState) -> str:
     """The metric strip: bytes in use, pool, largest free chunk, fragmentation."""
+    return metric_words(state.bytes_in_use, state.pool_bytes, state.largest_free_chunk)
+
+
+def metric_words(bytes_in_use: int, pool_bytes: int, largest_free: int) -> str:
+    """The metric strip from its numbers (bytes); fragmentation as ``HeapState.fragmentation``."""
+    free = pool_bytes - bytes_in_use
+    fragmentation = (free - largest_free) / free if free else 0.0
     return (
-        f"in use {format_size(state.bytes_in_use)} · pool {format_size(state.pool_bytes)} · "
-        f"largest free {format_size(state.largest_free_chunk)} · fragmentation {state.fragmentation:.1%}"
+        f"in use {format_size(bytes_in_use)} · pool {format_size(pool_bytes)} · "
+        f"largest free {format_size(largest_free)} · fragmentation {fragmentation:.1%}"
     )
+
+
+def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``
+    (the aggregated maps' buckets: the static one here, the live one in ``livemap``)."""
+    return _coverage(starts, lengths, x)
 
 
 def _label(base: int) -> str:
@@ -400,32 +416,41 @@ def map_layout(
 ) -> dict[str, Any]:
     """The map's layout as a plain dict: the metric strip in the title, one row per segment, the
     x range zoomed by ``zoom_range`` with buttons for the used range and the whole pool."""
-    rows = max(1, len(state.segments))
-    yaxis: dict[str, Any] = {
-        "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
-        "categoryorder": "array", "categoryarray": [_label(s.base) for s in state.segments],  # by address
-    }  # fmt: skip
-    if lean:
-        yaxis = {"title": {"text": "segment"}, **segment_rows(state)}
-        if pinning is not None:  # room for the ghost bar below the last row
-            yaxis["range"] = [yaxis["range"][0] + 0.2, yaxis["range"][1]]
-    widest = max((s.size for s in state.segments), default=0)
-    zoom = zoom_range(state, pinning)
-    xaxis: dict[str, Any] = {"title": {"text": "offset in segment"}, **_size_ticks(widest)}
-    xaxis["range"] = [0, zoom[1]] if zoom is not None else [0, widest]
     heading = html.escape(title or state.device) + "<br><sub>" + metric_text(state)
     if pinning is not None:
         heading += "<br>" + html.escape(pinning.sentence())
+    layout = rows_layout([s.base for s in state.segments], [s.size for s in state.segments],
+                         zoom_range(state, pinning), heading + "</sub>", oom=pinning is not None)  # fmt: skip
+    if lean:
+        layout["yaxis"] = {"title": {"text": "segment"}, **segment_rows(state)}
+        if pinning is not None:  # room for the ghost bar below the last row
+            layout["yaxis"]["range"] = [layout["yaxis"]["range"][0] + 0.2, layout["yaxis"]["range"][1]]
+    return layout
+
+
+def rows_layout(
+    bases: Sequence[int], sizes: Sequence[int], zoom: tuple[int, int] | None, heading: str, *, oom: bool = False
+) -> dict[str, Any]:
+    """A map layout over segments at ``bases`` of ``sizes`` bytes (one category row each, by
+    address), titled ``heading``, opening at ``zoom`` (buttons for it and the whole pool)."""
+    rows = max(1, len(bases))
+    yaxis: dict[str, Any] = {
+        "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
+        "categoryorder": "array", "categoryarray": [_label(base) for base in bases],  # by address
+    }  # fmt: skip
+    widest = max(sizes, default=0)
+    xaxis: dict[str, Any] = {"title": {"text": "offset in segment"}, **_size_ticks(widest)}
+    xaxis["range"] = [0, zoom[1]] if zoom is not None else [0, widest]
     layout: dict[str, Any] = {
-        "title": {"text": heading + "</sub>"},
+        "title": {"text": heading},
         "barmode": "overlay",
-        "bargap": 0.35 if pinning is not None else 0.15,
-        "height": min(900, (220 if pinning is not None else 180) + 28 * rows),
+        "bargap": 0.35 if oom else 0.15,
+        "height": min(900, (220 if oom else 180) + 28 * rows),
         "hovermode": "closest",
         "xaxis": xaxis,
         "yaxis": yaxis,
         "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
-        "margin": {"l": 120, "r": 20, "t": 100 if pinning is not None else 80, "b": 80},
+        "margin": {"l": 120, "r": 20, "t": 100 if oom else 80, "b": 80},
         "uirevision": "map",  # zoom and pan survive redraws (scrubbing)
     }
     if zoom is not None:

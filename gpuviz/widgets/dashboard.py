@@ -5,10 +5,12 @@ once per kernel). One widget is one comm, so showing a dashboard costs a few mil
 ``live=True`` follows the log from a background thread while it grows (never the kernel's
 main thread): at most ``rate_hz`` times a second, and never more often than keeps the
 thread's own CPU time under ``budget`` (5 %) of wall time. Each live update costs what is new
-since the last one (``LiveFollower``): new timeline points are appended to the drawn trace,
-and the map is sent again only when the heap changed, and no more often than keeps its own
-drawing under ``MAP_SHARE`` of wall time (a big heap's map costs more than the rest of an
-update: it is redrawn less often, the timeline keeps its rate). When the run ends (``stop_live``) the
+since the last one (``LiveFollower``, which reads only the new rows): new timeline points are
+appended to the drawn trace (when too many are drawn, the drawn ones are reduced, the log is
+not read again), and the map is sent again only when the heap changed, and no more often than
+keeps its own drawing under ``MAP_SHARE`` of wall time. Up to ``LIVE_EXACT_CHUNKS`` chunks in
+use the live map draws every chunk; a bigger heap is drawn in buckets (``live_map``), at a cost
+that does not grow with its chunks. When the run ends (``stop_live``) the
 full views are drawn once: the profile, the map at the first OOM (else the peak) with what
 pinned memory there, the timeline with its annotations, the tables.
 
@@ -33,12 +35,12 @@ import traitlets
 from gpuviz.analysis.live import LiveFollower, LivePoints
 from gpuviz.analysis.moments import Pinning, oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
-from gpuviz.analysis.timeline import resample, timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
 from gpuviz.views.fragmentation import map_layout, trace_specs
+from gpuviz.views.livemap import live_map
 from gpuviz.views.oom import pinning_html
 from gpuviz.views.static import static_html
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
@@ -51,6 +53,8 @@ __all__ = ["Dashboard"]
 _LIVE_POINTS_PER_UPDATE = 200  # at most this many new timeline points per live update
 MAP_SHARE = 0.02
 """Live map redraws take at most this share of wall time (of the thread's ``budget``)."""
+LIVE_EXACT_CHUNKS = 256
+"""The live map draws each chunk up to this many chunks in use, more in buckets (``live_map``)."""
 MiB = float(1 << 20)
 
 
@@ -75,14 +79,38 @@ def _live_timeline(device: str, points: LivePoints | None, t0_ns: int) -> dict[s
     }
 
 
+_FIELDS = ("index", "time_ns", "bytes_in_use", "bytes_requested", "pool_bytes")
+
+
+def _take(points: LivePoints, keep: np.ndarray) -> LivePoints:
+    return LivePoints(*(getattr(points, f)[keep] for f in _FIELDS))
+
+
+def _concat(first: LivePoints, second: LivePoints) -> LivePoints:
+    return LivePoints(*(np.concatenate([getattr(first, f), getattr(second, f)]) for f in _FIELDS))
+
+
 def _thin(points: LivePoints, most: int) -> LivePoints:
     """At most ``most`` of ``points`` (evenly spaced, always keeping the highest and the last)."""
     if len(points) <= most:
         return points
     keep = np.unique(np.concatenate([np.linspace(0, len(points) - 1, most - 1).astype(np.int64),
                                      [int(np.argmax(points.bytes_in_use))]]))  # fmt: skip
-    return LivePoints(*(getattr(points, f)[keep] for f in ("index", "time_ns", "bytes_in_use", "bytes_requested",
-                                                             "pool_bytes")))  # fmt: skip
+    return _take(points, keep)
+
+
+def _reduce(points: LivePoints, most: int) -> LivePoints:
+    """About ``most`` of ``points``: in each of ``most // 2`` runs of equal length, the point of
+    most bytes in use and the run's last point (so peaks and the newest point stay drawn)."""
+    runs = max(1, most // 2)
+    if len(points) <= most:
+        return points
+    bounds = np.linspace(0, len(points), runs + 1).astype(np.int64)
+    highest = np.maximum.reduceat(points.bytes_in_use, bounds[:-1])
+    run_of = np.repeat(np.arange(runs), np.diff(bounds))
+    peaks = np.flatnonzero(points.bytes_in_use == highest[run_of])
+    first_peak = peaks[np.unique(run_of[peaks], return_index=True)[1]]
+    return _take(points, np.unique(np.concatenate([first_peak, bounds[1:] - 1])))
 
 
 class Dashboard(anywidget.AnyWidget):
@@ -133,7 +161,7 @@ class Dashboard(anywidget.AnyWidget):
         self._thread: threading.Thread | None = None
         self._follower = LiveFollower(log)
         self._live_device: str | None = None
-        self._timeline_points = 0
+        self._drawn: LivePoints | None = None  # the live timeline's points drawn so far
         self._map_due = 0.0  # perf_counter time before which the live map is not redrawn
         self._map_stale = False  # the heap changed since the live map was drawn
         self._quiet = False  # True while the code itself moves the controls
@@ -188,32 +216,32 @@ class Dashboard(anywidget.AnyWidget):
 
     def live_update(self) -> None:
         """Draw what is new in the log since the last update (cheap: see the module doc)."""
-        with self._lock:
+        with self._lock, self.hold_sync():  # one state message per update
             start = time.perf_counter()
-            updates = self._follower.update()
-            heaps = self._follower.heaps
+            follower = self._follower
+            updates = follower.update()
+            heaps = follower.heaps
             device = self.options.device if self.options.device in heaps else None
             if device is None and heaps:
                 gpus = [d for d in heaps if d.startswith("GPU")]
                 device = (gpus or list(heaps))[0]
             points, changed = updates.get(device, (None, False)) if device is not None else (None, False)
-            t0 = int(self.event_log["time_ns"][0]) if len(self.event_log) else 0
+            t0 = follower.first_time_ns or 0
             if device is not None and device != self._live_device:
-                self._live_device, self._timeline_points, changed = device, 0, True
+                self._live_device, self._drawn, changed = device, None, True
                 self.devices, self.device = [device], device
             if device is not None and points is not None and len(points):
                 self._append_points(device, _thin(points, _LIVE_POINTS_PER_UPDATE), t0)
-            elif device is not None and self._timeline_points == 0:
+            elif device is not None and self._drawn is None:
                 self.timeline_json = to_json(_live_timeline(device, None, t0))
             self._map_stale = self._map_stale or changed
             if device is not None and self._map_stale and start >= self._map_due:
                 cpu = time.thread_time()
-                state = self._follower.state(device)
-                self._show_map(state, f"{device} (live)")
+                self._show_live_map(device)
                 self._map_stale = False
                 self._map_due = start + (time.thread_time() - cpu) / MAP_SHARE
-                n = len(self.event_log)
-                t = (int(self.event_log["time_ns"][n - 1]) - t0) / 1e9 if n else 0.0
+                n = follower.position
+                t = ((follower.last_time_ns or 0) - t0) / 1e9
                 self.slider_label = f"live · event {n - 1} · {t:.3f} s"
             self.header = (
                 f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · running"
@@ -222,19 +250,29 @@ class Dashboard(anywidget.AnyWidget):
             self.live_updates += 1
             self.refresh_seconds += time.perf_counter() - start
 
+    def _show_live_map(self, device: str) -> None:
+        """The newest heap: chunk by chunk up to ``LIVE_EXACT_CHUNKS`` chunks in use, else in
+        buckets (``live_map``), whose cost does not grow with the chunks."""
+        arrays = self._follower.arrays(device)
+        if len(arrays.address) <= LIVE_EXACT_CHUNKS:
+            self._show_map(self._follower.state(device), f"{device} (live)")
+        else:
+            self.map_json = to_json(live_map(arrays, title=f"{device} (live)"))
+
     def _append_points(self, device: str, points: LivePoints, t0: int) -> None:
-        if self._timeline_points == 0 or self._timeline_points > 4 * self.options.points:
-            if self._timeline_points:  # too many drawn: draw the whole run again, reduced
-                reduced = resample(timeline_series(self.event_log, device), self.options.points)
-                points = LivePoints(reduced.time_ns, reduced.time_ns, reduced.maximum["bytes_in_use"],
-                                    reduced.maximum["bytes_requested"], reduced.maximum["pool_bytes"])  # fmt: skip
-            self.timeline_json = to_json(_live_timeline(device, points, t0))
-            self._timeline_points = len(points)
+        """Append ``points`` to the drawn timeline; when more than 4 times ``options.points`` are
+        drawn, draw them again reduced to ``options.points`` (``_reduce``), never reading the log."""
+        drawn = points if self._drawn is None else _concat(self._drawn, points)
+        if self._drawn is None or len(drawn) > 4 * self.options.points:
+            if self._drawn is not None:
+                drawn = _reduce(drawn, self.options.points)
+            self.timeline_json = to_json(_live_timeline(device, drawn, t0))
+            self._drawn = drawn
             return
+        self._drawn = drawn
         x = ((points.time_ns - t0) / 1e9).tolist()
         in_use, requested = (points.bytes_in_use / MiB).tolist(), (points.bytes_requested / MiB).tolist()
         self.send({"extend": {"figure": "timeline", "traces": [0, 1], "x": [x, x], "y": [in_use, requested]}})
-        self._timeline_points += len(points)
 
     # ------------------------------------------------------------------ full
     def refresh(self) -> None:
