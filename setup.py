@@ -47,6 +47,13 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(  # what-if replays under torch, rmm-pool and no-pool (gpuviz.scenarios.native)
+            "gpuviz.scenarios._whatifcore",
+            sources=["gpuviz/scenarios/_whatifcore.c"],
+            depends=["gpuviz/capture/_rows.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(
             "gpuviz.analysis._replaykernel",
             sources=["gpuviz/analysis/_replaykernel.c"],

@@ -1,0 +1,128 @@
+"""What-if replays in C: the torch, rmm-pool and no-pool policies and the replay loop together.
+
+``replay_native`` serves a request stream exactly as ``whatif.replay_policy`` does with the
+Python models (``TorchCachingAllocator`` without expandable segments, ``RmmPoolAllocator``,
+``NoPoolAllocator``) over a fresh ``SimUpstream``, and returns the same log (the same rows,
+string and stack tables, devices) and the same count of served requests. The policy, the
+simulated device, the heap's events and the loop run in ``gpuviz.scenarios._whatifcore``
+(built at install time where a C compiler exists); the Python models stay the executable
+reference and run wherever the C replay does not apply (``GPUVIZ_NATIVE=0``, no compiler,
+tf-bfc, expandable segments, a seeded allocator, another upstream).
+
+The allocator is still built in Python (``Policy.build``), so options are checked, the
+device's options recorded and RMM's initial pool reserved exactly as in the Python replay.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gpuviz.analysis.requests import RequestStream
+from gpuviz.base.torch_rules import NO_MAX_SPLIT
+from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
+from gpuviz.capture.torch_caching import TorchCachingAllocator
+from gpuviz.capture.upstream import SimUpstream, Upstream
+from gpuviz.log.eventlog import EventLog
+
+__all__ = ["native_replay_available", "replay_native"]
+
+try:  # importlib: a compiled module has no imports for the layering check to follow
+    _core: Any = importlib.import_module("gpuviz.scenarios._whatifcore")
+except ImportError:  # built without a C compiler: the Python models replay
+    _core = None
+
+_TORCH, _RMM, _NOPOOL = 1, 2, 3
+
+
+def native_replay_available() -> bool:
+    """Whether the C replay is built and not switched off (``GPUVIZ_NATIVE=0``)."""
+    return _core is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+
+
+def _settings(alloc: object) -> tuple[int, tuple[int, int, float, tuple[int, ...], int]] | None:
+    """The C kind and (max_split, allowed, gc_threshold, divisions, maximum) of ``alloc``
+    (-1: none), or None when the C replay does not model it."""
+    none: tuple[int, ...] = (0,) * 16
+    if isinstance(alloc, TorchCachingAllocator):
+        rules = alloc.rules
+        if getattr(rules, "expandable", False) or len(rules.divisions) != 16:
+            return None
+        split = -1 if alloc.max_split_size == NO_MAX_SPLIT else alloc.max_split_size
+        allowed = -1 if alloc.allowed is None else alloc.allowed
+        return _TORCH, (split, allowed, float(alloc.gc_threshold), tuple(rules.divisions), -1)
+    if isinstance(alloc, RmmPoolAllocator):
+        return _RMM, (-1, -1, 0.0, none, -1 if alloc.maximum is None else alloc.maximum)
+    if isinstance(alloc, NoPoolAllocator):
+        return _NOPOOL, (-1, -1, 0.0, none, -1)
+    return None
+
+
+def _local_ids(ids: np.ndarray, count: int, intern: Callable[[Any], int], items: list[Any]) -> np.ndarray:
+    """Source table index -> the replay log's, interned in order of first use (as the Python
+    replay interns them, one allocation at a time); index -1 (the last entry) stays -1."""
+    used = ids[ids >= 0]
+    unique, first = np.unique(used, return_index=True)
+    mapping = np.full(count + 1, -1, dtype=np.int64)
+    for index in unique[np.argsort(first, kind="stable")].tolist():
+        mapping[index] = intern(items[index])
+    return mapping
+
+
+def replay_native(
+    stream: RequestStream,
+    source: EventLog,
+    alloc: object,
+    upstream: Upstream,
+    *,
+    stop_at_oom: bool = True,
+) -> tuple[EventLog, int] | None:
+    """``replay_policy``'s result for the freshly built ``alloc`` over ``upstream``, computed in C;
+    None (nothing done) where the C replay does not apply."""
+    if not native_replay_available() or type(upstream) is not SimUpstream or upstream.backed:
+        return None
+    settings = _settings(alloc)
+    if settings is None:
+        return None
+    kind, options = settings
+    assert isinstance(alloc, (TorchCachingAllocator, RmmPoolAllocator, NoPoolAllocator))
+    regions = upstream.regions()
+    segments = sorted(alloc.heap.segments.items())
+    if regions != segments or len(alloc.log) != len(segments) or alloc.in_use:
+        return None  # only a fresh allocator: nothing but RMM's initial pool, wholly free
+    tail = upstream.base + sum(size for _, size in regions)
+    if any(address != upstream.base + sum(s for _, s in regions[:i]) for i, (address, _) in enumerate(regions)):
+        return None
+    frees = stream.alloc_of[~stream.is_alloc]
+    if len(frees) and int(frees.min()) < 0:
+        return None  # frees of allocations from before the stream: only a seeded allocator has them
+    log = alloc.log
+    log.flush()
+    before = len(log)
+    staged, _ = log.row_sink()
+    columns = (
+        np.ascontiguousarray(stream.is_alloc, dtype=np.uint8),
+        np.ascontiguousarray(stream.deferred, dtype=np.uint8),
+        np.ascontiguousarray(stream.alloc_of, dtype=np.int64),
+        np.ascontiguousarray(stream.requested, dtype=np.int64),
+        np.ascontiguousarray(stream.time_ns, dtype=np.int64),
+        np.ascontiguousarray(stream.tag, dtype=np.int64),
+        np.ascontiguousarray(stream.stack, dtype=np.int64),
+    )
+    device = log.device_index(stream.device)
+    served, processed = _core.replay(
+        kind, staged, device, columns, (upstream.capacity, upstream.base, tail, upstream.reserved),
+        segments, stop_at_oom, options,
+    )  # fmt: skip
+    log.flush()
+    allocs = stream.is_alloc[:processed]
+    tags = _local_ids(stream.tag[:processed][allocs], len(source.strings), log.intern_string, source.strings)
+    stacks = _local_ids(stream.stack[:processed][allocs], len(source.stacks), log.intern_stack, source.stacks)
+    cols = log.columns
+    times = cols["time_ns"].copy()
+    times[:before] = int(stream.time_ns[0]) if len(stream) else 0
+    return log.with_columns(time_ns=times, tag=tags[cols["tag"]], stack=stacks[cols["stack"]]), int(served)
