@@ -1,9 +1,9 @@
 /* gpuviz.scenarios._whatifcore: what-if replays of a request stream in C (optional).
  *
- * replay(kind, staged, device, columns, upstream, free_segments, stop_at_oom, settings)
+ * replay(kind, device, columns, upstream, free_segments, stop_at_oom, settings, tables)
  * serves a request stream (gpuviz.analysis.requests) with one policy over a simulated
- * device and appends the replay's events to the bytearray ``staged`` as rows of
- * gpuviz.log.schema.ROW_STRUCT. The policies are the Python models' decisions, restated:
+ * device and returns the replay's events as columns (gpuviz.log.schema.ROW_COLUMNS, one
+ * bytearray each). The policies are the Python models' decisions, restated:
  *
  *   kind 1  torch     gpuviz.capture.torch_caching.TorchCachingAllocator (no expandable segments)
  *   kind 2  rmm-pool  gpuviz.capture.pools.RmmPoolAllocator
@@ -16,10 +16,12 @@
  * the logs row by row. The replay loop is gpuviz.scenarios.whatif.replay_policy's.
  *
  * columns: (is_alloc u8, deferred u8, alloc_of i64, requested i64, time_ns i64, tag i64,
- * stack i64), one entry per request. Rows carry the request's time and the source's tag and
- * stack indices (the caller maps them to the replay log's tables). Returns (served,
- * processed): requests served, and requests looked at (the replay stops after the first out
- * of memory unless stop_at_oom is false). Sizes and addresses are bytes, times ns.
+ * stack i64), one entry per request; tables: (strings, stacks), the sizes of the source's
+ * tables. Events carry the request's time, and tag and stack indices numbered in order of
+ * first use (as the Python replay interns them). Returns (served, processed, columns, tags,
+ * stacks): requests served, requests looked at (the replay stops after the first out of
+ * memory unless stop_at_oom is false), the 14 columns, and the source's tag and stack
+ * indices in order of first use. Sizes and addresses are bytes, times ns.
  *
  * Ordered sets (free blocks by (size, address), the device's free gaps by address) are
  * treaps over one node arena; blocks are found by address in an open-addressing hash table.
@@ -31,8 +33,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "../capture/_rows.h"
 
 #ifdef Py_GIL_DISABLED
 #error "rows are appended relying on the GIL; the Python replay is used instead"
@@ -57,6 +57,20 @@ typedef struct {
     uint32_t priority;
 } node_t;
 
+/* An ordered set of (size, address) keys: sorted arrays in 512 bins of sizes (8 per power of
+ * two, so a bin's sizes lie within 1/8 of each other), a bitmap of the non-empty bins. Best
+ * fit is a binary search in one bin, or the first key of the next non-empty bin. */
+#define NBINS 512
+typedef struct {
+    int64_t *keys; /* (size, address) pairs, sorted */
+    int32_t n, cap;
+} bin_t;
+
+typedef struct {
+    bin_t bins[NBINS];
+    uint64_t nonempty[NBINS / 64];
+} set_t;
+
 typedef struct {
     int64_t address, size, segment, requested, age; /* requested 0: free */
     int32_t prev, next;                             /* neighbours in the segment, -1 none */
@@ -67,13 +81,16 @@ typedef struct {
 typedef struct {
     jmp_buf fail;
     int failed_python; /* a Python exception is set (else: out of memory) */
-    PyObject *staged;
+    /* the replay's events: one bytearray per column of gpuviz.log.schema.ROW_COLUMNS */
+    PyObject *out[14];
+    char *out_at[14];
+    Py_ssize_t rows, row_cap;
     int16_t device;
     int64_t now;
     node_t *nodes;
     int32_t node_cap, node_used, node_free;
     uint64_t random;
-    int32_t free_chunks; /* HeapBuilder's free chunks, keyed (size, address): the largest free */
+    set_t free_chunks; /* HeapBuilder's free chunks: the largest free */
     /* SimUpstream */
     int64_t capacity, device_reserved, tail;
     int32_t holes; /* keyed (address, 0), val = size */
@@ -86,7 +103,7 @@ typedef struct {
     /* policy */
     int kind;
     int64_t reserved, in_use;
-    int32_t pool[2];  /* torch: [0] large, [1] small; rmm: pool[0] */
+    set_t pool[2];    /* free blocks; torch: [0] large, [1] small; rmm: pool[0] */
     int64_t calls[2]; /* torch: get_free_block calls per pool (GC ages) */
     int64_t max_split, allowed, maximum; /* allowed/maximum: -1 none */
     double gc_threshold;
@@ -94,6 +111,9 @@ typedef struct {
     int64_t *pending_keys; /* torch's deferred frees in order: (address, key) pairs; address -1 done */
     size_t pending_n, pending_cap, pending_live;
     uint8_t *synchronized, *waiting; /* per allocation position */
+    int32_t *tag_ids, *stack_ids; /* source index -> the replay log's (-1 not used yet) */
+    Py_ssize_t n_tags, n_stacks;
+    PyObject *tag_order, *stack_order; /* lists of source indices in order of first use */
 } ctx_t;
 
 static void *grow_array(ctx_t *c, void *p, size_t n, size_t size) {
@@ -142,6 +162,35 @@ static int32_t join(ctx_t *c, int32_t l, int32_t r) {
     return r;
 }
 
+/* put node x into the tree t: below the nodes of higher priority, splitting what it lands on */
+static int32_t insert_at(ctx_t *c, int32_t t, int32_t x) {
+    if (t < 0) return x;
+    node_t *n = &c->nodes[x];
+    if (n->priority > c->nodes[t].priority) {
+        split(c, t, n->k1, n->k2, &n->left, &n->right);
+        update(c, x);
+        return x;
+    }
+    if (key_less(n->k1, n->k2, c->nodes[t].k1, c->nodes[t].k2))
+        c->nodes[t].left = insert_at(c, c->nodes[t].left, x);
+    else
+        c->nodes[t].right = insert_at(c, c->nodes[t].right, x);
+    update(c, t);
+    return t;
+}
+
+/* give the node keyed (k1, k2) the key (to1, k2) and val: its place in the order must not change */
+static void tree_modify(ctx_t *c, int32_t t, int64_t k1, int64_t k2, int64_t to1, int64_t val) {
+    node_t *x = &c->nodes[t];
+    if (x->k1 == k1 && x->k2 == k2) {
+        x->k1 = to1;
+        x->val = val;
+    } else {
+        tree_modify(c, key_less(k1, k2, x->k1, x->k2) ? x->left : x->right, k1, k2, to1, val);
+    }
+    update(c, t);
+}
+
 static void tree_insert(ctx_t *c, int32_t *root, int64_t k1, int64_t k2, int64_t val) {
     int32_t t = c->node_free;
     if (t >= 0) {
@@ -157,9 +206,7 @@ static void tree_insert(ctx_t *c, int32_t *root, int64_t k1, int64_t k2, int64_t
     c->random ^= c->random >> 7;
     c->random ^= c->random << 17;
     c->nodes[t] = (node_t){k1, k2, val, val, -1, -1, (uint32_t)(c->random >> 32)};
-    int32_t l, r;
-    split(c, *root, k1, k2, &l, &r);
-    *root = join(c, join(c, l, t), r);
+    *root = insert_at(c, *root, t);
 }
 
 static int32_t erase_at(ctx_t *c, int32_t t, int64_t k1, int64_t k2) {
@@ -211,12 +258,6 @@ static int32_t before(const ctx_t *c, int32_t t, int64_t k1, int64_t k2) {
     return best;
 }
 
-static int32_t last(const ctx_t *c, int32_t t) {
-    if (t < 0) return -1;
-    while (c->nodes[t].right >= 0) t = c->nodes[t].right;
-    return t;
-}
-
 /* the lowest key whose val >= need (first fit over gaps by address), -1 none */
 static int32_t first_fit(const ctx_t *c, int32_t t, int64_t need) {
     while (t >= 0 && c->nodes[t].max >= need) {
@@ -231,31 +272,124 @@ static int32_t first_fit(const ctx_t *c, int32_t t, int64_t need) {
     return -1;
 }
 
-/* the keys of a tree in order, as (k1, k2) pairs in a malloc'd array (the caller frees it) */
-static void collect(ctx_t *c, int32_t t, int64_t *out, size_t *n) {
-    while (t >= 0) {
-        collect(c, c->nodes[t].left, out, n);
-        out[2 * *n] = c->nodes[t].k1;
-        out[2 * *n + 1] = c->nodes[t].k2;
-        ++*n;
-        t = c->nodes[t].right;
-    }
+/* ------------------------------------------------------------------ binned sets */
+static inline int bin_of(int64_t size) {
+    if (size < 8) return size < 0 ? 0 : (int)size;
+    int msb = 63 - __builtin_clzll((unsigned long long)size);
+    return msb * 8 + (int)((size >> (msb - 3)) & 7);
 }
 
-static size_t tree_size(const ctx_t *c, int32_t t) {
-    size_t n = 0;
-    while (t >= 0) {
-        n += 1 + tree_size(c, c->nodes[t].left);
-        t = c->nodes[t].right;
+/* index of the first key >= (size, address) in bin b */
+static int32_t bin_lower(const bin_t *b, int64_t size, int64_t address) {
+    int32_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        if (key_less(b->keys[2 * mid], b->keys[2 * mid + 1], size, address))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return n;
+    return lo;
 }
 
-static int64_t *in_order(ctx_t *c, int32_t root, size_t *n) {
-    int64_t *keys = grow_array(c, NULL, 2 * tree_size(c, root) + 2, sizeof(int64_t));
+static void set_insert(ctx_t *c, set_t *s, int64_t size, int64_t address) {
+    int i = bin_of(size);
+    bin_t *b = &s->bins[i];
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 4;
+        b->keys = grow_array(c, b->keys, 2 * (size_t)b->cap, sizeof(int64_t));
+    }
+    int32_t at = bin_lower(b, size, address);
+    memmove(&b->keys[2 * at + 2], &b->keys[2 * at], 2 * (size_t)(b->n - at) * sizeof(int64_t));
+    b->keys[2 * at] = size;
+    b->keys[2 * at + 1] = address;
+    b->n++;
+    s->nonempty[i / 64] |= (uint64_t)1 << (i % 64);
+}
+
+static void set_erase(set_t *s, int64_t size, int64_t address) {
+    int i = bin_of(size);
+    bin_t *b = &s->bins[i];
+    int32_t at = bin_lower(b, size, address); /* callers only erase what they inserted */
+    memmove(&b->keys[2 * at], &b->keys[2 * at + 2], 2 * (size_t)(b->n - at - 1) * sizeof(int64_t));
+    if (--b->n == 0) s->nonempty[i / 64] &= ~((uint64_t)1 << (i % 64));
+}
+
+/* the first non-empty bin from i up (NBINS none), the last from i down (-1 none) */
+static int bin_above(const set_t *s, int i) {
+    if (i >= NBINS) return NBINS;
+    int w = i / 64;
+    uint64_t bits = s->nonempty[w] & (~(uint64_t)0 << (i % 64));
+    while (!bits) {
+        if (++w == NBINS / 64) return NBINS;
+        bits = s->nonempty[w];
+    }
+    return w * 64 + __builtin_ctzll(bits);
+}
+
+static int bin_below(const set_t *s, int i) {
+    if (i < 0) return -1;
+    int w = i / 64;
+    uint64_t bits = s->nonempty[w] & (~(uint64_t)0 >> (63 - i % 64));
+    while (!bits) {
+        if (--w < 0) return -1;
+        bits = s->nonempty[w];
+    }
+    return w * 64 + 63 - __builtin_clzll(bits);
+}
+
+/* the smallest key >= (size, address) into key[0..1]; 0 when none */
+static int set_lower_bound(const set_t *s, int64_t size, int64_t address, int64_t key[2]) {
+    int i = bin_of(size);
+    const bin_t *b = &s->bins[i];
+    int32_t at = bin_lower(b, size, address);
+    if (at == b->n) {
+        i = bin_above(s, i + 1);
+        if (i == NBINS) return 0;
+        b = &s->bins[i];
+        at = 0;
+    }
+    key[0] = b->keys[2 * at], key[1] = b->keys[2 * at + 1];
+    return 1;
+}
+
+/* the largest key < (size, address) into key[0..1]; 0 when none */
+static int set_before(const set_t *s, int64_t size, int64_t address, int64_t key[2]) {
+    int i = bin_of(size);
+    const bin_t *b = &s->bins[i];
+    int32_t at = bin_lower(b, size, address);
+    if (at == 0) {
+        i = bin_below(s, i - 1);
+        if (i < 0) return 0;
+        b = &s->bins[i];
+        at = b->n;
+    }
+    key[0] = b->keys[2 * at - 2], key[1] = b->keys[2 * at - 1];
+    return 1;
+}
+
+static int set_last(const set_t *s, int64_t key[2]) { return set_before(s, INT64_MAX, INT64_MAX, key); }
+
+static int64_t set_largest(const set_t *s) {
+    int64_t key[2];
+    return set_last(s, key) ? key[0] : 0;
+}
+
+/* every key in order, as (size, address) pairs in a malloc'd array (the caller frees it) */
+static int64_t *set_keys(ctx_t *c, const set_t *s, size_t *n) {
+    size_t total = 0;
+    for (int i = bin_above(s, 0); i < NBINS; i = bin_above(s, i + 1)) total += (size_t)s->bins[i].n;
+    int64_t *keys = grow_array(c, NULL, 2 * total + 2, sizeof(int64_t));
     *n = 0;
-    collect(c, root, keys, n);
+    for (int i = bin_above(s, 0); i < NBINS; i = bin_above(s, i + 1)) {
+        memcpy(&keys[2 * *n], s->bins[i].keys, 2 * (size_t)s->bins[i].n * sizeof(int64_t));
+        *n += (size_t)s->bins[i].n;
+    }
     return keys;
+}
+
+static void set_destroy(set_t *s) {
+    for (int i = 0; i < NBINS; i++) free(s->bins[i].keys);
 }
 
 /* ------------------------------------------------------------------ blocks by address */
@@ -345,45 +479,73 @@ static void drop_block(ctx_t *c, int32_t b) {
 }
 
 /* ------------------------------------------------------------------ rows (HeapBuilder's) */
+/* bytes per value of each column, in ROW_COLUMNS order: time_ns kind flags device peer thread
+ * address size requested segment largest_free duration_ns tag stack */
+static const int WIDTHS[14] = {8, 1, 1, 2, 2, 8, 8, 8, 8, 8, 8, 8, 4, 4};
+
+static void resize_columns(ctx_t *c, Py_ssize_t rows) {
+    for (int i = 0; i < 14; i++) {
+        if (PyByteArray_Resize(c->out[i], rows * WIDTHS[i]) < 0) {
+            c->failed_python = 1;
+            longjmp(c->fail, 1);
+        }
+        c->out_at[i] = PyByteArray_AS_STRING(c->out[i]);
+    }
+    c->row_cap = rows;
+}
+
+#define PUT(column, type, value)                                                  \
+    do {                                                                          \
+        type v_ = (type)(value);                                                  \
+        memcpy(c->out_at[column] + c->rows * (Py_ssize_t)sizeof(type), &v_, sizeof(type)); \
+    } while (0)
+
 static void row(ctx_t *c, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment, int32_t tag,
                 int32_t stack) {
-    row_t r = {.time_ns = c->now, .thread = 0, .address = address, .size = size, .requested = requested,
-               .segment = segment, .largest = c->free_chunks >= 0 ? c->nodes[c->free_chunks].max : 0,
-               .duration = 0, .tag = tag, .stack = stack, .device = c->device, .peer = -1, .kind = (uint8_t)kind};
-    unsigned char packed[ROW_BYTES];
-    pack_row(packed, &r);
-    if (rows_append(c->staged, packed) < 0) {
-        c->failed_python = 1;
-        longjmp(c->fail, 1);
-    }
+    if (c->rows == c->row_cap) resize_columns(c, c->row_cap ? 2 * c->row_cap : 4096);
+    PUT(0, int64_t, c->now);
+    PUT(1, uint8_t, kind);
+    PUT(2, int8_t, 0);
+    PUT(3, int16_t, c->device);
+    PUT(4, int16_t, -1);
+    PUT(5, int64_t, 0);
+    PUT(6, int64_t, address);
+    PUT(7, int64_t, size);
+    PUT(8, int64_t, requested);
+    PUT(9, int64_t, segment);
+    PUT(10, int64_t, set_largest(&c->free_chunks));
+    PUT(11, int64_t, 0);
+    PUT(12, int32_t, tag);
+    PUT(13, int32_t, stack);
+    c->rows++;
 }
 
 static void heap_segment_alloc(ctx_t *c, int64_t base, int64_t size) {
-    tree_insert(c, &c->free_chunks, size, base, size);
+    set_insert(c, &c->free_chunks, size, base);
     row(c, SEGMENT_ALLOC, base, size, 0, base, -1, -1);
 }
 
 static void heap_segment_free(ctx_t *c, int64_t base, int64_t size) {
-    tree_erase(c, &c->free_chunks, size, base);
+    set_erase(&c->free_chunks, size, base);
     row(c, SEGMENT_FREE, base, size, 0, base, -1, -1);
 }
 
 /* size bytes at address handed out from the free chunk [address, +chunk) */
 static void heap_alloc(ctx_t *c, const block_t *b, int64_t chunk) {
     if (b->size < chunk) {
-        tree_erase(c, &c->free_chunks, chunk, b->address);
-        tree_insert(c, &c->free_chunks, b->size, b->address, b->size);
-        tree_insert(c, &c->free_chunks, chunk - b->size, b->address + b->size, chunk - b->size);
+        set_erase(&c->free_chunks, chunk, b->address);
+        set_insert(c, &c->free_chunks, b->size, b->address);
+        set_insert(c, &c->free_chunks, chunk - b->size, b->address + b->size);
         row(c, SPLIT, b->address, b->size, 0, b->segment, -1, -1);
     }
-    tree_erase(c, &c->free_chunks, b->size, b->address);
+    set_erase(&c->free_chunks, b->size, b->address);
     row(c, ALLOC, b->address, b->size, b->requested, b->segment, b->tag, b->stack);
 }
 
 static void heap_merge(ctx_t *c, int64_t address, int64_t size, int64_t upper, int64_t segment) {
-    tree_erase(c, &c->free_chunks, size, address);
-    tree_erase(c, &c->free_chunks, upper, address + size);
-    tree_insert(c, &c->free_chunks, size + upper, address, size + upper);
+    set_erase(&c->free_chunks, size, address);
+    set_erase(&c->free_chunks, upper, address + size);
+    set_insert(c, &c->free_chunks, size + upper, address);
     row(c, MERGE, address, size + upper, 0, segment, -1, -1);
 }
 
@@ -395,8 +557,10 @@ static int64_t device_allocate(ctx_t *c, int64_t nbytes) {
     if (hole >= 0) {
         int64_t at = c->nodes[hole].k1, size = c->nodes[hole].val;
         address = at;
-        tree_erase(c, &c->holes, at, 0);
-        if (size > nbytes) tree_insert(c, &c->holes, at + nbytes, 0, size - nbytes);
+        if (size > nbytes) /* the rest of the gap keeps its place among the gaps */
+            tree_modify(c, c->holes, at, 0, at + nbytes, size - nbytes);
+        else
+            tree_erase(c, &c->holes, at, 0);
     } else {
         c->tail += nbytes;
     }
@@ -406,24 +570,25 @@ static int64_t device_allocate(ctx_t *c, int64_t nbytes) {
 
 static void device_free(ctx_t *c, int64_t address, int64_t size) {
     c->device_reserved -= size;
+    int64_t end = address + size, start = address;
     int32_t p = before(c, c->holes, address, 0);
-    if (p >= 0 && c->nodes[p].k1 + c->nodes[p].val == address) {
-        int64_t at = c->nodes[p].k1;
-        size += c->nodes[p].val;
-        tree_erase(c, &c->holes, at, 0);
-        address = at;
-    }
-    int64_t end = address + size;
-    if (end == c->tail) {
-        c->tail = address;
+    int joined = p >= 0 && c->nodes[p].k1 + c->nodes[p].val == address; /* the gap just below */
+    if (joined) start = c->nodes[p].k1, size += c->nodes[p].val;
+    if (end == c->tail) { /* the free space at the top grows down */
+        if (joined) tree_erase(c, &c->holes, start, 0);
+        c->tail = start;
         return;
     }
     int32_t n = lower_bound(c, c->holes, end, 0);
-    if (n >= 0 && c->nodes[n].k1 == end) {
-        size += c->nodes[n].val;
-        tree_erase(c, &c->holes, end, 0);
-    }
-    tree_insert(c, &c->holes, address, 0, size);
+    int above = n >= 0 && c->nodes[n].k1 == end; /* the gap just above */
+    if (above) size += c->nodes[n].val;
+    if (joined && above) tree_erase(c, &c->holes, end, 0);
+    if (joined)
+        tree_modify(c, c->holes, start, 0, start, size);
+    else if (above)
+        tree_modify(c, c->holes, end, 0, start, size);
+    else
+        tree_insert(c, &c->holes, start, 0, size);
 }
 
 /* a new segment from the device (recorded), or -1 */
@@ -436,16 +601,16 @@ static int64_t reserve(ctx_t *c, int64_t size) {
 }
 
 /* ------------------------------------------------------------------ pools (torch, rmm) */
-static int32_t *pool_of(ctx_t *c, const block_t *b) { return &c->pool[c->kind == TORCH ? b->small : 0]; }
+static set_t *pool_of(ctx_t *c, const block_t *b) { return &c->pool[c->kind == TORCH ? b->small : 0]; }
 
 static void insert_free(ctx_t *c, int32_t bi) {
     block_t *b = &c->blocks[bi];
     b->requested = 0;
     b->age = c->calls[b->small];
-    tree_insert(c, pool_of(c, b), b->size, b->address, b->size);
+    set_insert(c, pool_of(c, b), b->size, b->address);
 }
 
-static void remove_free(ctx_t *c, const block_t *b) { tree_erase(c, pool_of(c, b), b->size, b->address); }
+static void remove_free(ctx_t *c, const block_t *b) { set_erase(pool_of(c, b), b->size, b->address); }
 
 /* split the taken free block bi at size: the rest becomes a free block after it */
 static void split_block(ctx_t *c, int32_t bi, int64_t size) {
@@ -475,7 +640,7 @@ static int64_t hand_out(ctx_t *c, int32_t bi, int64_t chunk, int64_t nbytes, int
 static void free_block(ctx_t *c, int32_t bi) {
     block_t *b = &c->blocks[bi];
     c->in_use -= b->size;
-    tree_insert(c, &c->free_chunks, b->size, b->address, b->size);
+    set_insert(c, &c->free_chunks, b->size, b->address);
     row(c, FREE, b->address, b->size, b->requested, b->segment, b->tag, b->stack);
     int32_t next = b->next, prev = b->prev;
     int64_t size = b->size;
@@ -534,12 +699,12 @@ static int gc_on(const ctx_t *c) { return c->allowed >= 0 && c->gc_threshold > 0
 
 static int32_t get_free_block(ctx_t *c, int small, int64_t size) {
     if (gc_on(c)) c->calls[small]++;
-    int32_t t = lower_bound(c, c->pool[small], size, INT64_MIN);
-    if (t < 0) return -1;
-    int64_t block_size = c->nodes[t].k1, address = c->nodes[t].k2;
+    int64_t key[2];
+    if (!set_lower_bound(&c->pool[small], size, INT64_MIN, key)) return -1;
+    int64_t block_size = key[0], address = key[1];
     if (size < c->max_split && block_size >= c->max_split) return -1;
     if (size >= c->max_split && block_size >= size + LARGE_BUFFER) return -1;
-    tree_erase(c, &c->pool[small], block_size, address);
+    set_erase(&c->pool[small], block_size, address);
     return block_at(c, address);
 }
 
@@ -566,25 +731,23 @@ static int whole_segment(const ctx_t *c, int64_t address) {
 
 static int release_available_cached_blocks(ctx_t *c, int64_t size) {
     if (c->max_split == NO_MAX_SPLIT) return 0;
-    int32_t *pool = &c->pool[size > SMALL_SIZE ? 0 : 1];
-    int64_t key_size = size > c->max_split ? size : c->max_split;
-    int32_t t = lower_bound(c, *pool, key_size, INT64_MIN);
-    if (t < 0) {
-        int32_t i = last(c, *pool);
-        if (i < 0) return 0;
+    set_t *pool = &c->pool[size > SMALL_SIZE ? 0 : 1];
+    int64_t key_size = size > c->max_split ? size : c->max_split, key[2];
+    if (!set_lower_bound(pool, key_size, INT64_MIN, key)) {
+        int found = set_last(pool, key);
+        if (!found) return 0;
         int64_t released = 0;
-        while (released < key_size && i >= 0 && c->nodes[i].k1 >= c->max_split) {
-            int64_t block_size = c->nodes[i].k1, address = c->nodes[i].k2;
-            tree_erase(c, pool, block_size, address);
+        while (released < key_size && found && key[0] >= c->max_split) {
+            int64_t block_size = key[0], address = key[1];
+            set_erase(pool, block_size, address);
             released += block_size;
             release_segment(c, address);
-            i = before(c, *pool, block_size, address);
+            found = set_before(pool, block_size, address, key);
         }
         return released >= key_size;
     }
-    int64_t address = c->nodes[t].k2;
-    tree_erase(c, pool, c->nodes[t].k1, address);
-    release_segment(c, address);
+    set_erase(pool, key[0], key[1]);
+    release_segment(c, key[1]);
     return 1;
 }
 
@@ -605,10 +768,10 @@ static void release_cached_blocks(ctx_t *c) {
     synchronize_and_free_events(c);
     for (int small = 0; small < 2; small++) {
         size_t n;
-        int64_t *keys = in_order(c, c->pool[small], &n);
+        int64_t *keys = set_keys(c, &c->pool[small], &n);
         for (size_t i = 0; i < n; i++) {
             if (whole_segment(c, keys[2 * i + 1])) {
-                tree_erase(c, &c->pool[small], keys[2 * i], keys[2 * i + 1]);
+                set_erase(&c->pool[small], keys[2 * i], keys[2 * i + 1]);
                 release_segment(c, keys[2 * i + 1]);
             }
         }
@@ -621,7 +784,7 @@ static void garbage_collect(ctx_t *c) {
     if (c->reserved <= threshold) return;
     int64_t target = c->reserved - threshold;
     size_t n;
-    int64_t *keys = in_order(c, c->pool[0], &n);
+    int64_t *keys = set_keys(c, &c->pool[0], &n);
     int64_t total_age = 0, count = 0, reclaimed = 0;
     for (size_t i = 0; i < n; i++) {
         if (whole_segment(c, keys[2 * i + 1])) {
@@ -634,7 +797,7 @@ static void garbage_collect(ctx_t *c) {
         double threshold_age = (double)total_age / (double)count;
         freed = 0;
         size_t m;
-        int64_t *pass = in_order(c, c->pool[0], &m);
+        int64_t *pass = set_keys(c, &c->pool[0], &m);
         for (size_t i = 0; i < m; i++) {
             int64_t address = pass[2 * i + 1];
             if (!whole_segment(c, address)) continue;
@@ -644,7 +807,7 @@ static void garbage_collect(ctx_t *c) {
                 reclaimed += pass[2 * i];
                 total_age -= age;
                 count--;
-                tree_erase(c, &c->pool[0], pass[2 * i], address);
+                set_erase(&c->pool[0], pass[2 * i], address);
                 release_segment(c, address);
             }
         }
@@ -739,16 +902,16 @@ static int rmm_expand(ctx_t *c, int64_t size) {
 
 static int64_t rmm_allocate(ctx_t *c, int64_t nbytes, int32_t tag, int32_t stack) {
     int64_t size = align(nbytes);
-    int32_t t = lower_bound(c, c->pool[0], size, INT64_MIN);
-    if (t < 0) {
+    int64_t key[2];
+    if (!set_lower_bound(&c->pool[0], size, INT64_MIN, key)) {
         if (!rmm_expand(c, size)) {
             row(c, OOM, 0, size, nbytes, -1, tag, stack);
             return -1;
         }
-        t = lower_bound(c, c->pool[0], size, INT64_MIN);
+        set_lower_bound(&c->pool[0], size, INT64_MIN, key);
     }
-    int64_t chunk = c->nodes[t].k1, address = c->nodes[t].k2;
-    tree_erase(c, &c->pool[0], chunk, address);
+    int64_t chunk = key[0], address = key[1];
+    set_erase(&c->pool[0], chunk, address);
     int32_t bi = block_at(c, address);
     if (chunk > size) split_block(c, bi, size);
     return hand_out(c, bi, chunk, nbytes, tag, stack);
@@ -769,7 +932,7 @@ static void nopool_free(ctx_t *c, int64_t address) {
     block_t *b = &c->blocks[bi];
     int64_t size = b->size;
     c->in_use -= size;
-    tree_insert(c, &c->free_chunks, size, address, size);
+    set_insert(c, &c->free_chunks, size, address);
     row(c, FREE, address, size, b->requested, address, b->tag, b->stack);
     drop_block(c, bi);
     heap_segment_free(c, address, size);
@@ -782,6 +945,22 @@ typedef struct {
     Py_buffer is_alloc, deferred, alloc_of, requested, time_ns, tag, stack;
 } columns_t;
 
+/* the replay log's index for source index id (-1 none), numbered in order of first use */
+static int32_t local_id(ctx_t *c, int64_t id, int32_t *ids, Py_ssize_t count, PyObject *order) {
+    if (id < 0 || id >= count) return -1;
+    if (ids[id] < 0) {
+        PyObject *index = PyLong_FromLongLong(id);
+        if (!index || PyList_Append(order, index) < 0) {
+            Py_XDECREF(index);
+            c->failed_python = 1;
+            longjmp(c->fail, 1);
+        }
+        Py_DECREF(index);
+        ids[id] = (int32_t)(PyList_GET_SIZE(order) - 1);
+    }
+    return ids[id];
+}
+
 static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, int64_t *addresses, Py_ssize_t *served,
                Py_ssize_t *processed) {
     const uint8_t *is_alloc = cols->is_alloc.buf, *deferred = cols->deferred.buf;
@@ -792,7 +971,8 @@ static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, i
     for (; i < n; i++) {
         c->now = time_ns[i];
         if (is_alloc[i]) {
-            int32_t t = (int32_t)tag[i], s = (int32_t)stack[i];
+            int32_t t = local_id(c, tag[i], c->tag_ids, c->n_tags, c->tag_order);
+            int32_t s = local_id(c, stack[i], c->stack_ids, c->n_stacks, c->stack_order);
             int64_t a = c->kind == TORCH ? torch_allocate(c, requested[i], t, s)
                         : c->kind == RMM ? rmm_allocate(c, requested[i], t, s)
                                          : nopool_allocate(c, requested[i], t, s);
@@ -829,6 +1009,9 @@ static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, i
 }
 
 static void ctx_free(ctx_t *c) {
+    set_destroy(&c->free_chunks);
+    set_destroy(&c->pool[0]);
+    set_destroy(&c->pool[1]);
     free(c->nodes);
     free(c->blocks);
     free(c->keys);
@@ -836,6 +1019,11 @@ static void ctx_free(ctx_t *c) {
     free(c->pending_keys);
     free(c->synchronized);
     free(c->waiting);
+    free(c->tag_ids);
+    free(c->stack_ids);
+    for (int i = 0; i < 14; i++) Py_XDECREF(c->out[i]);
+    Py_XDECREF(c->tag_order);
+    Py_XDECREF(c->stack_order);
 }
 
 static int get_column(PyObject *columns, Py_ssize_t i, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t n) {
@@ -851,15 +1039,16 @@ static int get_column(PyObject *columns, Py_ssize_t i, Py_buffer *view, Py_ssize
 
 static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *args) {
     int kind, device, stop_at_oom;
-    PyObject *staged, *columns, *free_segments;
+    PyObject *columns, *free_segments, *divisions;
     long long capacity, base, tail, reserved, max_split, allowed, maximum;
+    Py_ssize_t n_tags, n_stacks;
     double gc_threshold;
-    PyObject *divisions;
-    if (!PyArg_ParseTuple(args, "iO!iO!(LLLL)O!p(LLdO!L)", &kind, &PyByteArray_Type, &staged, &device, &PyTuple_Type,
-                          &columns, &capacity, &base, &tail, &reserved, &PyList_Type, &free_segments, &stop_at_oom,
-                          &max_split, &allowed, &gc_threshold, &PyTuple_Type, &divisions, &maximum))
+    if (!PyArg_ParseTuple(args, "iiO!(LLLL)O!p(LLdO!L)(nn)", &kind, &device, &PyTuple_Type, &columns, &capacity, &base,
+                          &tail, &reserved, &PyList_Type, &free_segments, &stop_at_oom, &max_split, &allowed,
+                          &gc_threshold, &PyTuple_Type, &divisions, &maximum, &n_tags, &n_stacks))
         return NULL;
-    if (kind < TORCH || kind > NOPOOL || PyTuple_GET_SIZE(columns) != 7 || PyTuple_GET_SIZE(divisions) != 16) {
+    if (kind < TORCH || kind > NOPOOL || PyTuple_GET_SIZE(columns) != 7 || PyTuple_GET_SIZE(divisions) != 16 ||
+        n_tags < 0 || n_stacks < 0 || base > tail) {
         PyErr_SetString(PyExc_ValueError, "replay: unknown policy kind, or not 7 columns and 16 divisions");
         return NULL;
     }
@@ -885,19 +1074,30 @@ static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *args) {
             goto done;
         }
     }
-    addresses = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    c->synchronized = calloc((size_t)(n ? n : 1), 1);
-    c->waiting = calloc((size_t)(n ? n : 1), 1);
-    if (!addresses || !c->synchronized || !c->waiting) {
+    size_t room = (size_t)(n ? n : 1);
+    addresses = malloc(room * sizeof(int64_t));
+    c->synchronized = calloc(room, 1);
+    c->waiting = calloc(room, 1);
+    c->tag_ids = malloc((size_t)(n_tags + 1) * sizeof(int32_t));
+    c->stack_ids = malloc((size_t)(n_stacks + 1) * sizeof(int32_t));
+    if (!addresses || !c->synchronized || !c->waiting || !c->tag_ids || !c->stack_ids) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) addresses[i] = -1;
-    c->staged = staged;
+    for (Py_ssize_t i = 0; i < n_tags; i++) c->tag_ids[i] = -1;
+    for (Py_ssize_t i = 0; i < n_stacks; i++) c->stack_ids[i] = -1;
+    c->n_tags = n_tags;
+    c->n_stacks = n_stacks;
+    c->tag_order = PyList_New(0);
+    c->stack_order = PyList_New(0);
+    if (!c->tag_order || !c->stack_order) goto done;
+    for (int i = 0; i < 14; i++)
+        if (!(c->out[i] = PyByteArray_FromStringAndSize(NULL, 0))) goto done;
     c->device = (int16_t)device;
     c->kind = kind;
     c->node_free = c->block_free = -1;
-    c->free_chunks = c->holes = c->pool[0] = c->pool[1] = -1;
+    c->holes = -1;
     c->random = 0x9E3779B97F4A7C15ull;
     c->capacity = capacity;
     c->tail = tail;
@@ -914,11 +1114,18 @@ static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *args) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(free_segments); i++) { /* rmm's initial pool */
         long long at, size;
         if (!PyArg_ParseTuple(PyList_GET_ITEM(free_segments, i), "LL", &at, &size)) goto done;
-        tree_insert(c, &c->free_chunks, size, at, size);
+        set_insert(c, &c->free_chunks, size, at);
         insert_free(c, new_block(c, at, size, at, 0));
     }
     run(c, &cols, n, stop_at_oom, addresses, &served, &processed);
-    result = Py_BuildValue("nn", served, processed);
+    resize_columns(c, c->rows);
+    PyObject *out = PyTuple_New(14);
+    if (!out) goto done;
+    for (int i = 0; i < 14; i++) {
+        PyTuple_SET_ITEM(out, i, c->out[i]);
+        c->out[i] = NULL;
+    }
+    result = Py_BuildValue("nnNOO", served, processed, out, c->tag_order, c->stack_order);
 done:
     for (int i = 0; i < 7; i++)
         if (views[i]->obj) PyBuffer_Release(views[i]);
@@ -930,8 +1137,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS,
-     "replay(kind, staged, device, columns, (capacity, base, tail, reserved), free_segments, stop_at_oom, "
-     "(max_split, allowed, gc_threshold, divisions, maximum)) -> (served, processed)"},
+     "replay(kind, device, columns, (capacity, base, tail, reserved), free_segments, stop_at_oom, "
+     "(max_split, allowed, gc_threshold, divisions, maximum), (strings, stacks)) -> "
+     "(served, processed, columns, tags, stacks)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
 from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
+from gpuviz.log.schema import DTYPES, ROW_COLUMNS
 
 __all__ = ["native_replay_available", "replay_native"]
 
@@ -62,17 +62,6 @@ def _settings(alloc: object) -> tuple[int, tuple[int, int, float, tuple[int, ...
     return None
 
 
-def _local_ids(ids: np.ndarray, count: int, intern: Callable[[Any], int], items: list[Any]) -> np.ndarray:
-    """Source table index -> the replay log's, interned in order of first use (as the Python
-    replay interns them, one allocation at a time); index -1 (the last entry) stays -1."""
-    used = ids[ids >= 0]
-    unique, first = np.unique(used, return_index=True)
-    mapping = np.full(count + 1, -1, dtype=np.int64)
-    for index in unique[np.argsort(first, kind="stable")].tolist():
-        mapping[index] = intern(items[index])
-    return mapping
-
-
 def replay_native(
     stream: RequestStream,
     source: EventLog,
@@ -101,9 +90,7 @@ def replay_native(
     if len(frees) and int(frees.min()) < 0:
         return None  # frees of allocations from before the stream: only a seeded allocator has them
     log = alloc.log
-    log.flush()
     before = len(log)
-    staged, _ = log.row_sink()
     columns = (
         np.ascontiguousarray(stream.is_alloc, dtype=np.uint8),
         np.ascontiguousarray(stream.deferred, dtype=np.uint8),
@@ -114,15 +101,22 @@ def replay_native(
         np.ascontiguousarray(stream.stack, dtype=np.int64),
     )
     device = log.device_index(stream.device)
-    served, processed = _core.replay(
-        kind, staged, device, columns, (upstream.capacity, upstream.base, tail, upstream.reserved),
-        segments, stop_at_oom, options,
+    served, _, out, tag_order, stack_order = _core.replay(
+        kind, device, columns, (upstream.capacity, upstream.base, tail, upstream.reserved), segments,
+        stop_at_oom, options, (len(source.strings), len(source.stacks)),
     )  # fmt: skip
-    log.flush()
-    allocs = stream.is_alloc[:processed]
-    tags = _local_ids(stream.tag[:processed][allocs], len(source.strings), log.intern_string, source.strings)
-    stacks = _local_ids(stream.stack[:processed][allocs], len(source.stacks), log.intern_stack, source.stacks)
-    cols = log.columns
-    times = cols["time_ns"].copy()
-    times[:before] = int(stream.time_ns[0]) if len(stream) else 0
-    return log.with_columns(time_ns=times, tag=tags[cols["tag"]], stack=stacks[cols["stack"]]), int(served)
+    rows = {name: np.frombuffer(data, dtype=DTYPES[name]) for name, data in zip(ROW_COLUMNS, out, strict=True)}
+    # the C replay numbered tags and stacks in order of first use, as interning them now does
+    # in a fresh log whose source tables hold no duplicates; otherwise renumber
+    for column, order, intern, items in (
+        ("tag", tag_order, log.intern_string, source.strings),
+        ("stack", stack_order, log.intern_stack, source.stacks),
+    ):
+        ids = np.array([intern(items[index]) for index in order] + [-1], dtype=np.int32)
+        if not np.array_equal(ids[:-1], np.arange(len(order))):
+            rows[column] = ids[rows[column]]
+    if before and len(stream):  # RMM's initial pool, reserved before the first request: its time
+        log.flush()
+        return log.extended(rows).with_columns(time_ns=np.concatenate([np.full(before, stream.time_ns[0]),
+                                                                        rows["time_ns"]])), int(served)  # fmt: skip
+    return log.extended(rows), int(served)
