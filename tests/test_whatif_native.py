@@ -4,18 +4,21 @@ and stack tables, the same served counts, comparisons and out-of-memory points."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gpuviz
 from gpuviz import EventLog, SimUpstream
 from gpuviz.analysis.comparison import PolicyOutcome, outcome
-from gpuviz.analysis.requests import RequestStream
+from gpuviz.analysis.requests import RequestStream, request_stream
 from gpuviz.log.eventlog import Frame
 from gpuviz.scenarios import parse_policy, replay_policy
 from gpuviz.scenarios.native import native_replay_available, replay_native
-from gpuviz.scenarios.whatif import UNBOUNDED
+from gpuviz.scenarios.whatif import UNBOUNDED, busiest_device
 
 pytestmark = pytest.mark.skipif(not native_replay_available(), reason="the C what-if replay is not built")
 
@@ -35,7 +38,11 @@ def _source() -> EventLog:
 
 # one request stream: ("alloc", bytes, tag, stack) | ("free", pick) | ("defer", pick) | ("complete", pick)
 _SIZES = st.one_of(
-    st.integers(1, 4 * KiB), st.integers(1, 2 * MiB), st.integers(MiB, 24 * MiB), st.integers(20 * MiB, 80 * MiB)
+    st.integers(1, 4 * KiB),
+    st.integers(1, 2 * MiB),
+    st.integers(MiB, 24 * MiB),
+    st.integers(20 * MiB, 80 * MiB),
+    st.integers(1, 96).map(lambda mib: mib * MiB),  # whole MiB: the rules' boundaries (20 MiB apart, > 1 MiB rest)
 )
 _OP = st.one_of(
     st.tuples(st.just("alloc"), _SIZES, st.integers(-1, 5), st.integers(-1, 3)),
@@ -87,10 +94,12 @@ def _python(stream: RequestStream, source: EventLog, spec: str, capacity: int, s
     return replay_policy(stream, source, policy, upstream, stop_at_oom=stop, allocator=built)
 
 
-def _native(stream: RequestStream, source: EventLog, spec: str, capacity: int, stop: bool) -> tuple[EventLog, int]:
+def _native(
+    stream: RequestStream, source: EventLog, spec: str, capacity: int, stop: bool, *, device: str = "GPU:0"
+) -> tuple[EventLog, int]:
     policy = parse_policy(spec)
     upstream = SimUpstream(capacity)
-    replayed = replay_native(stream, source, policy.build(upstream, device="GPU:0", log=EventLog()), upstream,
+    replayed = replay_native(stream, source, policy.build(upstream, device=device, log=EventLog()), upstream,
                              stop_at_oom=stop)  # fmt: skip
     assert replayed is not None
     return replayed
@@ -101,7 +110,9 @@ def _measures(o: PolicyOutcome) -> tuple[object, ...]:
             o.final_reserved, o.oom, o.worst_index)  # fmt: skip
 
 
-def assert_same_replay(a: tuple[EventLog, int], b: tuple[EventLog, int], requests: int) -> None:
+def assert_same_replay(
+    a: tuple[EventLog, int], b: tuple[EventLog, int], requests: int, *, device: str = "GPU:0"
+) -> None:
     (log_a, served_a), (log_b, served_b) = a, b
     assert served_a == served_b
     assert len(log_a) == len(log_b)
@@ -110,7 +121,7 @@ def assert_same_replay(a: tuple[EventLog, int], b: tuple[EventLog, int], request
         assert log_a.columns[name].dtype == column.dtype, name
     assert (log_a.strings, log_a.stacks, log_a.devices) == (log_b.strings, log_b.stacks, log_b.devices)
     if len(log_b):
-        measured = [outcome("p", log, "GPU:0", requests=requests, served=served_a) for log in (log_a, log_b)]
+        measured = [outcome("p", log, device, requests=requests, served=served_a) for log in (log_a, log_b)]
         assert _measures(measured[0]) == _measures(measured[1])
 
 
@@ -161,3 +172,39 @@ def test_replay_policy_uses_the_c_replay_unless_switched_off(monkeypatch: pytest
         ("free", 30 * MiB, 512), ("merge", 30 * MiB, 2 * MiB),
     ]  # fmt: skip
     assert [source.strings.index(log.strings[t]) for t in log.columns["tag"] if t >= 0] == [1, 1, 3, 2, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(32 * MiB, 25 * MiB), (54 * MiB, 34 * MiB), (52 * MiB, 34 * MiB)],
+)
+def test_oversize_blocks_at_the_max_split_boundaries(first: int, second: int) -> None:
+    """max_split_size_mb=32: a free block of exactly 32 MiB is oversize (not for a 25 MiB request),
+    and a 34 MiB request does not take a block of 34 + 20 MiB or more, but does take 52 MiB."""
+    stream, source = _stream([("alloc", first, -1, -1), ("free", 0), ("alloc", second, -1, -1)]), _source()
+    native = _native(stream, source, "torch:max_split_size_mb=32", UNBOUNDED, True)
+    assert_same_replay(native, _python(stream, source, "torch:max_split_size_mb=32", UNBOUNDED, True), 3)
+    segments = [e.size for e in native[0] if e.kind == "segment_alloc"]
+    assert segments == ([first] if first == 52 * MiB else [first, -(-second // (2 * MiB)) * 2 * MiB])
+
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+SNAPSHOTS = [
+    "pt_snapshot_assignment2_2026a.pickle", "pt_snapshot_assignment2_2026b.pickle",
+    "pt_snapshot_cs336_ctx128_forward_mixed_2025.pickle", "pt_snapshot_cs336_ctx128_fullstep_2025.pickle",
+    "pt_snapshot_ftcourse_2024.pickle",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_the_c_replay_of_real_pytorch_snapshots_is_the_python_models(name: str) -> None:
+    """The five real PyTorch snapshots under each policy, unbounded and on a device 10% smaller than
+    PyTorch's recorded peak (out of memory: stopping there, or skipping what does not fit)."""
+    log = gpuviz.load(TRACES / name)
+    device = busiest_device(log)
+    stream = request_stream(log, device)
+    peak = int(outcome("recorded", log, device, requests=len(stream), served=len(stream)).peak_reserved)
+    for spec in ("torch", "torch:max_split_size_mb=64,roundup_power2_divisions=4", "rmm-pool", "no-pool"):
+        for capacity, stop in ((UNBOUNDED, True), (peak * 9 // 10, True), (peak * 9 // 10, False)):
+            native = _native(stream, log, spec, capacity, stop, device=device)
+            assert_same_replay(native, _python(stream, log, spec, capacity, stop), len(stream), device=device)
