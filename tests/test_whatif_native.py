@@ -15,12 +15,17 @@ import gpuviz
 from gpuviz import EventLog, SimUpstream
 from gpuviz.analysis.comparison import PolicyOutcome, outcome
 from gpuviz.analysis.requests import RequestStream, request_stream
+from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
+from gpuviz.base.torch_rules import CachingRules
+from gpuviz.capture.native import allocator_class
+from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.log.eventlog import Frame
+from gpuviz.scenarios import native as native_module
 from gpuviz.scenarios import parse_policy, replay_policy
 from gpuviz.scenarios.native import native_replay_available, replay_native
 from gpuviz.scenarios.whatif import UNBOUNDED, busiest_device
 
-pytestmark = pytest.mark.skipif(not native_replay_available(), reason="the C what-if replay is not built")
+pytestmark = pytest.mark.skipif(not native_replay_available(), reason="the C replay is not built, or GPUVIZ_NATIVE=0")
 
 KiB, MiB = 1 << 10, 1 << 20
 B = 1 << 40
@@ -155,10 +160,20 @@ def test_replay_policy_uses_the_c_replay_unless_switched_off(monkeypatch: pytest
     ]  # fmt: skip
     stream, source = _stream(ops), _source()
     runs = {}
+    calls: list[int] = []
+    core = native_module._core
+
+    class Spy:  # counts the C replays
+        def replay(self, *args: object) -> object:
+            calls.append(1)
+            return core.replay(*args)
+
+    monkeypatch.setattr(native_module, "_core", Spy())
     for native in ("1", "0"):
         monkeypatch.setenv("GPUVIZ_NATIVE", native)
         assert native_replay_available() == (native == "1")
         runs[native] = replay_policy(stream, source, parse_policy("torch"), SimUpstream(42 * MiB), stop_at_oom=False)
+    assert len(calls) == 1  # the first run only
     assert_same_replay(runs["1"], runs["0"], len(stream))
     log, served = runs["1"]
     assert served == 6  # the 50 MiB request does not fit 42 MiB next to 30 MiB in use
@@ -208,3 +223,30 @@ def test_the_c_replay_of_real_pytorch_snapshots_is_the_python_models(name: str) 
         for capacity, stop in ((UNBOUNDED, True), (peak * 9 // 10, True), (peak * 9 // 10, False)):
             native = _native(stream, log, spec, capacity, stop, device=device)
             assert_same_replay(native, _python(stream, log, spec, capacity, stop), len(stream), device=device)
+
+
+def test_what_the_c_replay_does_not_model_is_left_to_the_python_models() -> None:
+    """None (nothing done, nothing recorded) for tf-bfc, expandable segments, a seeded allocator, a
+    backed or used device; replay_policy then replays in Python."""
+    stream, source = _stream([("alloc", 3 * MiB, -1, -1), ("free", 0)]), _source()
+
+    def declined(alloc: object, upstream: SimUpstream) -> bool:
+        return replay_native(stream, source, alloc, upstream) is None
+
+    upstream = SimUpstream(UNBOUNDED)
+    assert declined(allocator_class()(upstream, device="GPU:0", log=EventLog()), upstream)
+    torch = parse_policy("torch").build(upstream, device="GPU:0", log=EventLog())
+    assert isinstance(torch, TorchCachingAllocator)
+    torch.rules = CachingRules(expandable=True)
+    assert declined(torch, upstream) and len(torch.log) == 0
+    seeded = parse_policy("torch").build(upstream, device="GPU:0", log=EventLog())
+    assert isinstance(seeded, TorchCachingAllocator)
+    seeded.seed(HeapState("GPU:0", (SegmentState(B, 2 * MiB, (ChunkState(B, 2 * MiB, 100, True, None, -1),)),)))
+    assert declined(seeded, upstream)
+    backed = SimUpstream(64 * MiB, backed=True)
+    assert declined(parse_policy("no-pool").build(backed, device="GPU:0", log=EventLog()), backed)
+    used = SimUpstream(64 * MiB)
+    used.allocate(MiB)
+    assert declined(parse_policy("rmm-pool").build(used, device="GPU:0", log=EventLog()), used)
+    fresh = SimUpstream(64 * MiB)
+    assert not declined(parse_policy("rmm-pool:initial=4MiB").build(fresh, device="GPU:0", log=EventLog()), fresh)
