@@ -371,8 +371,8 @@ static int set_before(const set_t *s, int64_t size, int64_t address, int64_t key
 static int set_last(const set_t *s, int64_t key[2]) { return set_before(s, INT64_MAX, INT64_MAX, key); }
 
 static int64_t set_largest(const set_t *s) {
-    int64_t key[2];
-    return set_last(s, key) ? key[0] : 0;
+    int i = bin_below(s, NBINS - 1);
+    return i < 0 ? 0 : s->bins[i].keys[2 * s->bins[i].n - 2];
 }
 
 /* every key in order, as (size, address) pairs in a malloc'd array (the caller frees it) */
