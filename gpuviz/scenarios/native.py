@@ -29,7 +29,7 @@ from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import DTYPES, ROW_COLUMNS
 
-__all__ = ["native_replay_available", "replay_native"]
+__all__ = ["native_replay_available", "replay_native", "replay_description"]
 
 try:  # importlib: a compiled module has no imports for the layering check to follow
     _core: Any = importlib.import_module("gpuviz.scenarios._whatifcore")
@@ -42,6 +42,15 @@ _TORCH, _RMM, _NOPOOL = 1, 2, 3
 def native_replay_available() -> bool:
     """Whether the C replay is built and not switched off (``GPUVIZ_NATIVE=0``)."""
     return _core is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+
+
+def replay_description() -> str:
+    """How what-if replays run, in words (for ``gpuviz info``)."""
+    if native_replay_available():
+        return "C for torch, rmm-pool and no-pool (tf-bfc: the allocator above)"
+    if _core is None:
+        return "Python (the C replay was not built: no C compiler at install time)"
+    return "Python (GPUVIZ_NATIVE=0)"
 
 
 def _settings(alloc: object) -> tuple[int, tuple[int, int, float, tuple[int, ...], int]] | None:
