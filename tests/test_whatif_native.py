@@ -32,12 +32,15 @@ B = 1 << 40
 
 
 def _source() -> EventLog:
-    """A source log whose tables the stream's tags and stacks point into (6 strings, 4 stacks)."""
+    """A source log whose tables the stream's tags and stacks point into: 7 strings and 5 stacks,
+    the last of each a repeat of an earlier one (as an imported table may hold)."""
     log = EventLog()
     for i in range(6):
         log.intern_string(f"op{i}")
     for i in range(4):
         log.intern_stack(tuple(Frame(f"f{i}.py", j, "g") for j in range(i + 1)))
+    log.strings.append("op1")
+    log.stacks.append(log.stacks[2])
     return log
 
 
@@ -50,7 +53,7 @@ _SIZES = st.one_of(
     st.integers(1, 96).map(lambda mib: mib * MiB),  # whole MiB: the rules' boundaries (20 MiB apart, > 1 MiB rest)
 )
 _OP = st.one_of(
-    st.tuples(st.just("alloc"), _SIZES, st.integers(-1, 5), st.integers(-1, 3)),
+    st.tuples(st.just("alloc"), _SIZES, st.integers(-1, 6), st.integers(-1, 4)),
     st.tuples(st.sampled_from(["free", "defer", "complete"]), st.integers(0, 1000)),
 )
 
