@@ -47,10 +47,10 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
-        Extension(  # what-if replays under torch, rmm-pool and no-pool (gpuviz.scenarios.native)
+        Extension(  # what-if replays under every policy (gpuviz.scenarios.native)
             "gpuviz.scenarios._whatifcore",
-            sources=["gpuviz/scenarios/_whatifcore.c"],
-            depends=["gpuviz/capture/_rows.h"],
+            sources=["gpuviz/scenarios/_whatifcore.c", "gpuviz/capture/_bfc_core.c"],
+            depends=["gpuviz/capture/_bfc_core.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -73,7 +73,7 @@ def test_python_dash_m_and_info() -> None:
     assert f"allocator: {allocator_description()}\n" in proc.stdout
     assert allocator_description() == "native core (C)" or native._CoreClass is None
     assert f"what-if replays: {replay_description()}\n" in proc.stdout
-    assert replay_description().startswith("C for torch") or not native_replay_available()
+    assert replay_description() == "C for every policy (tf-bfc on the native core)" or not native_replay_available()
     env = {**os.environ, "GPUVIZ_NATIVE": "0"}
     proc = subprocess.run([sys.executable, "-m", "gpuviz", "info"], capture_output=True, text=True, check=True, env=env)
     assert "event recorder: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout

@@ -139,11 +139,13 @@ _POLICIES = st.sampled_from([
     "torch:garbage_collection_threshold=0.5,fraction=0.8", "torch:garbage_collection_threshold=0.2,fraction=1",
     "torch:garbage_collection_threshold=0.7,fraction=0.6,max_split_size_mb=24",
     "rmm-pool", "rmm-pool:initial=8MiB", "rmm-pool:initial=3MiB,maximum=100MiB", "rmm-pool:maximum=64MiB", "no-pool",
+    "tf-bfc", "tf-bfc:gc=true", "tf-bfc:limit=40MiB", "tf-bfc:fraction=0.5,gc=true", "tf-bfc:growth=false",
+    "tf-bfc:growth=false,limit=30MiB",
 ])  # fmt: skip
 _CAPACITIES = st.sampled_from([48 * MiB, 96 * MiB, 160 * MiB, 512 * MiB, UNBOUNDED])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.lists(_OP, max_size=120), _POLICIES, _CAPACITIES, st.booleans())
 def test_the_c_replay_writes_the_python_models_log(ops: list[tuple[object, ...]], spec: str, capacity: int,
                                                    stop: bool) -> None:  # fmt: skip
@@ -222,22 +224,28 @@ def test_the_c_replay_of_real_pytorch_snapshots_is_the_python_models(name: str) 
     device = busiest_device(log)
     stream = request_stream(log, device)
     peak = int(outcome("recorded", log, device, requests=len(stream), served=len(stream)).peak_reserved)
-    for spec in ("torch", "torch:max_split_size_mb=64,roundup_power2_divisions=4", "rmm-pool", "no-pool"):
+    for spec in ("torch", "torch:max_split_size_mb=64,roundup_power2_divisions=4", "rmm-pool", "no-pool", "tf-bfc"):
         for capacity, stop in ((UNBOUNDED, True), (peak * 9 // 10, True), (peak * 9 // 10, False)):
             native = _native(stream, log, spec, capacity, stop, device=device)
             assert_same_replay(native, _python(stream, log, spec, capacity, stop), len(stream), device=device)
 
 
 def test_what_the_c_replay_does_not_model_is_left_to_the_python_models() -> None:
-    """None (nothing done, nothing recorded) for tf-bfc, expandable segments, a seeded allocator, a
-    backed or used device; replay_policy then replays in Python."""
+    """None (nothing done, nothing recorded) for expandable segments, a seeded or used allocator, a
+    backed or used device, requests beyond 2**62 bytes; replay_policy then replays in Python."""
     stream, source = _stream([("alloc", 3 * MiB, -1, -1), ("free", 0)]), _source()
 
     def declined(alloc: object, upstream: SimUpstream) -> bool:
         return replay_native(stream, source, alloc, upstream) is None
 
     upstream = SimUpstream(UNBOUNDED)
-    assert declined(allocator_class()(upstream, device="GPU:0", log=EventLog()), upstream)
+    bfc = allocator_class()(upstream, device="GPU:0", log=EventLog())
+    assert not declined(bfc, upstream)
+    bfc.allocate(100)
+    assert declined(bfc, upstream)
+    huge = _stream([("alloc", 1 << 62, -1, -1)])
+    fresh_bfc = allocator_class()(SimUpstream(UNBOUNDED), device="GPU:0", log=EventLog())
+    assert replay_native(huge, source, fresh_bfc, fresh_bfc.upstream) is None
     torch = parse_policy("torch").build(upstream, device="GPU:0", log=EventLog())
     assert isinstance(torch, TorchCachingAllocator)
     torch.rules = CachingRules(expandable=True)
@@ -253,3 +261,31 @@ def test_what_the_c_replay_does_not_model_is_left_to_the_python_models() -> None
     assert declined(parse_policy("rmm-pool").build(used, device="GPU:0", log=EventLog()), used)
     fresh = SimUpstream(64 * MiB)
     assert not declined(parse_policy("rmm-pool:initial=4MiB").build(fresh, device="GPU:0", log=EventLog()), fresh)
+
+
+@pytest.mark.parametrize("last", [16 * MiB, 24 * MiB])
+def test_tf_bfc_garbage_collection_warns_as_the_python_replay_does(last: int, caplog: pytest.LogCaptureFixture) -> None:
+    """tf-bfc with gc on a 24 MiB device: a 2 MiB, 4 MiB and 8 MiB segment, all freed; 16 MiB (or
+    all 24 MiB) then fits only once the free segments go back (one warning, the same from both)."""
+    ops: list[tuple[object, ...]] = [
+        ("alloc", 2 * MiB, 1, -1), ("alloc", 3 * MiB, 2, -1), ("alloc", 7 * MiB, 3, -1),
+        ("free", 0), ("free", 0), ("free", 0), ("alloc", last, 4, -1),
+    ]  # fmt: skip
+    stream, source = _stream(ops), _source()
+    warnings = []
+    for replayed in (_native, _python):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="gpuviz"):
+            runs = replayed(stream, source, "tf-bfc:gc=true", 24 * MiB, True)
+        warnings.append([r.getMessage() for r in caplog.records])
+        log, served = runs
+        assert served == 7
+        sizes = [(e.kind, e.size) for e in log if e.kind.startswith("segment")]
+        assert sizes == [("segment_alloc", 2 * MiB), ("segment_alloc", 4 * MiB), ("segment_alloc", 8 * MiB),
+                         ("segment_free", 2 * MiB), ("segment_free", 4 * MiB), ("segment_free", 8 * MiB),
+                         ("segment_alloc", last)]  # fmt: skip
+    assert (
+        warnings[0]
+        == warnings[1]
+        == [f"GPU:0: garbage collection returns 3 free segments (14680064 bytes) upstream to fit {last} bytes"]
+    )

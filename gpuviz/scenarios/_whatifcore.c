@@ -8,6 +8,8 @@
  *   kind 1  torch     gpuviz.capture.torch_caching.TorchCachingAllocator (no expandable segments)
  *   kind 2  rmm-pool  gpuviz.capture.pools.RmmPoolAllocator
  *   kind 3  no-pool   gpuviz.capture.pools.NoPoolAllocator
+ *   kind 4  tf-bfc    gpuviz.capture.native.NativeBFCAllocator: the BFC core (_bfc_core.c) with
+ *                     the growth, limit and garbage collection of native.py/bfc.py restated
  *
  * over gpuviz.capture.upstream.SimUpstream (first fit by address), recording what
  * gpuviz.log.heapbuilder.HeapBuilder records for each decision (split, alloc, free, merge,
@@ -34,12 +36,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../capture/_bfc_core.h"
+
 #ifdef Py_GIL_DISABLED
 #error "rows are appended relying on the GIL; the Python replay is used instead"
 #endif
 
 enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6 };
-enum { TORCH = 1, RMM = 2, NOPOOL = 3 };
+enum { TORCH = 1, RMM = 2, NOPOOL = 3, BFC = 4 };
 
 #define ALIGNMENT 256
 #define MIN_BLOCK 512
@@ -105,7 +109,7 @@ typedef struct {
     int64_t reserved, in_use;
     set_t pool[2];    /* free blocks; torch: [0] large, [1] small; rmm: pool[0] */
     int64_t calls[2]; /* torch: get_free_block calls per pool (GC ages) */
-    int64_t max_split, allowed, maximum; /* allowed/maximum: -1 none */
+    int64_t max_split, allowed, maximum; /* allowed/maximum: -1 none; BFC: maximum is the memory limit */
     double gc_threshold;
     int64_t divisions[16];
     int64_t *pending_keys; /* torch's deferred frees in order: (address, key) pairs; address -1 done */
@@ -114,6 +118,12 @@ typedef struct {
     int32_t *tag_ids, *stack_ids; /* source index -> the replay log's (-1 not used yet) */
     Py_ssize_t n_tags, n_stacks;
     PyObject *tag_order, *stack_order; /* lists of source indices in order of first use */
+    /* tf-bfc */
+    bfc_t bfc;
+    int bfc_ready, bfc_gc;
+    int64_t next_segment; /* TF's next segment size (bytes) */
+    int64_t thread;       /* the thread column of BFC's events: the replaying thread, as recorded */
+    PyObject *warn;       /* warn(count, bytes, rounded): garbage collection's warning */
 } ctx_t;
 
 static void *grow_array(ctx_t *c, void *p, size_t n, size_t size) {
@@ -500,24 +510,30 @@ static void resize_columns(ctx_t *c, Py_ssize_t rows) {
         memcpy(c->out_at[column] + c->rows * (Py_ssize_t)sizeof(type), &v_, sizeof(type)); \
     } while (0)
 
-static void row(ctx_t *c, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment, int32_t tag,
-                int32_t stack) {
+static void put_row(ctx_t *c, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
+                    int64_t largest, int32_t tag, int32_t stack, int64_t thread) {
     if (c->rows == c->row_cap) resize_columns(c, c->row_cap ? 2 * c->row_cap : 4096);
     PUT(0, int64_t, c->now);
     PUT(1, uint8_t, kind);
     PUT(2, int8_t, 0);
     PUT(3, int16_t, c->device);
     PUT(4, int16_t, -1);
-    PUT(5, int64_t, 0);
+    PUT(5, int64_t, thread);
     PUT(6, int64_t, address);
     PUT(7, int64_t, size);
     PUT(8, int64_t, requested);
     PUT(9, int64_t, segment);
-    PUT(10, int64_t, set_largest(&c->free_chunks));
+    PUT(10, int64_t, largest);
     PUT(11, int64_t, 0);
     PUT(12, int32_t, tag);
     PUT(13, int32_t, stack);
     c->rows++;
+}
+
+/* a row of HeapBuilder's: the largest free chunk after the event, thread 0 */
+static void row(ctx_t *c, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment, int32_t tag,
+                int32_t stack) {
+    put_row(c, kind, address, size, requested, segment, set_largest(&c->free_chunks), tag, stack, 0);
 }
 
 static void heap_segment_alloc(ctx_t *c, int64_t base, int64_t size) {
@@ -940,11 +956,6 @@ static void nopool_free(ctx_t *c, int64_t address) {
     c->reserved -= size;
 }
 
-/* ------------------------------------------------------------------ the replay loop */
-typedef struct {
-    Py_buffer is_alloc, deferred, alloc_of, requested, time_ns, tag, stack;
-} columns_t;
-
 /* the replay log's index for source index id (-1 none), numbered in order of first use */
 static int32_t local_id(ctx_t *c, int64_t id, int32_t *ids, Py_ssize_t count, PyObject *order) {
     if (id < 0 || id >= count) return -1;
@@ -961,6 +972,100 @@ static int32_t local_id(ctx_t *c, int64_t id, int32_t *ids, Py_ssize_t count, Py
     return ids[id];
 }
 
+/* ------------------------------------------------------------------ tf-bfc */
+static void bfc_row(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
+                    int64_t largest, int32_t tag, int32_t stack) {
+    ctx_t *c = ctx;
+    put_row(c, kind, address, size, requested, segment, largest, tag, stack, c->thread);
+}
+
+static int64_t rounded_bytes(int64_t nbytes) { return nbytes <= 256 ? 256 : (nbytes + 255) & ~(int64_t)255; }
+
+/* TF's Extend (BFCAllocator._reserve_segment, NativeBFCAllocator._extend_pool): one new segment
+ * that can hold rounded bytes; the step doubles until the request fits, is capped by what the
+ * limit leaves, and backs off by 10 % (in float32) while the device refuses it */
+static int bfc_extend(ctx_t *c, int64_t rounded) {
+    int64_t available = (c->maximum - c->bfc.pool_bytes) & ~(int64_t)255;
+    if (rounded > available) return 0;
+    int increased = 0;
+    while (rounded > c->next_segment) {
+        c->next_segment *= 2;
+        increased = 1;
+    }
+    int64_t nbytes = c->next_segment < available ? c->next_segment : available, base;
+    while ((base = device_allocate(c, nbytes)) < 0) {
+        int64_t smaller = rounded_bytes((int64_t)((float)nbytes * 0.9f));
+        nbytes = smaller < nbytes ? smaller : nbytes - 256;
+        if (nbytes < rounded) return 0;
+    }
+    if (!increased) c->next_segment *= 2;
+    if (bfc_add_segment(&c->bfc, base, nbytes, -1) < 0) longjmp(c->fail, 1);
+    return 1;
+}
+
+/* garbage collection (NativeBFCAllocator._collect): if returning the wholly free segments
+ * makes rounded fit, return them (in the order they were added) and extend */
+static int bfc_collect(ctx_t *c, int64_t rounded) {
+    size_t n = 0;
+    int64_t total = 0;
+    int64_t *bases = grow_array(c, NULL, c->bfc.segments + 1, 2 * sizeof(int64_t));
+    for (size_t i = 0; i < c->bfc.segments; i++) {
+        if (!bfc_segment_wholly_free(&c->bfc, i)) continue;
+        bases[2 * n] = c->bfc.segment_bases[i];
+        bases[2 * n + 1] = c->bfc.segment_sizes[i];
+        total += bases[2 * n + 1];
+        n++;
+    }
+    if (total == 0 || rounded > c->maximum - c->bfc.pool_bytes + total) {
+        free(bases);
+        return 0;
+    }
+    PyObject *r = PyObject_CallFunction(c->warn, "nLL", (Py_ssize_t)n, (long long)total, (long long)rounded);
+    if (r == NULL) {
+        free(bases);
+        c->failed_python = 1;
+        longjmp(c->fail, 1);
+    }
+    Py_DECREF(r);
+    for (size_t i = 0; i < n; i++) {
+        bfc_release_segment(&c->bfc, bases[2 * i], -1);
+        device_free(c, bases[2 * i], bases[2 * i + 1]);
+    }
+    free(bases);
+    return bfc_extend(c, rounded);
+}
+
+/* NativeBFCAllocator.allocate(nbytes, tag=...) with recording on and stacks off: 0 for 0 bytes
+ * (nothing recorded), -1 after recording an out of memory */
+static int64_t bfc_allocate(ctx_t *c, int64_t nbytes, int64_t source_tag) {
+    if (nbytes == 0) return 0;
+    int64_t rounded = rounded_bytes(nbytes);
+    int32_t slot = bfc_take_best_fit(&c->bfc, rounded);
+    if (slot < 0) {
+        int grown = rounded <= c->maximum && (bfc_extend(c, rounded) || (c->bfc_gc && bfc_collect(c, rounded)));
+        if (!grown) {
+            bfc_row(c, OOM, 0, rounded, nbytes, -1, bfc_largest_free(&c->bfc), -1, -1);
+            return -1;
+        }
+        slot = bfc_take_best_fit(&c->bfc, rounded);
+    }
+    int32_t tag = local_id(c, source_tag, c->tag_ids, c->n_tags, c->tag_order); /* interned once it fits */
+    if (bfc_split(&c->bfc, slot, rounded, -1) < 0) longjmp(c->fail, 1);
+    bfc_mark_allocated(&c->bfc, slot, nbytes, NULL, tag, -1);
+    return bfc_at(&c->bfc, slot)->address;
+}
+
+static void bfc_free(ctx_t *c, int64_t address) {
+    if (address == 0) return; /* free(0): nothing */
+    void *tag;
+    bfc_release_chunk(&c->bfc, bfc_find(&c->bfc, address), -1, &tag);
+}
+
+/* ------------------------------------------------------------------ the replay loop */
+typedef struct {
+    Py_buffer is_alloc, deferred, alloc_of, requested, time_ns, tag, stack;
+} columns_t;
+
 static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, int64_t *addresses, Py_ssize_t *served,
                Py_ssize_t *processed) {
     const uint8_t *is_alloc = cols->is_alloc.buf, *deferred = cols->deferred.buf;
@@ -970,7 +1075,17 @@ static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, i
     *served = 0;
     for (; i < n; i++) {
         c->now = time_ns[i];
-        if (is_alloc[i]) {
+        if (is_alloc[i] && c->kind == BFC) {
+            int64_t a = bfc_allocate(c, requested[i], tag[i]);
+            if (a < 0) {
+                if (stop_at_oom) {
+                    i++;
+                    break;
+                }
+                continue;
+            }
+            addresses[i] = a;
+        } else if (is_alloc[i]) {
             int32_t t = local_id(c, tag[i], c->tag_ids, c->n_tags, c->tag_order);
             int32_t s = local_id(c, stack[i], c->stack_ids, c->n_stacks, c->stack_order);
             int64_t a = c->kind == TORCH ? torch_allocate(c, requested[i], t, s)
@@ -998,6 +1113,8 @@ static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, i
                 torch_complete(c, address, made);
             } else if (c->kind == NOPOOL) {
                 nopool_free(c, address);
+            } else if (c->kind == BFC) {
+                bfc_free(c, address);
             } else {
                 free_block(c, block_at(c, address));
             }
@@ -1009,6 +1126,7 @@ static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, i
 }
 
 static void ctx_free(ctx_t *c) {
+    if (c->bfc_ready) bfc_destroy(&c->bfc);
     set_destroy(&c->free_chunks);
     set_destroy(&c->pool[0]);
     set_destroy(&c->pool[1]);
@@ -1043,11 +1161,15 @@ static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *args) {
     long long capacity, base, tail, reserved, max_split, allowed, maximum;
     Py_ssize_t n_tags, n_stacks;
     double gc_threshold;
-    if (!PyArg_ParseTuple(args, "iiO!(LLLL)O!p(LLdO!L)(nn)", &kind, &device, &PyTuple_Type, &columns, &capacity, &base,
-                          &tail, &reserved, &PyList_Type, &free_segments, &stop_at_oom, &max_split, &allowed,
-                          &gc_threshold, &PyTuple_Type, &divisions, &maximum, &n_tags, &n_stacks))
+    long long next_segment;
+    int bfc_gc;
+    PyObject *warn;
+    if (!PyArg_ParseTuple(args, "iiO!(LLLL)O!p(LLdO!L)(nn)(LpO)", &kind, &device, &PyTuple_Type, &columns, &capacity,
+                          &base, &tail, &reserved, &PyList_Type, &free_segments, &stop_at_oom, &max_split, &allowed,
+                          &gc_threshold, &PyTuple_Type, &divisions, &maximum, &n_tags, &n_stacks, &next_segment,
+                          &bfc_gc, &warn))
         return NULL;
-    if (kind < TORCH || kind > NOPOOL || PyTuple_GET_SIZE(columns) != 7 || PyTuple_GET_SIZE(divisions) != 16 ||
+    if (kind < TORCH || kind > BFC || PyTuple_GET_SIZE(columns) != 7 || PyTuple_GET_SIZE(divisions) != 16 ||
         n_tags < 0 || n_stacks < 0 || base > tail) {
         PyErr_SetString(PyExc_ValueError, "replay: unknown policy kind, or not 7 columns and 16 divisions");
         return NULL;
@@ -1106,6 +1228,19 @@ static PyObject *replay(PyObject *Py_UNUSED(module), PyObject *args) {
     c->allowed = allowed;
     c->maximum = maximum;
     c->gc_threshold = gc_threshold;
+    c->next_segment = next_segment;
+    c->bfc_gc = bfc_gc;
+    c->warn = warn;
+    c->thread = (int64_t)PyThread_get_thread_ident();
+    if (kind == BFC) {
+        if (bfc_init(&c->bfc) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        c->bfc_ready = 1;
+        c->bfc.emit = bfc_row;
+        c->bfc.emit_ctx = c;
+    }
     Py_ssize_t served = 0, processed = 0;
     if (setjmp(c->fail)) {
         if (!c->failed_python) PyErr_NoMemory();
@@ -1138,7 +1273,7 @@ done:
 static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS,
      "replay(kind, device, columns, (capacity, base, tail, reserved), free_segments, stop_at_oom, "
-     "(max_split, allowed, gc_threshold, divisions, maximum), (strings, stacks)) -> "
+     "(max_split, allowed, gc_threshold, divisions, maximum), (strings, stacks), (next_segment, gc, warn)) -> "
      "(served, processed, columns, tags, stacks)"},
     {NULL, NULL, 0, NULL},
 };

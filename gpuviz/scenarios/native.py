@@ -1,13 +1,14 @@
-"""What-if replays in C: the torch, rmm-pool and no-pool policies and the replay loop together.
+"""What-if replays in C: every policy and the replay loop together.
 
 ``replay_native`` serves a request stream exactly as ``whatif.replay_policy`` does with the
 Python models (``TorchCachingAllocator`` without expandable segments, ``RmmPoolAllocator``,
-``NoPoolAllocator``) over a fresh ``SimUpstream``, and returns the same log (the same rows,
-string and stack tables, devices) and the same count of served requests. The policy, the
-simulated device, the heap's events and the loop run in ``gpuviz.scenarios._whatifcore``
-(built at install time where a C compiler exists); the Python models stay the executable
-reference and run wherever the C replay does not apply (``GPUVIZ_NATIVE=0``, no compiler,
-tf-bfc, expandable segments, a seeded allocator, another upstream).
+``NoPoolAllocator``, and ``NativeBFCAllocator``, whose core, ``_bfc_core.c``, is compiled in
+with its growth, limit and garbage collection restated) over a fresh ``SimUpstream``, and
+returns the same log (the same rows, string and stack tables, devices) and the same count of
+served requests. The policy, the simulated device, the events and the loop run in
+``gpuviz.scenarios._whatifcore`` (built at install time where a C compiler exists); the Python
+models stay the executable reference and run wherever the C replay does not apply
+(``GPUVIZ_NATIVE=0``, no compiler, expandable segments, a seeded allocator, another upstream).
 
 The allocator is still built in Python (``Policy.build``), so options are checked, the
 device's options recorded and RMM's initial pool reserved exactly as in the Python replay.
@@ -16,6 +17,7 @@ device's options recorded and RMM's initial pool reserved exactly as in the Pyth
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import Any
 
@@ -23,6 +25,9 @@ import numpy as np
 
 from gpuviz.analysis.requests import RequestStream
 from gpuviz.base.torch_rules import NO_MAX_SPLIT
+from gpuviz.capture.bfc import INITIAL_SEGMENT_BYTES, BFCAllocator
+from gpuviz.capture.chunks import rounded_bytes
+from gpuviz.capture.native import NativeBFCAllocator
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
 from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
@@ -36,7 +41,9 @@ try:  # importlib: a compiled module has no imports for the layering check to fo
 except ImportError:  # built without a C compiler: the Python models replay
     _core = None
 
-_TORCH, _RMM, _NOPOOL = 1, 2, 3
+_TORCH, _RMM, _NOPOOL, _BFC = 1, 2, 3, 4
+_REQUEST_MAX = 1 << 62  # larger requests (and negative ones) take the Python path, which says what is wrong
+logger = logging.getLogger("gpuviz")
 
 
 def native_replay_available() -> bool:
@@ -47,16 +54,22 @@ def native_replay_available() -> bool:
 def replay_description() -> str:
     """How what-if replays run, in words (for ``gpuviz info``)."""
     if native_replay_available():
-        return "C for torch, rmm-pool and no-pool (tf-bfc: the allocator above)"
+        return "C for every policy (tf-bfc on the native core)"
     if _core is None:
         return "Python (the C replay was not built: no C compiler at install time)"
     return "Python (GPUVIZ_NATIVE=0)"
 
 
-def _settings(alloc: object) -> tuple[int, tuple[int, int, float, tuple[int, ...], int]] | None:
+_Settings = tuple[int, int, float, tuple[int, ...], int]
+
+
+def _settings(alloc: object) -> tuple[int, _Settings] | None:
     """The C kind and (max_split, allowed, gc_threshold, divisions, maximum) of ``alloc``
-    (-1: none), or None when the C replay does not model it."""
+    (-1: none; tf-bfc: maximum is the memory limit), or None when the C replay does not model it."""
     none: tuple[int, ...] = (0,) * 16
+    if type(alloc) in (BFCAllocator, NativeBFCAllocator):  # as Policy.build makes them: recording, no stacks
+        assert isinstance(alloc, BFCAllocator)
+        return _BFC, (-1, -1, 0.0, none, alloc.memory_limit)
     if isinstance(alloc, TorchCachingAllocator):
         rules = alloc.rules
         if getattr(rules, "expandable", False) or len(rules.divisions) != 16:
@@ -87,11 +100,30 @@ def replay_native(
     if settings is None:
         return None
     kind, options = settings
-    assert isinstance(alloc, (TorchCachingAllocator, RmmPoolAllocator, NoPoolAllocator))
     regions = upstream.regions()
-    segments = sorted(alloc.heap.segments.items())
-    if regions != segments or len(alloc.log) != len(segments) or alloc.in_use:
-        return None  # only a fresh allocator: nothing but RMM's initial pool, wholly free
+    if isinstance(alloc, BFCAllocator):
+        segments: list[tuple[int, int]] = []
+        if regions or len(alloc.log) or alloc.stats().pool_bytes:
+            return None  # only a fresh allocator
+        requested = stream.requested[stream.is_alloc]
+        if len(requested) and not 0 <= int(requested.min()) <= int(requested.max()) < _REQUEST_MAX:
+            return None
+        first = INITIAL_SEGMENT_BYTES if alloc.growth else rounded_bytes(alloc.memory_limit)
+        device_name = alloc.device
+
+        def warn(count: int, total: int, rounded: int) -> None:  # NativeBFCAllocator._collect's words
+            logger.warning(
+                "%s: garbage collection returns %d free segments (%d bytes) upstream to fit %d bytes",
+                device_name, count, total, rounded,
+            )  # fmt: skip
+
+        bfc: tuple[int, bool, object] = (first, alloc.garbage_collection, warn)
+    else:
+        assert isinstance(alloc, (TorchCachingAllocator, RmmPoolAllocator, NoPoolAllocator))
+        segments = sorted(alloc.heap.segments.items())
+        if regions != segments or len(alloc.log) != len(segments) or alloc.in_use:
+            return None  # only a fresh allocator: nothing but RMM's initial pool, wholly free
+        bfc = (0, False, None)
     tail = upstream.base + sum(size for _, size in regions)
     if any(address != upstream.base + sum(s for _, s in regions[:i]) for i, (address, _) in enumerate(regions)):
         return None
@@ -112,7 +144,7 @@ def replay_native(
     device = log.device_index(stream.device)
     served, _, out, tag_order, stack_order = _core.replay(
         kind, device, columns, (upstream.capacity, upstream.base, tail, upstream.reserved), segments,
-        stop_at_oom, options, (len(source.strings), len(source.stacks)),
+        stop_at_oom, options, (len(source.strings), len(source.stacks)), bfc,
     )  # fmt: skip
     rows = {name: np.frombuffer(data, dtype=DTYPES[name]) for name, data in zip(ROW_COLUMNS, out, strict=True)}
     # the C replay numbered tags and stacks in order of first use, as interning them now does
