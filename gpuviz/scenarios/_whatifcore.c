@@ -1,6 +1,6 @@
 /* gpuviz.scenarios._whatifcore: what-if replays of a request stream in C (optional).
  *
- * replay(kind, device, columns, upstream, free_segments, stop_at_oom, settings, tables)
+ * replay(kind, device, columns, upstream, free_segments, stop_at_oom, settings, tables, bfc)
  * serves a request stream (gpuviz.analysis.requests) with one policy over a simulated
  * device and returns the replay's events as columns (gpuviz.log.schema.ROW_COLUMNS, one
  * bytearray each). The policies are the Python models' decisions, restated:
@@ -13,7 +13,8 @@
  *
  * over gpuviz.capture.upstream.SimUpstream (first fit by address), recording what
  * gpuviz.log.heapbuilder.HeapBuilder records for each decision (split, alloc, free, merge,
- * segment_alloc, segment_free, oom, with the largest free chunk after each). The Python
+ * segment_alloc, segment_free, oom, with the largest free chunk after each; tf-bfc: what the
+ * native core records, its thread column the replaying thread). The Python
  * models stay the executable reference: tests drive both on the same streams and compare
  * the logs row by row. The replay loop is gpuviz.scenarios.whatif.replay_policy's.
  *
@@ -23,10 +24,13 @@
  * first use (as the Python replay interns them). Returns (served, processed, columns, tags,
  * stacks): requests served, requests looked at (the replay stops after the first out of
  * memory unless stop_at_oom is false), the 14 columns, and the source's tag and stack
- * indices in order of first use. Sizes and addresses are bytes, times ns.
+ * indices in order of first use. Sizes and addresses are bytes, times ns. bfc: (next_segment,
+ * gc, warn) for tf-bfc: TF's first segment size, garbage collection on, and the callable that
+ * logs its warning (count, bytes, rounded request).
  *
- * Ordered sets (free blocks by (size, address), the device's free gaps by address) are
- * treaps over one node arena; blocks are found by address in an open-addressing hash table.
+ * Free blocks and free chunks are ordered sets of (size, address) in binned sorted arrays;
+ * the device's free gaps a treap by address whose nodes know their subtree's largest gap
+ * (first fit); blocks are found by address in an open-addressing hash table.
  * Running out of host memory unwinds with longjmp to replay(), which frees everything.
  */
 #define PY_SSIZE_T_CLEAN
