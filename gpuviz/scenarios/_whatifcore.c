@@ -157,22 +157,17 @@ static int run(ctx_t *c, const columns_t *cols, Py_ssize_t n, int stop_at_oom, i
     *served = 0;
     for (; i < n; i++) {
         c->now = time_ns[i];
-        if (is_alloc[i] && c->kind == BFC) {
-            int64_t a = bfc_allocate(c, requested[i], tag[i]);
-            if (a < 0) {
-                if (stop_at_oom) {
-                    i++;
-                    break;
-                }
-                continue;
+        if (is_alloc[i]) {
+            int64_t a;
+            if (c->kind == BFC) { /* its tag is numbered once it fits, its stack never (stacks off) */
+                a = bfc_allocate(c, requested[i], tag[i]);
+            } else {
+                int32_t t = local_id(c, tag[i], c->tag_ids, c->n_tags, c->tag_order);
+                int32_t s = local_id(c, stack[i], c->stack_ids, c->n_stacks, c->stack_order);
+                a = c->kind == TORCH ? torch_allocate(c, requested[i], t, s)
+                    : c->kind == RMM ? rmm_allocate(c, requested[i], t, s)
+                                     : nopool_allocate(c, requested[i], t, s);
             }
-            addresses[i] = a;
-        } else if (is_alloc[i]) {
-            int32_t t = local_id(c, tag[i], c->tag_ids, c->n_tags, c->tag_order);
-            int32_t s = local_id(c, stack[i], c->stack_ids, c->n_stacks, c->stack_order);
-            int64_t a = c->kind == TORCH ? torch_allocate(c, requested[i], t, s)
-                        : c->kind == RMM ? rmm_allocate(c, requested[i], t, s)
-                                         : nopool_allocate(c, requested[i], t, s);
             if (a < 0) {
                 if (stop_at_oom) {
                     i++;
