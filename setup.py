@@ -7,6 +7,8 @@ the Python BFC allocator (same decisions, several times slower) instead of the n
 
 from setuptools import Extension, setup
 
+WHATIF_PARTS = ("sets", "heap", "policies")  # included by gpuviz/scenarios/_whatifcore.c
+
 setup(
     ext_modules=[
         Extension(
@@ -50,6 +52,13 @@ setup(
         Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
             "gpuviz.log._heapcore",
             sources=["gpuviz/log/_heapcore.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(  # what-if replays under every policy (gpuviz.scenarios.native)
+            "gpuviz.scenarios._whatifcore",
+            sources=["gpuviz/scenarios/_whatifcore.c", "gpuviz/capture/_bfc_core.c"],
+            depends=["gpuviz/capture/_bfc_core.h"] + [f"gpuviz/scenarios/_whatif_{part}.h" for part in WHATIF_PARTS],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -15,6 +15,7 @@ from gpuviz.capture import native, recorder
 from gpuviz.capture.native import allocator_description
 from gpuviz.capture.recorder import recorder_description
 from gpuviz.frontends.cli import main
+from gpuviz.scenarios.native import native_replay_available, replay_description
 
 
 @pytest.fixture
@@ -71,10 +72,13 @@ def test_python_dash_m_and_info() -> None:
     assert recorder_description() == "C row writer" or recorder._RowWriter is None
     assert f"allocator: {allocator_description()}\n" in proc.stdout
     assert allocator_description() == "native core (C)" or native._CoreClass is None
+    assert f"what-if replays: {replay_description()}\n" in proc.stdout
+    assert replay_description() == "C for every policy (tf-bfc on the native core)" or not native_replay_available()
     env = {**os.environ, "GPUVIZ_NATIVE": "0"}
     proc = subprocess.run([sys.executable, "-m", "gpuviz", "info"], capture_output=True, text=True, check=True, env=env)
     assert "event recorder: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout
     assert "allocator: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout or native._CoreClass is None
+    assert "what-if replays: Python (GPUVIZ_NATIVE=0)\n" in proc.stdout or not native_replay_available()
 
 
 # ------------------------------------------------------------- damaged input files

@@ -586,3 +586,22 @@ def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events_and_100_ms(tm
     finally:
         zygote.stdin.close()
         zygote.wait(timeout=30)
+
+
+def test_extended_appends_rows_given_as_columns_sharing_the_tables() -> None:
+    from gpuviz.log.schema import DTYPES, ROW_COLUMNS
+
+    log = EventLog()
+    log.intern_string("first")
+    log.append((5, 2, 0, 0, -1, 0, 4096, 256, 100, 4096, 0, 0, 0, -1))
+    rows = {name: np.array([7, 8], dtype=DTYPES[name]) for name in ROW_COLUMNS}
+    extended = log.extended(rows)
+    assert len(extended) == 3 and len(log) == 1
+    assert extended.columns["seq"].tolist() == [0, 1, 2]
+    assert extended.columns["time_ns"].tolist() == [5, 7, 8] and extended.columns["tag"].tolist() == [0, 7, 8]
+    assert extended.strings is log.strings
+    empty = EventLog().extended(rows)
+    assert np.shares_memory(empty.columns["size"], rows["size"])  # a log without rows: the arrays, uncopied
+    with pytest.raises(ValueError, match="column 'tag': 2 values of int64, expected 2 of int32"):
+        log.extended({**rows, "tag": np.array([1, 2], dtype=np.int64)})
+    assert len(log) == 1

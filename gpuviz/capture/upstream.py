@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import threading
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -115,7 +115,7 @@ class SimUpstream:
             size = self._regions.pop(address, None)
             if size is None:
                 raise ValueError(f"simulated device: no region starts at {address:#x}")
-            self._starts.remove(address)
+            del self._starts[bisect_left(self._starts, address)]
             self.reserved -= size
             self._release_range(address, size)
             region = self._maps.pop(address, None)

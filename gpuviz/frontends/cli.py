@@ -75,6 +75,9 @@ def _info(args: argparse.Namespace) -> int:
     from gpuviz.capture.native import allocator_description
 
     print(f"allocator: {allocator_description()}")
+    from gpuviz.scenarios.native import replay_description
+
+    print(f"what-if replays: {replay_description()}")
     from gpuviz.capture.nvml import device_facts, nvml_status
 
     try:

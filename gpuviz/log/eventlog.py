@@ -449,6 +449,22 @@ class EventLog:
             cols[name] = np.asarray(values).astype(DTYPES[name], copy=False)
         return self._view(cols)
 
+    def extended(self, rows: dict[str, np.ndarray]) -> EventLog:
+        """A read-only view of this log followed by ``rows``, given as columns (each of
+        ``ROW_COLUMNS``, of equal lengths and their dtypes), sharing its side tables. A log
+        without rows takes the arrays as they are; otherwise each column is copied once."""
+        n = len(rows[ROW_COLUMNS[0]])
+        for name in ROW_COLUMNS:
+            if len(rows[name]) != n or rows[name].dtype != DTYPES[name]:
+                raise ValueError(f"column {name!r}: {len(rows[name])} values of {rows[name].dtype}, expected "
+                                 f"{n} of {DTYPES[name]}")  # fmt: skip
+        cols = self.columns
+        before = len(cols["seq"])
+        columns = {"seq": np.arange(before + n, dtype=np.int64)}
+        for name in ROW_COLUMNS:
+            columns[name] = np.concatenate([cols[name], rows[name]]) if before else rows[name]
+        return self._view(columns)
+
     def _view(self, columns: dict[str, np.ndarray]) -> EventLog:
         view = EventLog.__new__(EventLog)
         view._lock = threading.Lock()

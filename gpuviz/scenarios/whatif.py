@@ -27,6 +27,7 @@ from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.scenarios.native import replay_native
 from gpuviz.scenarios.policies import Policy, PolicyAllocator, parse_policy
 
 __all__ = ["whatif", "replay_policy", "busiest_device", "smallest_capacity", "UNBOUNDED"]
@@ -57,6 +58,10 @@ def replay_policy(
     """Serve ``stream`` with ``policy`` over ``upstream``; returns the replay's log (with the source's
     times) and how many requests were served. ``allocator``: an already built (e.g. seeded) one."""
     alloc = allocator if allocator is not None else policy.build(upstream, device=stream.device, log=EventLog())
+    if allocator is None:  # torch, rmm-pool and no-pool in C where built (the same log; see native.py)
+        replayed = replay_native(stream, source, alloc, upstream, stop_at_oom=stop_at_oom)
+        if replayed is not None:
+            return replayed
     log = alloc.log
     strings = source.strings
     tag_ids: dict[int, int] = {}
