@@ -1,0 +1,89 @@
+"""Chromium's time to load and draw a report with plotly.js's cartesian partial bundle against the
+same report with the full bundle (what reports embedded before), loads alternated.
+
+    python benchmarks/bench_plotlyjs.py LOG.arrow [RUN_DIR ...] [--loads 4]
+
+Each argument is a log (its report, as ``gpuviz report LOG``) or a run directory (the run's
+report, as ``gpuviz report RUN_DIR``, without rank reports). Both pages are written once and
+differ only in the embedded bundle; each load starts a fresh Chromium (nothing cached) and is
+timed from navigation to the load event and to every figure drawn (every ``.gpuviz-plot`` with
+its ``.main-svg``). Targets: a 1M-event log's report <= 2 s (issue 12), the 1024-rank report
+<= 3 s (issue 14). Prints the load average with each pair: this machine's 2 cores are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from gpuviz.views.plotlyjs import CARTESIAN, FULL, plotlyjs_script
+
+DRAWN = "Array.from(document.querySelectorAll('.gpuviz-plot')).every(d => d.querySelector('.main-svg'))"
+
+
+def page_html(source: Path) -> str:
+    """The report of a log file or of a run directory, as the CLI writes it (plotly.js inline)."""
+    if source.is_dir():
+        from gpuviz.dask import profile_run
+        from gpuviz.views.cluster import cluster_report_html
+
+        return cluster_report_html(profile_run(source), title=source.name)
+    from gpuviz.analysis.profile import profile
+    from gpuviz.log.fileio import load
+    from gpuviz.views.report import report_html
+
+    return report_html(profile(load(source)), source=source.name)
+
+
+def chromium_load(path: Path) -> tuple[float, float]:
+    """Seconds from navigation start to the load event, and to every figure drawn."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        start = time.perf_counter()
+        page.goto(path.as_uri(), wait_until="load", timeout=120_000)
+        load = time.perf_counter() - start
+        page.wait_for_function(DRAWN, timeout=120_000)
+        drawn = time.perf_counter() - start
+        browser.close()
+    return load, drawn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sources", type=Path, nargs="+", help="log files or run directories")
+    parser.add_argument("--loads", type=int, default=4, help="loads of each page, alternated")
+    args = parser.parse_args()
+    for source in args.sources:
+        start = time.perf_counter()
+        partial = page_html(source)
+        print(f"{source}: report built in {time.perf_counter() - start:.1f} s")
+        cartesian = plotlyjs_script("inline", CARTESIAN)
+        assert partial.count(cartesian) == 1, "the report does not embed the cartesian bundle"
+        full = partial.replace(cartesian, plotlyjs_script("inline", FULL))
+        with tempfile.TemporaryDirectory() as tmp:
+            pages = {"cartesian": Path(tmp) / "cartesian.html", "full": Path(tmp) / "full.html"}
+            pages["cartesian"].write_text(partial, encoding="utf-8")
+            pages["full"].write_text(full, encoding="utf-8")
+            sizes = ", ".join(f"{name} {path.stat().st_size / 1e6:.2f} MB" for name, path in pages.items())
+            print(f"  sizes: {sizes}")
+            times: dict[str, list[tuple[float, float]]] = {name: [] for name in pages}
+            for attempt in range(args.loads):
+                order = list(pages) if attempt % 2 == 0 else list(reversed(pages))
+                for name in order:
+                    times[name].append(chromium_load(pages[name]))
+                pair = ", ".join(f"{name} {times[name][-1][0]:.2f} / {times[name][-1][1]:.2f} s" for name in pages)
+                print(f"  #{attempt + 1} (load event / drawn): {pair}; load average {os.getloadavg()[0]:.2f}")
+            for name, values in times.items():
+                loads, drawn = sorted(t[0] for t in values), sorted(t[1] for t in values)
+                print(f"  {name}: load event {loads[0]:.2f}-{loads[-1]:.2f} s, drawn {drawn[0]:.2f}-{drawn[-1]:.2f} s "
+                      f"(median {drawn[len(drawn) // 2]:.2f} s)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
