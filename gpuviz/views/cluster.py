@@ -193,10 +193,13 @@ function gpuvizRankLinks() {
     });
   });
   document.querySelectorAll('.gpuviz-plot[id^="cluster-"]').forEach(function (div) {
-    div.on('plotly_click', function (e) {
-      var href = links[e.points[0].pointNumber[0]];
-      if (href) { window.location.href = href; }
-    });
+    function follow() {
+      div.on('plotly_click', function (e) {
+        var href = links[e.points[0].pointNumber[0]];
+        if (href) { window.location.href = href; }
+      });
+    }
+    if (div.on) { follow(); } else { div.addEventListener('gpuviz-drawn', follow); }  // a lazy one: once drawn
   });
 }
 gpuvizRankLinks();
@@ -220,7 +223,8 @@ def cluster_report_html(
     check_plotlyjs(plotlyjs)
     heatmaps = [cluster_heatmap(summary, metric, align=align) for metric in ("bytes_in_use", "fragmentation")]
     script = plotlyjs_script(plotlyjs, bundle_for(trace_types(heatmaps)))
-    plots = [plot_div(f"cluster-{i}", heatmap) for i, heatmap in enumerate(heatmaps)]
+    # the fragmentation heatmap is below the first (1,686 px tall for 64+ rows): drawn when scrolled to
+    plots = [plot_div(f"cluster-{i}", heatmap, lazy=i > 0) for i, heatmap in enumerate(heatmaps)]
     text = html.escape(cluster_text(summary).splitlines()[0])
     linked = [link for link in links or [] if link]
     if linked:

@@ -154,14 +154,42 @@ def figure_json(figure: go.Figure) -> dict[str, Any]:
     return {"data": data["data"], "layout": data.get("layout", {})}
 
 
-def plot_div(div_id: str, figure: go.Figure) -> str:
-    """A ``<div>`` with the figure drawn into it by an inline script (plotly.js loaded before)."""
+def plot_div(div_id: str, figure: go.Figure, *, lazy: bool = False) -> str:
+    """A ``<div>`` with the figure drawn into it by an inline script (plotly.js loaded before).
+
+    ``lazy``: drawn only when the div comes within 200 px of the viewport (a figure below the
+    fold costs the page's load nothing); until then the figure is inert JSON and the div keeps
+    the figure's height. When drawn, the div gets a ``gpuviz-drawn`` event."""
     spec = to_script_json(figure_json(figure))
+    if lazy:
+        height = int(figure.layout.height or 450)
+        return (
+            f'<div id="{div_id}" class="gpuviz-plot gpuviz-lazy" style="min-height:{height}px"></div>'
+            f'<script type="application/json" id="{div_id}-figure">{spec}</script>'
+            f"<script>{LAZY_PLOT_JS}gpuvizLazyPlot('{div_id}');</script>"
+        )
     return (
         f'<div id="{div_id}" class="gpuviz-plot"></div>'
         f"<script>(function(){{var s={spec};"
         f"Plotly.newPlot('{div_id}',s.data,s.layout,{{responsive:true}});}})();</script>"
     )
+
+
+LAZY_PLOT_JS = """
+function gpuvizLazyPlot(id) {
+  var div = document.getElementById(id);
+  var observer = new IntersectionObserver(function (entries) {
+    if (!entries.some(function (e) { return e.isIntersecting; })) { return; }
+    observer.disconnect();
+    var s = JSON.parse(document.getElementById(id + '-figure').textContent);
+    Plotly.newPlot(id, s.data, s.layout, {responsive: true}).then(function () {
+      div.dispatchEvent(new Event('gpuviz-drawn'));
+    });
+  }, {rootMargin: '200px'});
+  observer.observe(div);
+}
+"""
+"""What a lazy ``plot_div`` runs (the function is defined again by each lazy div: a few hundred bytes)."""
 
 
 def scrub_positions(device: DeviceProfile) -> list[int]:
