@@ -4,12 +4,14 @@ same report with the full bundle (what reports embedded before), loads alternate
     python benchmarks/bench_plotlyjs.py LOG.arrow [RUN_DIR ...] [--loads 4]
 
 Each argument is a log (its report, as ``gpuviz report LOG``) or a run directory (the run's
-report, as ``gpuviz report RUN_DIR``, without rank reports). Both pages are written once and
-differ only in the embedded bundle; each load starts a fresh Chromium (nothing cached) and is
-timed from navigation to the load event and to every figure drawn (every ``.gpuviz-plot`` with
-its ``.main-svg``; a lazy one, below the fold, is scrolled to afterwards and timed from there:
-"lazy"). Targets: a 1M-event log's report <= 2 s (issue 12), the 1024-rank report
-<= 3 s (issue 14). Prints the load average with each pair: this machine's 2 cores are shared.
+report, as ``gpuviz report RUN_DIR``, without rank reports). The pages are written once and
+differ only in the embedded bundle (for a run also "before": the full bundle and both heatmaps
+drawn at load, as run reports were before the fragmentation heatmap was drawn lazily); each
+load starts a fresh Chromium (nothing cached) and is timed from navigation to the load event
+and to every figure drawn (every ``.gpuviz-plot`` with its ``.main-svg``; a lazy one, below
+the fold, is scrolled to afterwards and timed from there: "lazy"). Targets: a 1M-event log's
+report <= 2 s (issue 12), the 1024-rank report <= 3 s (issue 14). Prints the load average
+with each round: this machine's 2 cores are shared.
 """
 
 from __future__ import annotations
@@ -28,18 +30,31 @@ SHOWN = (
 )
 
 
-def page_html(source: Path) -> str:
-    """The report of a log file or of a run directory, as the CLI writes it (plotly.js inline)."""
+def pages_html(source: Path) -> dict[str, str]:
+    """The report of a log file or of a run directory, as the CLI writes it (plotly.js inline),
+    with the cartesian bundle and with the full one (and for a run, "before")."""
+    cartesian, full = plotlyjs_script("inline", CARTESIAN), plotlyjs_script("inline", FULL)
     if source.is_dir():
+        from unittest import mock
+
+        import gpuviz.views.cluster
         from gpuviz.dask import profile_run
-        from gpuviz.views.cluster import cluster_report_html
+        from gpuviz.views.report import plot_div
 
-        return cluster_report_html(profile_run(source), title=source.name)
-    from gpuviz.analysis.profile import profile
-    from gpuviz.log.fileio import load
-    from gpuviz.views.report import report_html
+        summary = profile_run(source)
+        page = gpuviz.views.cluster.cluster_report_html(summary, title=source.name)
+        with mock.patch.object(gpuviz.views.cluster, "plot_div", lambda i, f, lazy=False: plot_div(i, f)):
+            eager = gpuviz.views.cluster.cluster_report_html(summary, title=source.name)
+        pages = {"cartesian": page, "full": page.replace(cartesian, full), "before": eager.replace(cartesian, full)}
+    else:
+        from gpuviz.analysis.profile import profile
+        from gpuviz.log.fileio import load
+        from gpuviz.views.report import report_html
 
-    return report_html(profile(load(source)), source=source.name)
+        page = report_html(profile(load(source)), source=source.name)
+        pages = {"cartesian": page, "full": page.replace(cartesian, full)}
+    assert page.count(cartesian) == 1, "the report does not embed the cartesian bundle"
+    return pages
 
 
 def chromium_load(path: Path) -> tuple[float, float, float | None]:
@@ -76,20 +91,17 @@ def main() -> None:
     args = parser.parse_args()
     for source in args.sources:
         start = time.perf_counter()
-        partial = page_html(source)
-        print(f"{source}: report built in {time.perf_counter() - start:.1f} s")
-        cartesian = plotlyjs_script("inline", CARTESIAN)
-        assert partial.count(cartesian) == 1, "the report does not embed the cartesian bundle"
-        full = partial.replace(cartesian, plotlyjs_script("inline", FULL))
+        documents = pages_html(source)
+        print(f"{source}: reports built in {time.perf_counter() - start:.1f} s")
         with tempfile.TemporaryDirectory() as tmp:
-            pages = {"cartesian": Path(tmp) / "cartesian.html", "full": Path(tmp) / "full.html"}
-            pages["cartesian"].write_text(partial, encoding="utf-8")
-            pages["full"].write_text(full, encoding="utf-8")
+            pages = {name: Path(tmp) / f"{name}.html" for name in documents}
+            for name, document in documents.items():
+                pages[name].write_text(document, encoding="utf-8")
             sizes = ", ".join(f"{name} {path.stat().st_size / 1e6:.2f} MB" for name, path in pages.items())
             print(f"  sizes: {sizes}")
             times: dict[str, list[tuple[float, float, float | None]]] = {name: [] for name in pages}
             for attempt in range(args.loads):
-                order = list(pages) if attempt % 2 == 0 else list(reversed(pages))
+                order = list(pages)[attempt % len(pages) :] + list(pages)[: attempt % len(pages)]  # rotated
                 for name in order:
                     times[name].append(chromium_load(pages[name]))
                 pair = ", ".join(f"{name} {_text(times[name][-1])}" for name in pages)
