@@ -123,3 +123,18 @@ def test_in_chromium_the_partial_bundle_has_the_trace_types_and_a_fallback_page_
     assert page.locator("#f .sankey-node").count() == 0
     page.close()
 
+
+def test_every_result_figure_is_drawn_by_the_extensions_partial_bundle(runtime_log, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The JupyterLab extension loads plotly.js's cartesian bundle for every result (it has no
+    fallback): a result's figures, a run's and a what-if comparison's have only its trace types."""
+    from gpuviz.scenarios.whatif import whatif
+    from gpuviz.views.cluster import cluster_result
+    from gpuviz.views.comparison import comparison_result
+    from gpuviz.views.result import result
+
+    gpuviz.asarray(np.ones(1000)) * 2
+    summary = cluster_summary(load_run(write_leaky_run(tmp_path / "run")))
+    comparison = whatif(runtime_log, ["torch", "rmm-pool"], capacity="1GiB")
+    results = [result(profile(runtime_log)), cluster_result(summary), comparison_result(comparison)]
+    types = trace_types(f["figure"] for r in results for f in r["figures"])
+    assert types == {"bar", "scatter", "heatmap"} and types <= CARTESIAN_TRACE_TYPES
