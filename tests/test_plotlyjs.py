@@ -138,3 +138,16 @@ def test_every_result_figure_is_drawn_by_the_extensions_partial_bundle(runtime_l
     results = [result(profile(runtime_log)), cluster_result(summary), comparison_result(comparison)]
     types = trace_types(f["figure"] for r in results for f in r["figures"])
     assert types == {"bar", "scatter", "heatmap"} and types <= CARTESIAN_TRACE_TYPES
+
+
+def test_the_notebook_widgets_send_the_partial_bundle_and_refuse_other_trace_types() -> None:
+    from gpuviz.widgets.plots import TRACE_TYPES, PlotlyLibrary, library_bundle, to_json
+
+    assert library_bundle() is CARTESIAN and TRACE_TYPES <= CARTESIAN_TRACE_TYPES
+    esm = PlotlyLibrary._esm
+    assert esm.startswith("if (!globalThis.Plotly) {\n/**\n* plotly.js (cartesian - minified) v")
+    assert CARTESIAN.source() in esm and len(esm) < len(CARTESIAN.source()) + 200
+    heatmap = go.Figure(go.Heatmap(z=[[1, 2]])).to_plotly_json()
+    assert to_json(heatmap).startswith('{"data":[{"z":[[1,2]],"type":"heatmap"}]')
+    with pytest.raises(ValueError, match=r"the notebook's plotly\.js draws bar, heatmap, scatter traces, not sankey"):
+        to_json({"data": [{"type": "sankey"}, {"type": "bar"}], "layout": {}})
