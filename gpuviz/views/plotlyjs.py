@@ -4,7 +4,7 @@ every trace on the page, else the full bundle that plotly.py ships.
 gpuviz's figures use scatter, bar and heatmap traces only, which the cartesian bundle
 (``plotly.js-cartesian-dist-min`` on npm, vendored in ``gpuviz/views/js`` by ``refresh.sh``,
 1.5 MB instead of 4.8 MB) draws with every component the pages use (sliders, update menus,
-shapes, annotations); a report with it loads and draws in less than half the time (README).
+shapes, annotations); a report with it loads and draws in about 0.6 of the time (README).
 Two rules keep a page from drawing blank:
 
 - a page whose figures have a trace type the cartesian bundle lacks gets the full bundle
