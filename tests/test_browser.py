@@ -81,6 +81,7 @@ def test_report_offline(browser, tmp_path: Path) -> None:  # type: ignore[no-unt
     assert "· mark " in page.inner_text("#map0-label") and "in use 0 B · pool 0 B" in page.inner_text("#map0-label")
     assert EVIL in page.inner_text("body")  # shown as text
     assert page.evaluate("window.__pwned === undefined")
+    assert page.evaluate("Plotly.PlotSchema.get().traces.sankey === undefined")  # the cartesian bundle
     assert errors == []
     page.close()
 
@@ -420,6 +421,7 @@ def test_report_arrow_keys_step_event_by_event(browser, tmp_path: Path) -> None:
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.route("http*://**", lambda route: route.abort())
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
@@ -522,9 +524,14 @@ def test_report_event_frames_are_the_python_maps(browser, tmp_path: Path, case: 
     if case == "growing segments":  # every event, the states inside an operation too
         positions = cols["position"].tolist()
     page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.route("http*://**", lambda route: route.abort())  # offline: the embedded partial bundle draws
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
     frames = stepper_frames(page, "map0", positions)
+    assert errors == []
     page.close()
     for position, frame in zip(positions, frames, strict=True):
         spec, state = map_spec_and_state(p, "GPU:0", position, lean=True, max_rectangles=FRAME_RECTANGLES)

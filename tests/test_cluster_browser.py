@@ -86,6 +86,7 @@ def test_a_click_in_the_run_report_opens_that_ranks_report(chromium, tmp_path) -
     page.wait_for_selector("#cluster-0 .main-svg")
     for heatmap, rank in (("#cluster-0", 2), ("#cluster-1", 4)):  # bytes in use, then fragmentation
         page.locator(heatmap).scroll_into_view_if_needed()
+        page.wait_for_selector(f"{heatmap} .main-svg")
         x, y = page.evaluate(ROW_CENTER, [heatmap, rank])
         page.mouse.click(x, y)
         page.wait_for_url(f"**/run-ranks/node0-rank{rank}.arrow.html")
@@ -146,4 +147,42 @@ def test_jupyterlab_opens_a_run_manifest_and_a_click_opens_a_rank(chromium, lab_
     assert page.locator(".jp-gpuviz-linked").count() == 1
     assert errors == []
     page.screenshot(path=str(root / "run.png"))
+    page.close()
+
+
+def test_the_fragmentation_heatmap_of_a_wide_run_is_drawn_when_scrolled_to(chromium, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Below a 64-row heatmap the second one costs the page's load nothing: drawn when scrolled
+    to, and then a click on its rows opens that rank's page, as on the first."""
+    from test_cluster_scale import wide_run
+
+    from gpuviz.views.cluster import cluster_report_html
+
+    (tmp_path / "run").mkdir()
+    summary = wide_run(tmp_path / "run", 64)
+    links = [f"rank{i}.html" for i in range(64)]
+    for i in (0, 40):
+        (tmp_path / links[i]).write_text(f"<html><body><h1>rank {i}</h1></body></html>")
+    (tmp_path / "run.html").write_text(cluster_report_html(summary, links=links), encoding="utf-8")
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.route("http*://**", lambda route: route.abort())
+    page.goto((tmp_path / "run.html").as_uri())
+    page.wait_for_selector("#cluster-0 .main-svg")
+    page.wait_for_timeout(500)
+    assert page.locator("#cluster-1 .main-svg").count() == 0  # below the fold: not drawn
+    assert page.evaluate("document.getElementById('cluster-1').getBoundingClientRect().height") == 24 * 64 + 150
+    x, y = page.evaluate(ROW_CENTER, ["#cluster-0", 0])
+    page.mouse.click(x, y)
+    page.wait_for_url("**/rank0.html")
+    page.go_back()
+    page.wait_for_selector("#cluster-0 .main-svg")
+    page.locator("#cluster-1").scroll_into_view_if_needed()
+    page.wait_for_selector("#cluster-1 .main-svg")
+    assert page.text_content("#cluster-1 .gtitle") == "fragmentation by rank over time"
+    x, y = page.evaluate(ROW_CENTER, ["#cluster-1", 40])
+    page.mouse.click(x, y)
+    page.wait_for_url("**/rank40.html")
+    assert errors == []
     page.close()

@@ -55,7 +55,9 @@ def test_both_sides_declare_the_same_wire_format() -> None:
 
 def test_extension_draws_figures_with_the_plotly_js_of_the_python_side() -> None:
     package = json.loads((EXTENSION / "package.json").read_text())
-    assert package["dependencies"]["plotly.js-dist-min"] == plotly.offline.get_plotlyjs_version()
+    # plotly.js's cartesian partial bundle (scatter, bar, heatmap: every trace a result has), as in reports
+    assert package["dependencies"]["plotly.js-cartesian-dist-min"] == plotly.offline.get_plotlyjs_version()
+    assert "plotly.js-dist-min" not in package["dependencies"]
     assert (package["jupyterlab"]["mimeExtension"], package["jupyterlab"]["extension"]) == (
         "lib/index.js",
         "lib/plugin.js",

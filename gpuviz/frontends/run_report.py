@@ -3,11 +3,12 @@
 from their rows so that a click on a rank's heatmap row or table row opens its views.
 
 The rank reports go to ``<name>-ranks/`` beside the run's page (``run.html`` ->
-``run-ranks/node0-rank2.arrow.html``) and share one ``plotly.min.js`` there (or load it from
-the CDN with ``cdn``), so many of them cost little more than their figures. Each is the
-report ``gpuviz report FILE`` writes for that rank's log (every device, maps opened at the
-first OOM, else the peak), with the run's device names (``node0/rank2/GPU:0``). Only the
-chosen ranks' files are opened again, one at a time.
+``run-ranks/node0-rank2.arrow.html``) and share one plotly.js file there (the cartesian bundle,
+``plotly-cartesian.min.js``, unless a page needs the full one), or load it from the CDN with
+``cdn``, so many of them cost little more than their figures. Each is the report
+``gpuviz report FILE`` writes for that rank's log (every device, maps opened at the first
+OOM, else the peak), with the run's device names (``node0/rank2/GPU:0``). Only the chosen
+ranks' files are opened again, one at a time.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-import plotly
-
 from gpuviz.analysis.cluster import ClusterSummary, alignment, cluster_summary, featured_rows
 from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.analysis.run import Run
 from gpuviz.views.cluster import cluster_report_html, cluster_result
-from gpuviz.views.report import report_html
+from gpuviz.views.plotlyjs import Bundle
+from gpuviz.views.report import report_document
 from gpuviz.views.result import FILE_EXTENSION
 
 __all__ = ["RANK_REPORTS", "RunReport", "rank_report_rows", "write_run_report"]
@@ -86,24 +86,26 @@ def write_run_report(
     written: dict[str, Path] = {}
     if files:
         folder.mkdir(exist_ok=True)
-        if not cdn:
-            (folder / "plotly.min.js").write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
+    bundles: set[Bundle] = set()
     drawn = (options or ViewOptions()).with_(device=None)
     for file in files:
         rank_log = run.open(positions[file])
         page = folder / f"{file}.html"
-        document = report_html(
+        document = report_document(
             profile(rank_log.log, drawn),
             plotlyjs="cdn" if cdn else "directory",
             title=f"gpuviz report: {rank_log.prefix.rstrip('/')}",
             source=file,
         )
-        page.write_text(document, encoding="utf-8")
+        page.write_text(document.html, encoding="utf-8")
         written[file] = page
+        if not cdn and document.bundle not in bundles:  # the plotly.js file the page loads, once per folder
+            (folder / document.bundle.file_name).write_text(document.bundle.source(), encoding="utf-8")
+            bundles.add(document.bundle)
     links = [f"{quote(folder.name)}/{quote(written[name].name)}" if name in written else None for name in table["file"]]
-    document = cluster_report_html(
+    page_html = cluster_report_html(
         summary, plotlyjs="cdn" if cdn else "inline", title=title or f"gpuviz run: {target.stem}", links=links,
         align=align,
     )  # fmt: skip
-    target.write_text(document, encoding="utf-8")
+    target.write_text(page_html, encoding="utf-8")
     return RunReport(target, written)

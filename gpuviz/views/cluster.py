@@ -16,7 +16,8 @@ from plotly.utils import PlotlyJSONEncoder
 
 from gpuviz.analysis.cluster import ClusterSummary, alignment
 from gpuviz.base.units import format_size
-from gpuviz.views.report import figure_json, plot_div, plotlyjs_script
+from gpuviz.views.plotlyjs import bundle_for, check_plotlyjs, plotlyjs_script, trace_types
+from gpuviz.views.report import figure_json, plot_div
 from gpuviz.views.result import FORMAT, FORMAT_VERSION, result_table
 
 __all__ = ["CLUSTER_CSS", "cluster_heatmap", "cluster_grid", "cluster_table_html", "cluster_report_html"]
@@ -192,10 +193,13 @@ function gpuvizRankLinks() {
     });
   });
   document.querySelectorAll('.gpuviz-plot[id^="cluster-"]').forEach(function (div) {
-    div.on('plotly_click', function (e) {
-      var href = links[e.points[0].pointNumber[0]];
-      if (href) { window.location.href = href; }
-    });
+    function follow() {
+      div.on('plotly_click', function (e) {
+        var href = links[e.points[0].pointNumber[0]];
+        if (href) { window.location.href = href; }
+      });
+    }
+    if (div.on) { follow(); } else { div.addEventListener('gpuviz-drawn', follow); }  // a lazy one: once drawn
   });
 }
 gpuvizRankLinks();
@@ -216,10 +220,11 @@ def cluster_report_html(
     ``links``: per table row, the address of that rank's own report, or None: a click on such
     a row of a heatmap or of the table opens it (see ``cluster_table_html``).
     """
-    script = plotlyjs_script(plotlyjs)
-    plots = []
-    for i, metric in enumerate(("bytes_in_use", "fragmentation")):
-        plots.append(plot_div(f"cluster-{i}", cluster_heatmap(summary, metric, align=align)))
+    check_plotlyjs(plotlyjs)
+    heatmaps = [cluster_heatmap(summary, metric, align=align) for metric in ("bytes_in_use", "fragmentation")]
+    script = plotlyjs_script(plotlyjs, bundle_for(trace_types(heatmaps)))
+    # the fragmentation heatmap is below the first (1,686 px tall for 64+ rows): drawn when scrolled to
+    plots = [plot_div(f"cluster-{i}", heatmap, lazy=i > 0) for i, heatmap in enumerate(heatmaps)]
     text = html.escape(cluster_text(summary).splitlines()[0])
     linked = [link for link in links or [] if link]
     if linked:

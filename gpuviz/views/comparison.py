@@ -25,7 +25,8 @@ from gpuviz.analysis.replay import replay
 from gpuviz.analysis.timeline import resample
 from gpuviz.base.units import binary_unit, format_bytes
 from gpuviz.views.fragmentation import fragmentation_map
-from gpuviz.views.report import FRAME_RECTANGLES, figure_json, plotlyjs_script
+from gpuviz.views.plotlyjs import bundle_for, check_plotlyjs, plotlyjs_script, trace_types
+from gpuviz.views.report import FRAME_RECTANGLES, figure_json
 from gpuviz.views.result import FORMAT, FORMAT_VERSION, MIME_TYPE
 from gpuviz.views.static import sparkline_svg
 from gpuviz.views.tables import TABLE_CSS
@@ -203,12 +204,13 @@ def comparison_static_html(c: Comparison) -> str:
 
 def comparison_html(c: Comparison, *, title: str = "gpuviz what-if", plotlyjs: str = "inline") -> str:
     """A self-contained HTML report of the comparison (``plotlyjs="cdn"`` to leave plotly.js out)."""
-    script = plotlyjs_script(plotlyjs)
+    check_plotlyjs(plotlyjs)
     body = [f"<h1>{html.escape(title)}</h1>"]
     body += [f"<p>{html.escape(line)}</p>" for line in _summary_lines(c)]
     body.append(_table_html(c))
     figures = [("Peak memory per policy", comparison_bars(c)), ("Bytes reserved over time", comparison_timeline(c))]
     figures += [(worst_moment(o), figure) for o, figure in worst_maps(c)]
+    script = plotlyjs_script(plotlyjs, bundle_for(trace_types(figure for _, figure in figures)))
     for heading, figure in figures:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         body.append(figure.to_html(full_html=False, include_plotlyjs=False))

@@ -41,7 +41,7 @@ from gpuviz.views.fragmentation import COLORS, LEAN_AGGREGATED, MIN_WIDTH, OOM_C
 from gpuviz.views.fragmentation import _group as group_name
 
 __all__ = ["FORMAT", "VERSION", "EVENT_WINDOW", "EVENT_COLUMNS", "CHUNK_COLUMNS", "SEGMENT_COLUMNS"]
-__all__ += ["event_stream", "decode_columns", "STEPPER_JS"]
+__all__ += ["event_stream", "decode_columns", "STEPPER_JS", "STEPPER_TRACE_TYPES"]
 
 FORMAT = "gpuviz.events"
 VERSION = 1
@@ -148,6 +148,9 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         "complete": len(positions) == len(heap),
     }  # fmt: skip
 
+
+STEPPER_TRACE_TYPES = frozenset({"bar"})
+"""The trace types ``STEPPER_JS`` builds in the page (the map's bars), for the page's plotly.js bundle."""
 
 STEPPER_JS = """
 function gpuvizDecode(encoded) {

@@ -1,18 +1,19 @@
 """The HTML report: one self-contained file with the summary, every view, a time scrubber
 for each device's fragmentation map and the sortable placement table.
 
-plotly.js is embedded (``plotlyjs="inline"``, works offline) or loaded from the CDN
-(``plotlyjs="cdn"``, a smaller file). Every user-provided string is escaped: HTML text
-with ``html.escape``, and the figure JSON inside ``<script>`` with ``</`` written as ``<\\/``.
+plotly.js is embedded (``plotlyjs="inline"``, works offline), loaded from the CDN
+(``plotlyjs="cdn"``, a smaller file) or from a file beside the page (``"directory"``): the
+cartesian partial bundle where it draws every trace (``gpuviz.views.plotlyjs``). Every
+user-provided string is escaped: HTML text with ``html.escape``, and the figure JSON inside
+``<script>`` with ``</`` written as ``<\\/``.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
-import plotly
 import plotly.graph_objects as go
 from plotly.utils import PlotlyJSONEncoder
 
@@ -20,13 +21,14 @@ from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.analysis.tables import devices_present
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
-from gpuviz.views.eventstream import STEPPER_JS, event_stream
+from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.fragmentation import map_spec_and_state, metric_text
+from gpuviz.views.plotlyjs import Bundle, bundle_for, check_plotlyjs, plotlyjs_script, trace_types
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
 
 __all__ = ["report_html", "FRAME_RECTANGLES", "figure_json", "to_script_json", "scrub_positions"]
-__all__ += ["plot_div", "plotlyjs_script"]
+__all__ += ["plot_div", "ReportDocument", "report_document"]
 
 FRAME_RECTANGLES = 1500
 """The most rectangles one scrubber frame draws (the rest is aggregated)."""
@@ -152,26 +154,42 @@ def figure_json(figure: go.Figure) -> dict[str, Any]:
     return {"data": data["data"], "layout": data.get("layout", {})}
 
 
-def plotlyjs_script(plotlyjs: str) -> str:
-    """The ``<script>`` element that loads plotly.js: embedded (``"inline"``), from its CDN
-    (``"cdn"``) or from ``plotly.min.js`` in the report's folder (``"directory"``)."""
-    if plotlyjs == "inline":
-        return f"<script>{plotly.offline.get_plotlyjs()}</script>"
-    if plotlyjs == "cdn":
-        return f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
-    if plotlyjs == "directory":  # reports sharing one copy: plotly.min.js beside the file
-        return '<script src="plotly.min.js"></script>'
-    raise ValueError(f"plotlyjs must be 'inline', 'cdn' or 'directory', not {plotlyjs!r}")
+def plot_div(div_id: str, figure: go.Figure, *, lazy: bool = False) -> str:
+    """A ``<div>`` with the figure drawn into it by an inline script (plotly.js loaded before).
 
-
-def plot_div(div_id: str, figure: go.Figure) -> str:
-    """A ``<div>`` with the figure drawn into it by an inline script (plotly.js loaded before)."""
+    ``lazy``: drawn only when the div comes within 200 px of the viewport (a figure below the
+    fold costs the page's load nothing); until then the figure is inert JSON and the div keeps
+    the figure's height. When drawn, the div gets a ``gpuviz-drawn`` event."""
     spec = to_script_json(figure_json(figure))
+    if lazy:
+        height = int(figure.layout.height or 450)
+        return (
+            f'<div id="{div_id}" class="gpuviz-plot gpuviz-lazy" style="min-height:{height}px"></div>'
+            f'<script type="application/json" id="{div_id}-figure">{spec}</script>'
+            f"<script>{LAZY_PLOT_JS}gpuvizLazyPlot('{div_id}');</script>"
+        )
     return (
         f'<div id="{div_id}" class="gpuviz-plot"></div>'
         f"<script>(function(){{var s={spec};"
         f"Plotly.newPlot('{div_id}',s.data,s.layout,{{responsive:true}});}})();</script>"
     )
+
+
+LAZY_PLOT_JS = """
+function gpuvizLazyPlot(id) {
+  var div = document.getElementById(id);
+  var observer = new IntersectionObserver(function (entries) {
+    if (!entries.some(function (e) { return e.isIntersecting; })) { return; }
+    observer.disconnect();
+    var s = JSON.parse(document.getElementById(id + '-figure').textContent);
+    Plotly.newPlot(id, s.data, s.layout, {responsive: true}).then(function () {
+      div.dispatchEvent(new Event('gpuviz-drawn'));
+    });
+  }, {rootMargin: '200px'});
+  observer.observe(div);
+}
+"""
+"""What a lazy ``plot_div`` runs (the function is defined again by each lazy div: a few hundred bytes)."""
 
 
 def scrub_positions(device: DeviceProfile) -> list[int]:
@@ -193,7 +211,8 @@ def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> st
     return f"event {index} · t = {seconds:.6f} s{what} · {text}"
 
 
-def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile) -> str:
+def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: set[str]) -> str:
+    """The map with its scrubber; adds the trace types of its frames to ``types``."""
     frames = []
     positions = scrub_positions(device)
     for index in positions:
@@ -201,6 +220,7 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile) -> str:
         spec, state = map_spec_and_state(p, name, index, lean=True, max_rectangles=FRAME_RECTANGLES)
         frames.append({**spec, "label": _frame_label(p, device, index, metric_text(state))})
     start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
+    types.update(trace_types(frames))
     first = to_script_json(frames[start]) if frames else '{"data":[],"layout":{},"label":""}'
     stream = event_stream(p, name, max_rectangles=FRAME_RECTANGLES) if len(device.series) else None
     events = f'<script type="application/json" id="{div_id}-events">{to_script_json(stream)}</script>' if stream else ""
@@ -213,11 +233,28 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile) -> str:
     )
 
 
+class ReportDocument(NamedTuple):
+    """A report page and the plotly.js bundle it loads (in ``"directory"`` mode: the file to
+    place beside it, ``bundle.file_name``)."""
+
+    html: str
+    bundle: Bundle
+
+
 def report_html(
     p: Profile, *, plotlyjs: str = "inline", title: str = "gpuviz report", source: str | None = None
 ) -> str:
     """The whole report as one HTML document."""
-    script = plotlyjs_script(plotlyjs)
+    return report_document(p, plotlyjs=plotlyjs, title=title, source=source).html
+
+
+def report_document(
+    p: Profile, *, plotlyjs: str = "inline", title: str = "gpuviz report", source: str | None = None
+) -> ReportDocument:
+    """The whole report as one HTML document, with the plotly.js bundle it loads: the cartesian
+    one unless a figure has a trace type it lacks (``gpuviz.views.plotlyjs.bundle_for``)."""
+    check_plotlyjs(plotlyjs)
+    types = set(STEPPER_TRACE_TYPES)  # the stepper draws its frames in the page
     body = [f"<h1>{html.escape(title)}</h1>"]
     facts = f"{len(p.log)} events · devices: {html.escape(', '.join(devices_present(p.log)) or 'none')}"
     if source:
@@ -231,23 +268,26 @@ def report_html(
     for number, (name, device) in enumerate(p.devices.items()):
         body.append(f"<h2>{html.escape(name)}: peak {format_size(device.peak.bytes)}</h2>")
         body.append("<h3>Fragmentation map</h3>")
-        body.append(_scrubber(f"map{number}", p, name, device))
+        body.append(_scrubber(f"map{number}", p, name, device, types))
         body.append("<h3>Timeline</h3>")
         figure = timeline(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == name] if len(p.ooms) else None,
             segments=p.segments[p.segments["device"] == name] if len(p.segments) else None, peak=device.peak,
         )  # fmt: skip
+        types.update(trace_types([figure]))
         body.append(plot_div(f"timeline{number}", figure))
     body.append('<h2>Placement</h2><div class="gpuviz">')
     body.append(placement_html(p.placements) if len(p.placements) else "<p>No ops were recorded.</p>")
     body.append("</div>")
     if len(p.call_sites):
         body.append('<h2>Call sites</h2><div class="gpuviz">' + call_site_html(p.call_sites) + "</div>")
-    return (
+    bundle = bundle_for(types)
+    document = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{script}"
+        f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{plotlyjs_script(plotlyjs, bundle)}"
         f"<script>{_FUNCTIONS}{STEPPER_JS}</script></head><body>"
         + "\n".join(body)
         + f"<script>{_ON_LOAD}</script></body></html>"
     )
+    return ReportDocument(document, bundle)

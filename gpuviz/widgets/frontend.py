@@ -19,7 +19,8 @@ DASHBOARD_CSS = """
 .gpuviz-dashboard .gpuviz-controls { display: flex; gap: 12px; align-items: center; margin: 4px 0; }
 .gpuviz-dashboard .gpuviz-slider { flex: 1; }
 .gpuviz-dashboard .gpuviz-slider-label { min-width: 40%; font-variant-numeric: tabular-nums; }
-.gpuviz-dashboard .gpuviz-row { display: flex; gap: 8px; }
+/* the map keeps its own height: stretched to the pinning list's height, it was drawn as short as that list */
+.gpuviz-dashboard .gpuviz-row { display: flex; gap: 8px; align-items: flex-start; }
 .gpuviz-dashboard .gpuviz-map { flex: 3; min-width: 0; }
 .gpuviz-dashboard .gpuviz-pinning { flex: 1; overflow: auto; max-height: 600px; }
 .gpuviz-dashboard .gpuviz-pinning:empty { display: none; }

@@ -1,4 +1,4 @@
-declare module 'plotly.js-dist-min' {
+declare module 'plotly.js-cartesian-dist-min' {
   export function newPlot(
     root: HTMLElement,
     data: unknown[],

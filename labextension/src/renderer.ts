@@ -164,7 +164,7 @@ export class ResultView extends Widget {
       this.node.appendChild(node);
     }
     if (plots.length) {
-      const Plotly = await import('plotly.js-dist-min'); // its own chunk, loaded on first use
+      const Plotly = await import('plotly.js-cartesian-dist-min'); // its own chunk, loaded on first use
       this._plotly = Plotly;
       for (const [div, figure] of plots) {
         await Plotly.newPlot(div, figure.figure.data, figure.figure.layout, { responsive: true });
@@ -219,7 +219,7 @@ export class ResultView extends Widget {
     }
   }
 
-  private _plotly: typeof import('plotly.js-dist-min') | null = null;
+  private _plotly: typeof import('plotly.js-cartesian-dist-min') | null = null;
   private _linked: ResultView | null = null;
 }
 
