@@ -40,12 +40,14 @@ setup(
         Extension(  # the streaming reader of PyTorch snapshot pickles (gpuviz.importers.snapshot_reader)
             "gpuviz.importers._snapshotpickle",
             sources=["gpuviz/importers/_snapshotpickle.c"],
+            depends=["gpuviz/importers/_columns.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(  # the decoder of XPlane memory events (gpuviz.importers.xplane)
             "gpuviz.importers._xplanewire",
             sources=["gpuviz/importers/_xplanewire.c"],
+            depends=["gpuviz/importers/_columns.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

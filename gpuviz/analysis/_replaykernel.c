@@ -259,6 +259,24 @@ static int unmap_range(heap_t *h, int64_t a, int64_t n) {
     return missing(a);
 }
 
+static void heap_free(heap_t *h) {
+    free(h->chunks);
+    free(h->segments);
+    map_free(&h->chunk_at);
+    map_free(&h->segment_at);
+}
+
+/* the six event columns a heap pass reads (kind, address, size, requested, tag, stack) */
+static void release_columns(Py_buffer *kinds, Py_buffer *addresses, Py_buffer *sizes, Py_buffer *requested,
+                            Py_buffer *tags, Py_buffer *stacks) {
+    PyBuffer_Release(kinds);
+    PyBuffer_Release(addresses);
+    PyBuffer_Release(sizes);
+    PyBuffer_Release(requested);
+    PyBuffer_Release(tags);
+    PyBuffer_Release(stacks);
+}
+
 static int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer_t *segments,
                     buffer_t *segment_offsets) {
     if (buffer_add(chunks, h->chunks, h->n_chunks * sizeof(chunk_rec)) < 0 ||
@@ -342,20 +360,12 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
 nomem:
     PyErr_NoMemory();
 done:
-    free(h.chunks);
-    free(h.segments);
-    map_free(&h.chunk_at);
-    map_free(&h.segment_at);
+    heap_free(&h);
     free(chunks.data);
     free(chunk_offsets.data);
     free(segments.data);
     free(segment_offsets.data);
-    PyBuffer_Release(&kinds);
-    PyBuffer_Release(&addresses);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&requested);
-    PyBuffer_Release(&tags);
-    PyBuffer_Release(&stacks);
+    release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
     if (picked.buf) PyBuffer_Release(&picked);
     return result;
 }
@@ -408,16 +418,8 @@ static PyObject *state(PyObject *module, PyObject *args) {
 nomem:
     PyErr_NoMemory();
 done:
-    free(h.chunks);
-    free(h.segments);
-    map_free(&h.chunk_at);
-    map_free(&h.segment_at);
-    PyBuffer_Release(&kinds);
-    PyBuffer_Release(&addresses);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&requested);
-    PyBuffer_Release(&tags);
-    PyBuffer_Release(&stacks);
+    heap_free(&h);
+    release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
     PyBuffer_Release(&chunk_recs);
     PyBuffer_Release(&segment_recs);
     if (picked.buf) PyBuffer_Release(&picked);

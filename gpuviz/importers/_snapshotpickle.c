@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_columns.h"
+
 #if PY_VERSION_HEX < 0x030B0000 /* Python 3.10: the float unpacker was not public yet */
 #define PyFloat_Unpack8(p, le) _PyFloat_Unpack8((const unsigned char *)(p), (le))
 #endif
@@ -41,11 +43,6 @@ static PyObject *STACKREF;     /* memo slot of a dropped frames list (its stack 
 static PyObject *STACKREF_TAG; /* first item of the (tag, stack) tuple pushed for such a slot */
 static PyObject *action_strings[16];
 static PyObject *k_action, *k_addr, *k_size, *k_time_us, *k_block_size, *k_frames, *k_device_traces;
-
-typedef struct {
-    PyObject *bytes; /* grown in place (realloc), shrunk to len at the end: never copied */
-    Py_ssize_t len, cap;
-} Buf;
 
 typedef struct {
     PyObject *list; /* the trace list (kept empty) */
@@ -79,32 +76,6 @@ static int unsupported(const char *why) {
     return -1;
 }
 
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + n) cap *= 2;
-        if (!b->bytes) {
-            b->bytes = PyBytes_FromStringAndSize(NULL, cap);
-            if (!b->bytes) return -1;
-        } else if (_PyBytes_Resize(&b->bytes, cap) < 0) {
-            return -1;
-        }
-        b->cap = cap;
-    }
-    memcpy(PyBytes_AS_STRING(b->bytes) + b->len, src, n);
-    b->len += n;
-    return 0;
-}
-
-/* the bytes written (a new reference), leaving b empty */
-static PyObject *buf_take(Buf *b) {
-    if (!b->bytes) return PyBytes_FromStringAndSize("", 0);
-    PyObject *out = b->bytes;
-    b->bytes = NULL;
-    if (_PyBytes_Resize(&out, b->len) < 0) return NULL;
-    b->len = b->cap = 0;
-    return out;
-}
 
 /* ---------------------------------------------------------------- input */
 static int need(R *r, Py_ssize_t n) {

@@ -30,6 +30,8 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "_columns.h"
 #endif
 
 enum { VARINT = 0, FIXED64 = 1, LEN = 2, FIXED32 = 5 };
@@ -49,38 +51,6 @@ static PyObject *Unsupported; /* exception type */
 static int unsupported(const char *why) {
     if (!PyErr_Occurred()) PyErr_SetString(Unsupported, why);
     return -1;
-}
-
-/* ---------------------------------------------------------------- output buffers */
-typedef struct {
-    PyObject *bytes; /* grown in place (_PyBytes_Resize), shrunk to len at the end */
-    Py_ssize_t len, cap;
-} Buf;
-
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap + b->cap / 2 : 1 << 14;
-        while (cap < b->len + n) cap += cap / 2;
-        if (!b->bytes) {
-            b->bytes = PyBytes_FromStringAndSize(NULL, cap);
-            if (!b->bytes) return -1;
-        } else if (_PyBytes_Resize(&b->bytes, cap) < 0) {
-            return -1;
-        }
-        b->cap = cap;
-    }
-    memcpy(PyBytes_AS_STRING(b->bytes) + b->len, src, n);
-    b->len += n;
-    return 0;
-}
-
-static PyObject *buf_take(Buf *b) {
-    if (!b->bytes) return PyBytes_FromStringAndSize("", 0);
-    PyObject *out = b->bytes;
-    b->bytes = NULL;
-    if (_PyBytes_Resize(&out, b->len) < 0) return NULL;
-    b->len = b->cap = 0;
-    return out;
 }
 
 /* ---------------------------------------------------------------- the wire format */
