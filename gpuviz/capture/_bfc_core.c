@@ -368,3 +368,23 @@ int bfc_release_segment(bfc_t *b, int64_t base, int32_t stack) {
     b->emit(b->emit_ctx, BFC_SEGMENT_FREE, base, size, 0, base, bfc_largest_free(b), -1, stack);
     return 0;
 }
+
+int bfc_extend(const bfc_t *b, int64_t rounded, int64_t limit, int64_t *next_segment,
+               int (*reserve)(void *ctx, int64_t nbytes, int64_t *base), void *ctx, int64_t *base, int64_t *size) {
+    int64_t available = (limit - b->pool_bytes) & ~(int64_t)255;
+    if (rounded > available) return 0;
+    int increased = 0;
+    while (rounded > *next_segment) {
+        *next_segment *= 2;
+        increased = 1;
+    }
+    int64_t nbytes = *next_segment < available ? *next_segment : available;
+    while (reserve(ctx, nbytes, base) < 0) {
+        int64_t smaller = bfc_rounded((int64_t)((float)nbytes * 0.9f)); /* TF's backpedal, in float32 */
+        nbytes = smaller < nbytes ? smaller : nbytes - 256;
+        if (nbytes < rounded) return 0;
+    }
+    if (!increased) *next_segment *= 2;
+    *size = nbytes;
+    return 1;
+}

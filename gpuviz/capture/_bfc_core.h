@@ -87,6 +87,17 @@ int bfc_segment_wholly_free(const bfc_t *b, size_t i);
 /* Take out the wholly free segment at base (emits segment_free); -1 when it is not one. */
 int bfc_release_segment(bfc_t *b, int64_t base, int32_t stack);
 
+/* Bytes a request takes: rounded up to a multiple of 256, at least 256 (TF's RoundedBytes). */
+static inline int64_t bfc_rounded(int64_t n) { return n <= 256 ? 256 : (n + 255) & ~(int64_t)255; }
+
+/* TF's Extend sizing for a request of ``rounded`` bytes under ``limit`` bytes reserved in all:
+ * the segment step *next_segment doubles until the request fits, is capped by what the limit
+ * leaves, and backs off by 10 % (in float32) while reserve(ctx, nbytes, &base) refuses (< 0);
+ * the step doubles after a segment made without raising it. 1 with the segment's *base and
+ * *size (not yet added: the caller adds it with bfc_add_segment), or 0 when nothing fits. */
+int bfc_extend(const bfc_t *b, int64_t rounded, int64_t limit, int64_t *next_segment,
+               int (*reserve)(void *ctx, int64_t nbytes, int64_t *base), void *ctx, int64_t *base, int64_t *size);
+
 /* Free chunks in index order: calls visit(ctx, chunk) for each; stops when it returns nonzero. */
 int bfc_visit_free(const bfc_t *b, int (*visit)(void *ctx, const bfc_chunk *chunk), void *ctx);
 

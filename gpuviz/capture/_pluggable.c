@@ -154,23 +154,12 @@ static void upstream_free(device_t *d, int64_t base) {
 }
 
 /* ------------------------------------------------- growth (gpuviz.capture.bfc's rules) */
-static int64_t rounded_bytes(int64_t n) { return n <= 256 ? 256 : (n + 255) & ~(int64_t)255; }
+static int reserve_upstream(void *ctx, int64_t nbytes, int64_t *base) { return upstream_allocate(ctx, nbytes, base); }
 
 static int extend(device_t *d, int64_t rounded) {
-    int64_t available = (d->memory_limit - d->bfc.pool_bytes) & ~(int64_t)255;
-    if (rounded > available) return 0;
-    int increased = 0;
-    while (rounded > d->next_segment_bytes) {
-        d->next_segment_bytes *= 2;
-        increased = 1;
-    }
-    int64_t nbytes = d->next_segment_bytes < available ? d->next_segment_bytes : available, base;
-    while (upstream_allocate(d, nbytes, &base) < 0) {
-        int64_t smaller = rounded_bytes((int64_t)((float)nbytes * 0.9f)); /* TF's backpedal, in float32 */
-        nbytes = smaller < nbytes ? smaller : nbytes - 256;
-        if (nbytes < rounded) return 0;
-    }
-    if (!increased) d->next_segment_bytes *= 2;
+    int64_t base, nbytes;
+    if (!bfc_extend(&d->bfc, rounded, d->memory_limit, &d->next_segment_bytes, reserve_upstream, d, &base, &nbytes))
+        return 0;
     if (bfc_add_segment(&d->bfc, base, nbytes, -1) < 0) {
         upstream_free(d, base);
         return 0;
@@ -228,7 +217,7 @@ static int configure_device(int device, int16_t log_device, int64_t memory_limit
     d->memory_limit = memory_limit;
     d->growth = growth;
     d->garbage_collection = garbage_collection;
-    d->next_segment_bytes = growth ? 2 * MIB : rounded_bytes(memory_limit);
+    d->next_segment_bytes = growth ? 2 * MIB : bfc_rounded(memory_limit);
     d->configured = 1;
     return 0;
 }
@@ -243,7 +232,7 @@ void *gpuviz_malloc(ssize_t size, int device, void *stream) {
         pthread_mutex_unlock(&configure_mutex);
         if (failed) return NULL;
     }
-    int64_t nbytes = (int64_t)size, rounded = rounded_bytes(nbytes);
+    int64_t nbytes = (int64_t)size, rounded = bfc_rounded(nbytes);
     pthread_mutex_lock(&d->mutex);
     int32_t slot = bfc_take_best_fit(&d->bfc, rounded);
     if (slot < 0) {

@@ -302,26 +302,16 @@ static void bfc_row(void *ctx, int kind, int64_t address, int64_t size, int64_t 
     put_row(c, kind, address, size, requested, segment, largest, tag, stack, c->thread);
 }
 
-static int64_t rounded_bytes(int64_t nbytes) { return nbytes <= 256 ? 256 : (nbytes + 255) & ~(int64_t)255; }
+static int reserve_device(void *ctx, int64_t nbytes, int64_t *base) {
+    *base = device_allocate(ctx, nbytes);
+    return *base < 0 ? -1 : 0;
+}
 
-/* TF's Extend (BFCAllocator._reserve_segment, NativeBFCAllocator._extend_pool): one new segment
- * that can hold rounded bytes; the step doubles until the request fits, is capped by what the
- * limit leaves, and backs off by 10 % (in float32) while the device refuses it */
-static int bfc_extend(ctx_t *c, int64_t rounded) {
-    int64_t available = (c->maximum - c->bfc.pool_bytes) & ~(int64_t)255;
-    if (rounded > available) return 0;
-    int increased = 0;
-    while (rounded > c->next_segment) {
-        c->next_segment *= 2;
-        increased = 1;
-    }
-    int64_t nbytes = c->next_segment < available ? c->next_segment : available, base;
-    while ((base = device_allocate(c, nbytes)) < 0) {
-        int64_t smaller = rounded_bytes((int64_t)((float)nbytes * 0.9f));
-        nbytes = smaller < nbytes ? smaller : nbytes - 256;
-        if (nbytes < rounded) return 0;
-    }
-    if (!increased) c->next_segment *= 2;
+/* TF's Extend (BFCAllocator._reserve_segment, NativeBFCAllocator._extend_pool): bfc_extend's
+ * sizing over the simulated device */
+static int bfc_grow(ctx_t *c, int64_t rounded) {
+    int64_t base, nbytes;
+    if (!bfc_extend(&c->bfc, rounded, c->maximum, &c->next_segment, reserve_device, c, &base, &nbytes)) return 0;
     if (bfc_add_segment(&c->bfc, base, nbytes, -1) < 0) longjmp(c->fail, 1);
     return 1;
 }
@@ -355,17 +345,17 @@ static int bfc_collect(ctx_t *c, int64_t rounded) {
         device_free(c, bases[2 * i], bases[2 * i + 1]);
     }
     free(bases);
-    return bfc_extend(c, rounded);
+    return bfc_grow(c, rounded);
 }
 
 /* NativeBFCAllocator.allocate(nbytes, tag=...) with recording on and stacks off: 0 for 0 bytes
  * (nothing recorded), -1 after recording an out of memory */
 static int64_t bfc_allocate(ctx_t *c, int64_t nbytes, int64_t source_tag) {
     if (nbytes == 0) return 0;
-    int64_t rounded = rounded_bytes(nbytes);
+    int64_t rounded = bfc_rounded(nbytes);
     int32_t slot = bfc_take_best_fit(&c->bfc, rounded);
     if (slot < 0) {
-        int grown = rounded <= c->maximum && (bfc_extend(c, rounded) || (c->bfc_gc && bfc_collect(c, rounded)));
+        int grown = rounded <= c->maximum && (bfc_grow(c, rounded) || (c->bfc_gc && bfc_collect(c, rounded)));
         if (!grown) {
             bfc_row(c, OOM, 0, rounded, nbytes, -1, bfc_largest_free(&c->bfc), -1, -1);
             return -1;
