@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -299,9 +300,13 @@ def test_the_event_loop_stays_free_while_a_large_log_is_analysed(lab_server) -> 
     probe = f"{base}/stall-probe?token={token}"
     for _ in range(2):  # the first request also starts the worker process
         get(probe)  # reset
+        start = time.perf_counter()
         status, body = get(f"{base}/gpuviz/result?token={token}&path=large.arrow", timeout=600)
+        elapsed_ms = (time.perf_counter() - start) * 1000
         assert status == 200 and body["summary"][0] == f"{1 + 4 * pairs} events · devices: GPU:0"
         _, stalls = get(probe)
-        assert stalls["ticks"] >= 100  # the callback ran all along
+        # the callback ran all along: a tick every 5 ms of the request, less those a busy machine
+        # delays (each gap is bounded by the stall assertion below)
+        assert stalls["ticks"] >= max(10, elapsed_ms / 5 / 4), (stalls, elapsed_ms)
         print(f"{size / 2**20:.0f} MiB log: {stalls}")
         assert stalls["stall_ms"] <= 50, stalls
