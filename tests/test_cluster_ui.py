@@ -244,3 +244,29 @@ def test_every_front_end_takes_the_alignment(tmp_path: Path, capsys: pytest.Capt
     summary = cluster_summary(load_run(run))
     page = cluster_report_html(summary, plotlyjs="cdn")
     assert TIME_AXIS["clock"] in page and TIME_AXIS["start"] not in page
+
+
+def test_the_magic_shows_a_run_lined_up_as_asked(tmp_path: Path) -> None:
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    run = anchored_run(tmp_path / "run", anchored=(0, 1, 2))
+    shell = InteractiveShell.instance()
+    if "GpuvizMagics" not in shell.magics_manager.registry:
+        shell.run_line_magic("load_ext", "gpuviz")
+    magics = shell.magics_manager.registry["GpuvizMagics"]
+    for align, axis in (("start", TIME_AXIS["start"]), ("clock", TIME_AXIS["clock"]), (None, TIME_AXIS["clock"])):
+        with capture_output():
+            shell.run_line_magic("gpuviz", f"show {run}" + (f" --align {align}" if align else ""))
+        assert json.loads(magics.cluster.view.heatmap_json)["layout"]["xaxis"]["title"]["text"] == axis
+    shown = magics.cluster
+    log = tmp_path / "one.arrow"
+    (run / "node0-rank0.arrow").rename(log)
+    with pytest.raises(UsageError, match=r"%gpuviz show --align: .*one\.arrow is not a run"):
+        shell.run_line_magic("gpuviz", f"show {log} --align start")
+    with pytest.raises(UsageError, match=r"only for %gpuviz show RUN_DIR"):
+        shell.run_line_magic("gpuviz", "report out.html --align start")
+    with pytest.raises(UsageError, match="invalid choice"):
+        shell.run_line_magic("gpuviz", f"show {run} --align wall")
+    assert magics.cluster is shown  # nothing replaced it

@@ -79,6 +79,9 @@ def _line_parser() -> _Parser:
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cdn", action="store_true")
     parser.add_argument("--run-dir", help="start: record to this process's file in a run directory (GPUVIZ_LOG_DIR)")
+    parser.add_argument(
+        "--align", choices=["auto", "clock", "start"], help="show RUN_DIR: line ranks up by wall clock or first events"
+    )
     add_view_arguments(parser)
     add_whatif_arguments(parser, device=False)
     return parser
@@ -297,8 +300,10 @@ class GpuvizMagics(Magics):
             return None
         if command == "whatif":
             return self._whatif(args)
+        if args.align is not None and not (command == "show" and args.path):
+            raise UsageError("%gpuviz --align: only for %gpuviz show RUN_DIR (a run directory or .gpuviz-run file)")
         if command == "show" and args.path:
-            self._show_file(args.path, args.view)
+            self._show_file(args.path, args.view, align=args.align)
             return None
         log = self.recording or self.last
         if log is None:
@@ -329,8 +334,9 @@ class GpuvizMagics(Magics):
         except ValueError as error:
             raise UsageError(f"%gpuviz whatif: {error}") from None
 
-    def _show_file(self, path: str, view: Any) -> None:
-        """``%gpuviz show SRC``: the dashboard of a saved log or an imported trace."""
+    def _show_file(self, path: str, view: Any, *, align: str | None = None) -> None:
+        """``%gpuviz show SRC``: the dashboard of a saved log or an imported trace; of a run
+        (a directory or a ``.gpuviz-run`` manifest), its cluster view lined up by ``align``."""
         from pathlib import Path
 
         from gpuviz.base.errors import GpuvizError
@@ -340,11 +346,13 @@ class GpuvizMagics(Magics):
             from gpuviz.widgets.cluster import show_run
 
             try:
-                self.cluster = show_run(path, view)
+                self.cluster = show_run(path, view, align=align or "auto")
             except (OSError, GpuvizError, ValueError) as error:
                 raise UsageError(f"%gpuviz show: {error}") from None
             display(self.cluster)
             return
+        if align is not None:
+            raise UsageError(f"%gpuviz show --align: {path} is not a run (a directory or a .gpuviz-run file)")
         try:
             log = load(path)
         except (OSError, GpuvizError) as error:
