@@ -13,6 +13,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from browsing import collect_errors, offline
 from nbformat.v4 import new_code_cell, new_notebook
 
 import gpuviz
@@ -62,10 +63,8 @@ def test_report_offline(browser, tmp_path: Path) -> None:  # type: ignore[no-unt
     path = tmp_path / "report.html"
     make_report(path)
     page = browser.new_page()
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.route("http*://**", lambda route: route.abort())  # offline: nothing but the file
+    errors = collect_errors(page)
+    offline(page)  # offline: nothing but the file
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
     page.wait_for_selector("#timeline0 .main-svg")
@@ -102,8 +101,7 @@ def lab(lab_server: tuple[str, str, Path]) -> tuple[str, Path]:
 def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # type: ignore[no-untyped-def]
     url, _ = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page, console=False)
     page.goto(url)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)  # the kernel is ready
@@ -172,8 +170,7 @@ def test_dashboard_opens_at_the_oom_in_jupyterlab(browser, lab_server) -> None: 
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(book, root / "oom.ipynb")
     page = browser.new_page(viewport={"width": 1300, "height": 1250})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/oom.ipynb?reset&token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
@@ -232,8 +229,7 @@ def test_labextension_renders_saved_results(browser, lab_server, runtime_log) ->
     nbformat.write(book, root / "saved.ipynb")
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/run.gpuviz.json?reset&token={token}")
     page.wait_for_selector(".jp-gpuviz-result .js-plotly-plot", timeout=90_000)
     figures = len(json.loads((root / "run.gpuviz.json").read_text())["figures"])
@@ -339,10 +335,8 @@ def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: P
     path = tmp_path / "oom.html"
     addresses = make_oom_report(path)
     page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.route("http*://**", lambda route: route.abort())
+    errors = collect_errors(page)
+    offline(page)
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
     # the first frame shown is the OOM
@@ -419,10 +413,8 @@ def test_report_arrow_keys_step_event_by_event(browser, tmp_path: Path) -> None:
     settled = dp.series.index[dp.series.settled & (log["kind"][dp.series.index] != Kind.OOM)].tolist()
     steps = sorted(set(stops) | set(settled))
     page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.route("http*://**", lambda route: route.abort())
+    errors = collect_errors(page)
+    offline(page)
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
     oom_label = page.inner_text("#map0-label")
@@ -524,10 +516,8 @@ def test_report_event_frames_are_the_python_maps(browser, tmp_path: Path, case: 
     if case == "growing segments":  # every event, the states inside an operation too
         positions = cols["position"].tolist()
     page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.route("http*://**", lambda route: route.abort())  # offline: the embedded partial bundle draws
+    errors = collect_errors(page)
+    offline(page)  # offline: the embedded partial bundle draws
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
     frames = stepper_frames(page, "map0", positions)
@@ -561,8 +551,7 @@ def test_jupyterlab_result_opens_at_the_oom(browser, lab_server) -> None:  # typ
     base, token, root = lab_server
     make_oom_report(root / "oom.gpuviz.json")
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/oom.gpuviz.json?reset&token={token}")
     plots = "document.querySelectorAll('.jp-gpuviz-result .js-plotly-plot').length === 2"
     page.wait_for_function(plots, timeout=90_000)

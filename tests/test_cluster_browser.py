@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import nbformat
 import test_browser
+from browsing import collect_errors, offline
 from nbformat.v4 import new_code_cell, new_notebook
 from runs import write_leaky_run
 
@@ -27,8 +28,7 @@ def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> N
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(book, root / "run.ipynb")
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/run.ipynb?token={token}")
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
     page.locator(".jp-Cell").first.click()
@@ -78,10 +78,8 @@ def test_a_click_in_the_run_report_opens_that_ranks_report(chromium, tmp_path) -
     written = write_run_report(load_run(run), tmp_path / "run.html", rank_reports="all")
     assert len(written.rank_reports) == 5
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.route("http*://**", lambda route: route.abort())  # offline: nothing but the files
+    errors = collect_errors(page)
+    offline(page)  # offline: nothing but the files
     page.goto((tmp_path / "run.html").as_uri())
     page.wait_for_selector("#cluster-0 .main-svg")
     for heatmap, rank in (("#cluster-0", 2), ("#cluster-1", 4)):  # bytes in use, then fragmentation
@@ -119,8 +117,7 @@ def test_jupyterlab_opens_a_run_manifest_and_a_click_opens_a_rank(chromium, lab_
     write_leaky_run(root / "run1")
     (root / "run1" / "run.gpuviz-run").write_text("")
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/run1/run.gpuviz-run?reset&token={token}")
     heatmap = ".jp-gpuviz-result .jp-gpuviz-figure[data-name='heatmap:bytes_in_use']"
     page.wait_for_selector(f"{heatmap} .main-svg", timeout=90_000)
@@ -164,10 +161,8 @@ def test_the_fragmentation_heatmap_of_a_wide_run_is_drawn_when_scrolled_to(chrom
         (tmp_path / links[i]).write_text(f"<html><body><h1>rank {i}</h1></body></html>")
     (tmp_path / "run.html").write_text(cluster_report_html(summary, links=links), encoding="utf-8")
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.route("http*://**", lambda route: route.abort())
+    errors = collect_errors(page)
+    offline(page)
     page.goto((tmp_path / "run.html").as_uri())
     page.wait_for_selector("#cluster-0 .main-svg")
     page.wait_for_timeout(500)

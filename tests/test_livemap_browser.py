@@ -10,6 +10,7 @@ from pathlib import Path
 
 import plotly
 import pytest
+from browsing import collect_errors, offline
 
 import gpuviz
 from gpuviz.analysis.live import LiveFollower
@@ -45,9 +46,8 @@ def test_the_bucketed_live_map_renders_and_hover_names_a_bucket(tmp_path: Path) 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1300, "height": 900})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route("http*://**", lambda route: route.abort())
+        errors = collect_errors(page, console=False)
+        offline(page)
         page.goto(page_file.as_uri())
         page.wait_for_selector("#map .main-svg")
         assert page.locator("#map .bars path").count() == bars  # every bucket's bars drawn

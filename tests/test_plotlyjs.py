@@ -11,6 +11,7 @@ import plotly
 import plotly.graph_objects as go
 import pytest
 import test_browser
+from browsing import collect_errors, offline
 from runs import write_leaky_run
 
 import gpuviz
@@ -95,10 +96,8 @@ def test_in_chromium_the_partial_bundle_has_the_trace_types_and_a_fallback_page_
     chromium, tmp_path: Path
 ) -> None:
     page = chromium.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.route("http*://**", lambda route: route.abort())
+    errors = collect_errors(page)
+    offline(page)
     heatmap = go.Figure(go.Heatmap(z=[[1, 2], [3, 4]]))
     _page(tmp_path / "heatmap.html", heatmap)
     assert CARTESIAN.source() in (tmp_path / "heatmap.html").read_text()

@@ -175,9 +175,7 @@ def test_the_compiled_address_sort_is_a_stable_sort(n: int) -> None:
 
 @needs_kernel
 @pytest.mark.parametrize("seed", range(4))
-def test_the_compiled_pairing_gives_the_allocation_table_definition(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_compiled_pairing_gives_the_allocation_table_definition(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """allocation_table's rows and frees from the compiled pass equal the NumPy pairing, for every
     device and all devices at once, also for sequences no allocator writes (a second alloc at an
     open address, frees of addresses never allocated) and for a real allocator's log."""
