@@ -270,7 +270,7 @@ def aggregated_by_chunk(state: HeapState, max_rectangles: int, texts: bool = Tru
         amounts = {}
         for name, intervals in parts.items():
             arr = np.array(intervals, dtype=np.int64).reshape(-1, 2)
-            covered = fragmentation._coverage(arr[:, 0], arr[:, 1], edges)
+            covered = fragmentation.coverage(arr[:, 0], arr[:, 1], edges)
             amounts[name] = np.diff(covered)
         counts = np.diff(np.searchsorted([c.address - seg.base for c in seg.chunks], edges))
         for i in range(buckets):

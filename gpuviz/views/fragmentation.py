@@ -49,6 +49,7 @@ __all__ = [
     "metric_text",
     "metric_words",
     "rows_layout",
+    "bucket_hover",
     "coverage",
     "Allocated",
 ]
@@ -80,10 +81,13 @@ def metric_words(bytes_in_use: int, pool_bytes: int, largest_free: int) -> str:
     )
 
 
-def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``
-    (the aggregated maps' buckets: the static one here, the live one in ``livemap``)."""
-    return _coverage(starts, lengths, x)
+def bucket_hover(chunks: int, start: int, used: float, waste: float, free: float) -> str:
+    """The hover of an aggregated map's bucket (the static map's and the live one's): how many
+    chunks start in it, from which address, and its used, waste and free bytes."""
+    return (
+        f"{chunks} chunks from {start:#x}<br>used {format_size(used)}<br>waste {format_size(waste)}"
+        f"<br>free {format_size(free)}"
+    )
 
 
 def _label(base: int) -> str:
@@ -158,8 +162,9 @@ def _exact(
     return traces
 
 
-def _coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``."""
+def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``
+    (the aggregated maps' buckets: the static one here, the live one in ``livemap``)."""
     if not len(starts):
         return np.zeros(len(x), dtype=np.float64)
     cumulative = np.concatenate(([0], np.cumsum(lengths)))
@@ -185,9 +190,9 @@ def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> di
         wasted = in_use & (size > requested)
         edges = np.linspace(0, seg.size, buckets + 1)
         amounts = {
-            "used": np.diff(_coverage(offset[in_use], requested[in_use], edges)),
-            "waste": np.diff(_coverage(offset[wasted] + requested[wasted], (size - requested)[wasted], edges)),
-            "free": np.diff(_coverage(offset[~in_use], size[~in_use], edges)),
+            "used": np.diff(coverage(offset[in_use], requested[in_use], edges)),
+            "waste": np.diff(coverage(offset[wasted] + requested[wasted], (size - requested)[wasted], edges)),
+            "free": np.diff(coverage(offset[~in_use], size[~in_use], edges)),
         }
         counts = np.diff(np.searchsorted(offset, edges))
         left = edges[:-1]
@@ -196,8 +201,9 @@ def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> di
         bucket_base = seg.base + left.astype(np.int64)
         words = (
             [  # lean traces hover from customdata instead
-                f"{int(counts[i])} chunks from {seg.base + int(left[i]):#x}<br>used {format_size(amounts['used'][i])}"
-                f"<br>waste {format_size(amounts['waste'][i])}<br>free {format_size(amounts['free'][i])}"
+                bucket_hover(
+                    int(counts[i]), seg.base + int(left[i]), *(amounts[n][i] for n in ("used", "waste", "free"))
+                )
                 for i in range(buckets)
             ]
             if texts

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpuviz.analysis.live import HeapArrays
-from gpuviz.base.units import format_size
-from gpuviz.views.fragmentation import COLORS, ZOOM_BELOW, coverage, metric_words, rows_layout
+from gpuviz.views.fragmentation import COLORS, ZOOM_BELOW, bucket_hover, coverage, metric_words, rows_layout
 
 __all__ = ["live_map", "heap_numbers", "LIVE_MAX_RECTANGLES"]
 
@@ -82,8 +81,7 @@ def live_map(heap: HeapArrays, *, title: str, max_rectangles: int = LIVE_MAX_REC
         counts = np.searchsorted(heap.address, stops) - np.searchsorted(heap.address, starts)
         columns = (offsets, starts, counts, used, waste, free)
         for row, offset, start, n, u, w, f in zip(rows, *(c.tolist() for c in columns), strict=True):
-            text = (f"{n} chunks from {start:#x}<br>used {format_size(u)}<br>waste {format_size(w)}"
-                    f"<br>free {format_size(f)}")  # fmt: skip
+            text = bucket_hover(n, start, u, w, f)
             at = offset
             for name, length in (("used", u), ("waste", w), ("free", f)):
                 if length > 0:
