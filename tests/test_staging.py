@@ -1,5 +1,6 @@
-"""The staging buffer of an EventLog: emptied in place (gpuviz.log._staging.take), so the
-C recorders append rows into one allocation instead of re-growing it after every flush."""
+"""The staging buffer of an EventLog: emptied in place (gpuviz.log._staging.Arena.take), so the
+C recorders append rows into one allocation instead of re-growing it after every flush, and
+the flushed rows go into huge-page chunks of the arena that are reused once no block holds them."""
 
 from __future__ import annotations
 
@@ -16,35 +17,73 @@ staging = pytest.importorskip("gpuviz.log._staging", reason="built only where a 
 
 
 def test_take_removes_and_returns_the_first_bytes_keeping_the_rest() -> None:
+    arena = staging.Arena()
     buffer = bytearray(b"0123456789")
-    assert staging.take(buffer, 4) == b"0123"
+    first = arena.take(buffer, 4)
+    assert bytes(first) == b"0123" and first.readonly
     assert buffer == bytearray(b"456789")
-    assert staging.take(buffer, 6) == b"456789"
-    assert buffer == bytearray()
+    second = arena.take(buffer, 6)
+    assert bytes(second) == b"456789" and buffer == bytearray()
     buffer.extend(b"ab")
-    assert staging.take(buffer, 0) == b"" and buffer == bytearray(b"ab")
+    assert bytes(arena.take(buffer, 0)) == b"" and buffer == bytearray(b"ab")
+    assert bytes(first) == b"0123" and bytes(second) == b"456789"  # views held keep their rows
+    assert arena.chunk_bytes() == (2 << 20, 10)  # one huge page, 10 bytes handed out
 
 
 def test_take_keeps_the_allocation() -> None:
     buffer = bytearray(1 << 20)
     allocated = sys.getsizeof(buffer)
-    staging.take(buffer, 1 << 20)
+    staging.Arena().take(buffer, 1 << 20)
     assert len(buffer) == 0 and sys.getsizeof(buffer) == allocated
 
 
+def test_chunks_double_to_64_mib_and_a_chunk_no_view_holds_is_reused() -> None:
+    arena = staging.Arena()
+    mib = bytearray()
+    views = []
+    sizes = []  # of each new chunk
+    for _ in range(200):  # 200 MiB held
+        mib.extend(bytes(1 << 20))
+        views.append(arena.take(mib, 1 << 20))
+        size, used = arena.chunk_bytes()
+        if used == 1 << 20:
+            sizes.append(size >> 20)
+    assert sizes == [2, 4, 8, 16, 32, 64, 64, 64]
+    size, used = arena.chunk_bytes()
+    views.clear()  # no view of the current chunk is alive: the next take starts it again
+    mib.extend(b"x" * 10)
+    kept = arena.take(mib, 10)
+    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes() == (size, 10)
+    held = arena.take(bytearray(b"abc"), 3)
+    assert arena.chunk_bytes() == (size, 13) and bytes(held) == b"abc" and bytes(kept) == b"x" * 10  # no rewind
+
+
+def test_a_take_larger_than_a_chunk_gets_a_chunk_of_its_own() -> None:
+    arena = staging.Arena()
+    big = bytearray(b"r" * (5 << 20))
+    view = arena.take(big, 5 << 20)
+    assert len(view) == 5 << 20 and arena.chunk_bytes() == (6 << 20, 5 << 20)  # whole huge pages
+
+
 def test_bad_takes_are_refused_and_change_nothing() -> None:
+    arena = staging.Arena()
     buffer = bytearray(b"abc")
     with pytest.raises(ValueError, match="cannot take 4 bytes of 3"):
-        staging.take(buffer, 4)
+        arena.take(buffer, 4)
     with pytest.raises(ValueError, match="cannot take -1 bytes of 3"):
-        staging.take(buffer, -1)
+        arena.take(buffer, -1)
     view = memoryview(buffer)
     with pytest.raises(BufferError, match="exported"):
-        staging.take(buffer, 1)
+        arena.take(buffer, 1)
     view.release()
     with pytest.raises(TypeError, match="take"):
-        staging.take(b"abc", 1)
-    assert buffer == bytearray(b"abc")
+        arena.take(b"abc", 1)
+    with pytest.raises(TypeError, match="no arguments"):
+        staging.Arena(1)
+    assert buffer == bytearray(b"abc") and arena.chunk_bytes() == (0, 0)
+    block = arena.take(buffer, 3)
+    with pytest.raises(TypeError):
+        block[0] = 1  # type: ignore[index]  # blocks are read-only
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -64,3 +103,27 @@ def test_rows_survive_many_flushes_in_place(native: bool) -> None:
     alloc.check()
     replayed = replay(log).state_at(-1)
     assert {c.address: c.size for c in replayed.chunks()} == {c.address: c.size for c in alloc.state().chunks()}
+
+
+def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pure-Python path (no compiler at install time) flushes into bytes objects: same rows."""
+    from gpuviz.log import eventlog
+
+    logs = []
+    for arena in (True, False):
+        if not arena:
+            monkeypatch.setattr(eventlog, "_Arena", None)
+        log = EventLog(flush_rows=16)
+        alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
+        live = [alloc.allocate(256 * (i % 7 + 1)) for i in range(20)]
+        for i in range(300):
+            alloc.free(live[i % 20])
+            live[i % 20] = alloc.allocate(512 * (i % 5 + 1))
+        log.flush()
+        assert {type(block) for block in log._blocks} == ({memoryview} if arena else {bytes})
+        logs.append(log)
+    with_arena, without = (log.columns for log in logs)
+    for name in with_arena:
+        if name not in ("time_ns", "thread"):
+            np.testing.assert_array_equal(with_arena[name], without[name], err_msg=name)
+    np.testing.assert_array_equal(logs[0].rows_since(100)["address"], logs[1].rows_since(100)["address"])

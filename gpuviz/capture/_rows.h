@@ -7,7 +7,7 @@
  * log empties the buffer at every flush, so growing it row by row reallocates and copies it
  * about every eighth of its size: ~600 bytes copied per 78-byte row. rows_append writes in
  * place while the allocation has room and grows it geometrically otherwise; together with
- * gpuviz.log._staging.take (which empties the buffer keeping its allocation), the buffer is
+ * gpuviz.log._staging.Arena.take (which empties the buffer keeping its allocation), the buffer is
  * allocated once and rows are copied once into it. Both hold the GIL and touch only the
  * public fields of PyByteArrayObject (size, ob_alloc, ob_start, ob_exports), keeping its
  * invariants: ob_start[size] == 0 and size + (ob_start - ob_bytes) < ob_alloc.

@@ -38,10 +38,10 @@ import numpy as np
 
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
 
-try:  # empties the staging buffer keeping its allocation (see gpuviz/capture/_rows.h)
-    _take_staged: Callable[[bytearray, int], bytes] | None = importlib.import_module("gpuviz.log._staging").take
-except ImportError:  # no compiler at install time: the same in Python (the buffer is re-fitted)
-    _take_staged = None
+try:  # flushed rows in huge-page chunks, the staging buffer emptied in place (gpuviz/log/_staging.c)
+    _Arena: Callable[[], Any] | None = importlib.import_module("gpuviz.log._staging").Arena
+except ImportError:  # no compiler at install time: one bytes object per flush (the buffer is re-fitted)
+    _Arena = None
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,7 +113,8 @@ class EventLog:
         self._lock = threading.Lock()
         self._staged = bytearray()
         self._flush_len = flush_rows // 2 * _ROW  # see the crash bound above
-        self._blocks: list[bytes] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
+        self._arena = _Arena() if _Arena is not None else None
+        self._blocks: list[bytes | memoryview] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
         self._block_rows = 0
         # columns with spare capacity (doubling): rows [0, _n_columns) are valid
         self._columns: dict[str, np.ndarray] = {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()}
@@ -205,8 +206,9 @@ class EventLog:
         nbytes = len(staged)
         if not nbytes:
             return
-        if _take_staged is not None:
-            block = _take_staged(staged, nbytes)
+        block: bytes | memoryview
+        if self._arena is not None:
+            block = self._arena.take(staged, nbytes)
         else:
             block = bytes(staged[:nbytes])
             del staged[:nbytes]
@@ -470,6 +472,7 @@ class EventLog:
         view._lock = threading.Lock()
         view._staged = bytearray()
         view._flush_len = self._flush_len
+        view._arena = None
         view._blocks = []
         view._block_rows = 0
         view._set_columns(columns)
