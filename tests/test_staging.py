@@ -4,7 +4,9 @@ the flushed rows go into huge-page chunks of the arena that are reused once no b
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -27,7 +29,7 @@ def test_take_removes_and_returns_the_first_bytes_keeping_the_rest() -> None:
     buffer.extend(b"ab")
     assert bytes(arena.take(buffer, 0)) == b"" and buffer == bytearray(b"ab")
     assert bytes(first) == b"0123" and bytes(second) == b"456789"  # views held keep their rows
-    assert arena.chunk_bytes() == (2 << 20, 10)  # one huge page, 10 bytes handed out
+    assert arena.chunk_bytes() == (512 << 10, 10, 0)  # the first chunk, 10 bytes handed out, no next yet
 
 
 def test_take_keeps_the_allocation() -> None:
@@ -37,32 +39,65 @@ def test_take_keeps_the_allocation() -> None:
     assert len(buffer) == 0 and sys.getsizeof(buffer) == allocated
 
 
-def test_chunks_double_to_64_mib_and_a_chunk_no_view_holds_is_reused() -> None:
+def test_chunks_grow_from_512_kib_to_8_mib_and_a_chunk_no_view_holds_is_reused() -> None:
     arena = staging.Arena()
-    mib = bytearray()
+    staged = bytearray()
     views = []
-    sizes = []  # of each new chunk
-    for _ in range(200):  # 200 MiB held
-        mib.extend(bytes(1 << 20))
-        views.append(arena.take(mib, 1 << 20))
-        size, used = arena.chunk_bytes()
-        if used == 1 << 20:
-            sizes.append(size >> 20)
-    assert sizes == [2, 4, 8, 16, 32, 64, 64, 64]
-    size, used = arena.chunk_bytes()
+    sizes = []  # KiB, of each new chunk
+    for _ in range(200):  # 50 MiB held
+        staged.extend(bytes(256 << 10))
+        views.append(arena.take(staged, 256 << 10))
+        size, used, _ = arena.chunk_bytes()
+        if used == 256 << 10:
+            sizes.append(size >> 10)
+    assert sizes == [512, 2048, 4096] + [8192] * 6
+    size = arena.chunk_bytes()[0]
     views.clear()  # no view of the current chunk is alive: the next take starts it again
-    mib.extend(b"x" * 10)
-    kept = arena.take(mib, 10)
-    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes() == (size, 10)
+    staged.extend(b"x" * 10)
+    kept = arena.take(staged, 10)
+    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes()[:2] == (size, 10)
     held = arena.take(bytearray(b"abc"), 3)
-    assert arena.chunk_bytes() == (size, 13) and bytes(held) == b"abc" and bytes(kept) == b"x" * 10  # no rewind
+    assert arena.chunk_bytes()[:2] == (size, 13) and bytes(held) == b"abc" and bytes(kept) == b"x" * 10  # no rewind
+
+
+def _resident_pages(view: memoryview) -> tuple[int, int]:
+    """(resident, all) 4 KiB pages of the whole pages under ``view`` (mincore(2))."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    start = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    pages = len(view) // 4096
+    vector = ctypes.create_string_buffer(pages)
+    assert libc.mincore(start - start % 4096, pages * 4096, vector) == 0, ctypes.get_errno()
+    return sum(byte & 1 for byte in vector.raw), pages
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or tuple(map(int, os.uname().release.split(".")[:2])) < (5, 14),
+    reason="MADV_POPULATE_WRITE needs Linux 5.14",
+)
+def test_the_next_chunk_is_prepared_at_half_and_populated_off_the_recording_thread() -> None:
+    arena = staging.Arena()
+    views = []
+    for kib, expected in ((255, (512, 255, 0)), (1, (512, 256, 2048)), (300, (2048, 300, 0)), (800, (2048, 1100, 4096)),
+                          (1000, (4096, 1000, 0))):  # fmt: skip
+        views.append(arena.take(bytearray(b"r" * (kib << 10)), kib << 10))
+        assert tuple(value >> 10 for value in arena.chunk_bytes()) == expected
+    assert [len(view) >> 10 for view in views] == [255, 1, 300, 800, 1000]
+    assert all(bytes(view) == b"r" * len(view) for view in views)
+    whole = memoryview(views[-1].obj)  # the 4 MiB chunk, of which the rows touched 1000 KiB
+    deadline = time.monotonic() + 10
+    while _resident_pages(whole)[0] < 1024 and time.monotonic() < deadline:
+        time.sleep(0.01)  # populated by the arena's thread
+    assert _resident_pages(whole) == (1024, 1024)
 
 
 def test_a_take_larger_than_a_chunk_gets_a_chunk_of_its_own() -> None:
     arena = staging.Arena()
     big = bytearray(b"r" * (5 << 20))
     view = arena.take(big, 5 << 20)
-    assert len(view) == 5 << 20 and arena.chunk_bytes() == (6 << 20, 5 << 20)  # whole huge pages
+    assert len(view) == 5 << 20 and arena.chunk_bytes() == (6 << 20, 5 << 20, 2 << 20)  # whole huge pages
 
 
 def test_bad_takes_are_refused_and_change_nothing() -> None:
@@ -80,7 +115,7 @@ def test_bad_takes_are_refused_and_change_nothing() -> None:
         arena.take(b"abc", 1)
     with pytest.raises(TypeError, match="no arguments"):
         staging.Arena(1)
-    assert buffer == bytearray(b"abc") and arena.chunk_bytes() == (0, 0)
+    assert buffer == bytearray(b"abc") and arena.chunk_bytes() == (0, 0, 0)
     block = arena.take(buffer, 3)
     with pytest.raises(TypeError):
         block[0] = 1  # type: ignore[index]  # blocks are read-only
