@@ -3,8 +3,11 @@
 Rows are packed (``schema.ROW_STRUCT``) into one ``bytearray`` (no Python object per
 event). Every ``flush_rows // 2`` events, on ``flush()``, or, when recording to a file,
 every ``flush_interval_s / 2`` seconds (a background thread), staged rows move out of
-the staging buffer as one immutable block; blocks are split into NumPy columns when the
-log is read (or at once when recording to a file), so recording pays one copy per row.
+the staging buffer as one immutable block (a read-only view into the huge-page chunks of
+``gpuviz.log._staging.Arena``, populated ahead off the recording thread; a ``bytes``
+object without the C module); blocks are split into NumPy columns when the log is read (or
+at once when recording to a file, which then reuses one chunk), so recording pays one copy
+per row.
 Columns grow by doubling their capacity, so a reader that comes back (a live view) pays
 only for the rows added since, and the arrays it got earlier never change.
 Readers see flushed and staged rows alike: every read flushes first.
