@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning, opening_index, pinning, scrub_stops
 from gpuviz.analysis.native import kernel_function
 from gpuviz.analysis.replay import Replay, replay
@@ -89,6 +90,10 @@ class DeviceProfile:
 
     def state_at(self, index: int) -> HeapState:
         return self._replay.state_at(index, device=self.device)
+
+    def columns_at(self, index: int) -> HeapColumns:
+        """``state_at`` as arrays (``Replay.columns_at``)."""
+        return self._replay.columns_at(index, device=self.device)
 
     @property
     def allocations(self) -> pd.DataFrame:

@@ -23,12 +23,14 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning
 from gpuviz.analysis.profile import Profile
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import Frame
+from gpuviz.views.buckets import PARTS, bucket_count, measure_buckets
 
 __all__ = [
     "fragmentation_map",
@@ -52,6 +54,8 @@ __all__ = [
     "bucket_hover",
     "coverage",
     "Allocated",
+    "aggregated_specs",
+    "lean_rows",
 ]
 
 COLORS = {"used": "#3b6fb6", "waste": "#e8a33d", "free": "#d9dde3"}
@@ -175,54 +179,61 @@ def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarr
 
 def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
     """Each segment cut into equal buckets, each bucket drawn as its bytes used, wasted and free
-    (in that order from the bucket's left edge), with its chunk count: whole arrays per segment."""
-    traces: dict[str, dict[str, list[Any]]] = {
-        name: {"y": [], "base": [], "x": [], "text": [], "custom": []} for name in COLORS
-    }
-    buckets = max(1, max_rectangles // (3 * max(1, len(state.segments))))
-    for seg in state.segments:
-        y = _label(seg.base)
-        n = len(seg.chunks)
-        offset = np.fromiter((c.address for c in seg.chunks), np.int64, n) - seg.base
-        size = np.fromiter((c.size for c in seg.chunks), np.int64, n)
-        requested = np.fromiter((c.requested for c in seg.chunks), np.int64, n)
-        in_use = np.fromiter((c.in_use for c in seg.chunks), np.bool_, n)
-        wasted = in_use & (size > requested)
-        edges = np.linspace(0, seg.size, buckets + 1)
-        amounts = {
-            "used": np.diff(coverage(offset[in_use], requested[in_use], edges)),
-            "waste": np.diff(coverage(offset[wasted] + requested[wasted], (size - requested)[wasted], edges)),
-            "free": np.diff(coverage(offset[~in_use], size[~in_use], edges)),
-        }
-        counts = np.diff(np.searchsorted(offset, edges))
-        left = edges[:-1]
-        starts = {"used": left, "waste": left + amounts["used"]}  # each part starts where the last ended
-        starts["free"] = starts["waste"] + amounts["waste"]
-        bucket_base = seg.base + left.astype(np.int64)
-        words = (
-            [  # lean traces hover from customdata instead
-                bucket_hover(
-                    int(counts[i]), seg.base + int(left[i]), *(amounts[n][i] for n in ("used", "waste", "free"))
-                )
-                for i in range(buckets)
-            ]
-            if texts
-            else None
-        )
-        for name in ("used", "waste", "free"):
-            shown = np.flatnonzero(amounts[name] > 0)
-            length = amounts[name][shown]
-            t = traces[name]
-            t["y"].extend([y] * len(shown))
-            t["base"].extend(starts[name][shown].tolist())
-            t["x"].extend(length.tolist())
-            t["text"].extend([words[i] for i in shown.tolist()] if words is not None else [""] * len(shown))
-            t["custom"].extend(
-                zip(bucket_base[shown].tolist(), counts[shown].tolist(), length.astype(np.int64).tolist(), strict=True)
-            )
+    (in that order from the bucket's left edge), with its chunk count (``buckets``)."""
+    heap = HeapColumns.from_state(state)
+    measured = measure_buckets(heap, bucket_count(len(heap.bases), max_rectangles))
+    labels = [_label(base) for base in heap.bases.tolist()]
+    traces: dict[str, dict[str, list[Any]]] = {}
+    for name in COLORS:
+        rows, columns = np.nonzero(measured.amounts[name] > 0)
+        length = measured.amounts[name][rows, columns]
+        start, counts = measured.address[rows, columns].tolist(), measured.counts[rows, columns].tolist()
+        words = (  # lean traces hover from customdata instead
+            [bucket_hover(n, a, *(float(measured.amounts[part][r, c]) for part in PARTS))
+             for n, a, r, c in zip(counts, start, rows.tolist(), columns.tolist(), strict=True)]
+            if texts else [""] * len(rows)
+        )  # fmt: skip
+        traces[name] = {
+            "y": [labels[r] for r in rows.tolist()], "base": measured.starts[name][rows, columns].tolist(),
+            "x": length.tolist(), "text": words,
+            "custom": list(zip(start, counts, length.astype(np.int64).tolist(), strict=True)),
+        }  # fmt: skip
     return traces
 
 
+def aggregated_specs(
+    heap: HeapColumns, max_rectangles: int, *, free_name: str = "free", arrays: bool = False
+) -> list[dict[str, Any]]:
+    """The lean traces of the aggregated map of ``heap`` (``trace_specs(lean=True)`` of a heap
+    of more than ``max_rectangles / 2`` chunks), from whole arrays: ``free_name``, ``waste``,
+    ``used``; rows as segment numbers, bars in whole bytes, hover from ``customdata``
+    ``[bucket address, chunks, bytes]``. (At an OOM, ``free_name`` is "free hole" and that
+    trace stays empty: the aggregated map shows no holes.) ``arrays``: ``y``, ``base``, ``x``
+    and ``customdata`` (n rows of 3) as int64 NumPy arrays instead of lists."""
+    measured = measure_buckets(heap, bucket_count(len(heap.bases), max_rectangles))
+    specs = []
+    for i, name in enumerate((free_name, "waste", "used")):
+        color = OOM_COLORS.get(name) or COLORS.get(name, _PALETTE[i % len(_PALETTE)])
+        spec: dict[str, Any] = {
+            "type": "bar", "orientation": "h", "name": name + (" (aggregated)" if name in COLORS else ""),
+            "marker": {"color": color, "line": {"width": 0.5, "color": "white"}},
+        }  # fmt: skip
+        if name in PARTS:
+            rows, columns = np.nonzero(measured.amounts[name] > 0)
+            length = measured.amounts[name][rows, columns]
+            custom = np.stack((measured.address[rows, columns], measured.counts[rows, columns],
+                               length.astype(np.int64)), axis=1)  # fmt: skip
+            bars = {"y": rows.astype(np.int64), "base": measured.starts[name][rows, columns].astype(np.int64),
+                    "x": np.rint(length).astype(np.int64), "customdata": custom}  # fmt: skip
+        else:
+            bars = {"y": _NONE, "base": _NONE, "x": _NONE, "customdata": _NONE.reshape(0, 3)}
+        spec.update(bars if arrays else {key: value.tolist() for key, value in bars.items()})
+        spec["hovertemplate"] = LEAN_AGGREGATED
+        specs.append(spec)
+    return specs
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 LEAN_AGGREGATED = "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B"
 _EMPTY: dict[str, list[Any]] = {"y": [], "base": [], "x": [], "text": [], "custom": []}
 
@@ -331,13 +342,18 @@ def trace_specs(
     zoom = zoom_range(state, pinning)
     min_width = MIN_WIDTH * _visible_span(state, zoom)
     free_name = "free hole" if pinning is not None else "free"
+    rows = {_label(seg.base): i for i, seg in enumerate(state.segments)}
+    if aggregated and lean:
+        specs = aggregated_specs(HeapColumns.from_state(state), max_rectangles, free_name=free_name)
+        if pinning is not None:
+            specs += _oom_traces(state, pinning, rows, min_width, allocated, stacks)
+        return specs
     if aggregated:
         traces = _aggregated(state, max_rectangles, texts=not lean)
     else:
         traces = _exact(state, color_by, stacks, allocated, min_width, free_name)
     first = [free_name, "waste", "used"]
     names = [*first, *sorted(n for n in traces if n not in first and n not in COLORS)]
-    rows = {_label(seg.base): i for i, seg in enumerate(state.segments)}
     chunk_of = {c.address: c for c in state.chunks()} if lean and not aggregated else {}
     specs = []
     for i, name in enumerate(names):
@@ -352,23 +368,20 @@ def trace_specs(
         if lean:
             spec.update(y=[rows[y] for y in data["y"]], base=[int(b) for b in data["base"]],
                         x=[round(x) for x in data["x"]])  # fmt: skip
-            if aggregated:
-                spec.update(customdata=[list(c) for c in data["custom"]], hovertemplate=LEAN_AGGREGATED)
-            else:
-                strings: dict[str, int] = {}
-                custom = []
-                for address, size, _ in data["custom"]:  # the address is the row's base + the bar's base
-                    c = chunk_of[address]
-                    when = allocated.get(address) if allocated is not None and c.in_use else None
-                    site = call_site(stacks, c.stack) if c.in_use else None
-                    tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
-                    site_id = strings.setdefault(site, len(strings)) if site is not None else -1
-                    event, ns = when or (-1, -1)
-                    custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
-                meta: dict[str, Any] = {"strings": list(strings)}
-                if name == "waste":  # its bars start after the requested bytes, not at the chunk
-                    meta["afterRequested"] = True
-                spec.update(customdata=custom, meta=meta, hoverinfo="text")
+            strings: dict[str, int] = {}
+            custom = []
+            for address, size, _ in data["custom"]:  # the address is the row's base + the bar's base
+                c = chunk_of[address]
+                when = allocated.get(address) if allocated is not None and c.in_use else None
+                site = call_site(stacks, c.stack) if c.in_use else None
+                tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
+                site_id = strings.setdefault(site, len(strings)) if site is not None else -1
+                event, ns = when or (-1, -1)
+                custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
+            meta: dict[str, Any] = {"strings": list(strings)}
+            if name == "waste":  # its bars start after the requested bytes, not at the chunk
+                meta["afterRequested"] = True
+            spec.update(customdata=custom, meta=meta, hoverinfo="text")
         else:
             spec.update(y=data["y"], base=data["base"], x=data["x"], hovertext=data["text"], hoverinfo="text")
         specs.append(spec)
@@ -397,10 +410,14 @@ def map_traces(
 
 def segment_rows(state: HeapState) -> dict[str, Any]:
     """y-axis settings that label the numeric rows of lean traces with segment addresses."""
+    return _numbered_rows([s.base for s in state.segments])
+
+
+def _numbered_rows(bases: Sequence[int]) -> dict[str, Any]:
     return {
-        "tickvals": list(range(len(state.segments))),
-        "ticktext": [_label(s.base) for s in state.segments],
-        "range": [len(state.segments) - 0.5, -0.5],
+        "tickvals": list(range(len(bases))),
+        "ticktext": [_label(base) for base in bases],
+        "range": [len(bases) - 0.5, -0.5],
         "type": "linear",
     }
 
@@ -425,13 +442,21 @@ def map_layout(
     heading = html.escape(title or state.device) + "<br><sub>" + metric_text(state)
     if pinning is not None:
         heading += "<br>" + html.escape(pinning.sentence())
-    layout = rows_layout([s.base for s in state.segments], [s.size for s in state.segments],
-                         zoom_range(state, pinning), heading + "</sub>", oom=pinning is not None)  # fmt: skip
+    bases = [s.base for s in state.segments]
+    layout = rows_layout(bases, [s.size for s in state.segments], zoom_range(state, pinning), heading + "</sub>",
+                         oom=pinning is not None)  # fmt: skip
     if lean:
-        layout["yaxis"] = {"title": {"text": "segment"}, **segment_rows(state)}
-        if pinning is not None:  # room for the ghost bar below the last row
-            layout["yaxis"]["range"] = [layout["yaxis"]["range"][0] + 0.2, layout["yaxis"]["range"][1]]
+        layout["yaxis"] = lean_rows(bases, oom=pinning is not None)
     return layout
+
+
+def lean_rows(bases: Sequence[int], *, oom: bool = False) -> dict[str, Any]:
+    """The y axis of a lean map over segments at ``bases``: numbered rows labelled by address
+    (with room for the ghost bar below the last row at an OOM)."""
+    axis: dict[str, Any] = {"title": {"text": "segment"}, **_numbered_rows(bases)}
+    if oom:
+        axis["range"] = [axis["range"][0] + 0.2, axis["range"][1]]
+    return axis
 
 
 def rows_layout(
