@@ -202,3 +202,23 @@ def test_every_report_stop_is_the_per_heapstate_map() -> None:
     assert [unpack_bars(f, columns) for f in repacked] == [unpack_bars(f.spec) for f in frames]
     rows = [t["bars"] for f in repacked for t in f["data"] if "bars" in t]
     assert sum(end - first for first, end in rows) == len(decode_columns(columns)["y"]) > 0
+
+
+def test_allocation_times_early_in_the_log_without_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``allocated`` for a heap early in the log (at most ``_PREFIX_ROWS`` allocations made) looks
+    among those allocations only; it answers what the index of every allocation answers."""
+    from gpuviz.analysis import profile as profile_module
+
+    monkeypatch.setattr(profile_module, "_PREFIX_ROWS", 500)
+    log = training_log()
+    early, indexed = profile(log).devices["GPU:0"], profile(log).devices["GPU:0"]
+    indexed._address_index()
+    made = early.allocations["alloc_index"].to_numpy()
+    assert len(made) > 1000
+    for at in [0, 5, *made[[10, 39, 100, 498]].tolist(), *(made[[499]] + 1).tolist(), *made[[499, 500, 1000]].tolist()]:
+        state = early.state_at(at)
+        addresses = [c.address for c in state.chunks()]  # free chunks too: none of them is live
+        got = early.allocated(at, 7, addresses=addresses)
+        assert (early._by_address is None) == (at < made[500]), at  # the index only once it is needed
+        assert got == indexed.allocated(at, 7, addresses=addresses) == early.allocated(at, 7)
+        assert len(got) == sum(c.in_use for c in state.chunks()) > 0 or at == 0
