@@ -36,9 +36,10 @@ import numpy as np
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
 from gpuviz.log.schema import Kind
-from gpuviz.views.fragmentation import _PALETTE as PALETTE
-from gpuviz.views.fragmentation import COLORS, LEAN_AGGREGATED, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW, call_site
+from gpuviz.views.buckets import LEAN_AGGREGATED
 from gpuviz.views.fragmentation import _group as group_name
+from gpuviz.views.fragmentation import call_site
+from gpuviz.views.mapstyle import COLORS, MIN_WIDTH, OOM_COLORS, PALETTE, ZOOM_BELOW
 
 __all__ = ["FORMAT", "VERSION", "EVENT_WINDOW", "EVENT_COLUMNS", "CHUNK_COLUMNS", "SEGMENT_COLUMNS"]
 __all__ += ["event_stream", "encode_columns", "decode_columns", "STEPPER_JS", "STEPPER_TRACE_TYPES"]

@@ -20,7 +20,6 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 
 from gpuviz.analysis.heapcolumns import HeapColumns
@@ -30,7 +29,11 @@ from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import Frame
-from gpuviz.views.buckets import PARTS, bucket_count, measure_buckets
+from gpuviz.views.buckets import LEAN_AGGREGATED, aggregated_specs, bucket_hover, coverage
+from gpuviz.views.buckets import aggregated_traces as _aggregated
+from gpuviz.views.mapstyle import COLORS, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW
+from gpuviz.views.mapstyle import PALETTE as _PALETTE
+from gpuviz.views.mapstyle import label as _label
 
 __all__ = [
     "fragmentation_map",
@@ -56,18 +59,11 @@ __all__ = [
     "Allocated",
     "aggregated_specs",
     "lean_rows",
+    "LEAN_AGGREGATED",
 ]
-
-COLORS = {"used": "#3b6fb6", "waste": "#e8a33d", "free": "#d9dde3"}
-OOM_COLORS = {"free hole": "#8fd19e", "pinning": "#c0392b", "failed request": "rgba(192,57,43,0.25)"}
-ZOOM_BELOW = 0.1
-"""The map opens zoomed to the used range when bytes in use are below this share of the pool."""
-MIN_WIDTH = 0.002
-"""Chunks in use are drawn at least this share of the visible x range wide."""
 
 Allocated = Mapping[int, tuple[int, int]]
 """address -> (allocating event's log position, its time in ns from the log's start)."""
-_PALETTE = ["#3b6fb6", "#6a9e3f", "#9b59b6", "#16a085", "#c0392b", "#2c3e50", "#d35400", "#7f8c8d"]
 
 
 def metric_text(state: HeapState) -> str:
@@ -83,19 +79,6 @@ def metric_words(bytes_in_use: int, pool_bytes: int, largest_free: int) -> str:
         f"in use {format_size(bytes_in_use)} · pool {format_size(pool_bytes)} · "
         f"largest free {format_size(largest_free)} · fragmentation {fragmentation:.1%}"
     )
-
-
-def bucket_hover(chunks: int, start: int, used: float, waste: float, free: float) -> str:
-    """The hover of an aggregated map's bucket (the static map's and the live one's): how many
-    chunks start in it, from which address, and its used, waste and free bytes."""
-    return (
-        f"{chunks} chunks from {start:#x}<br>used {format_size(used)}<br>waste {format_size(waste)}"
-        f"<br>free {format_size(free)}"
-    )
-
-
-def _label(base: int) -> str:
-    return f"{base:#x}"
 
 
 def _group(tag: str | None, color_by: str) -> str:
@@ -166,75 +149,6 @@ def _exact(
     return traces
 
 
-def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``
-    (the aggregated maps' buckets: the static one here, the live one in ``livemap``)."""
-    if not len(starts):
-        return np.zeros(len(x), dtype=np.float64)
-    cumulative = np.concatenate(([0], np.cumsum(lengths)))
-    k = np.searchsorted(starts, x, side="right") - 1
-    inside = np.where(k >= 0, np.minimum(x - starts[np.maximum(k, 0)], lengths[np.maximum(k, 0)]), 0)
-    return np.where(k >= 0, cumulative[np.maximum(k, 0)] + np.maximum(inside, 0), 0).astype(np.float64)
-
-
-def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
-    """Each segment cut into equal buckets, each bucket drawn as its bytes used, wasted and free
-    (in that order from the bucket's left edge), with its chunk count (``buckets``)."""
-    heap = HeapColumns.from_state(state)
-    measured = measure_buckets(heap, bucket_count(len(heap.bases), max_rectangles))
-    labels = [_label(base) for base in heap.bases.tolist()]
-    traces: dict[str, dict[str, list[Any]]] = {}
-    for name in COLORS:
-        rows, columns = np.nonzero(measured.amounts[name] > 0)
-        length = measured.amounts[name][rows, columns]
-        start, counts = measured.address[rows, columns].tolist(), measured.counts[rows, columns].tolist()
-        words = (  # lean traces hover from customdata instead
-            [bucket_hover(n, a, *(float(measured.amounts[part][r, c]) for part in PARTS))
-             for n, a, r, c in zip(counts, start, rows.tolist(), columns.tolist(), strict=True)]
-            if texts else [""] * len(rows)
-        )  # fmt: skip
-        traces[name] = {
-            "y": [labels[r] for r in rows.tolist()], "base": measured.starts[name][rows, columns].tolist(),
-            "x": length.tolist(), "text": words,
-            "custom": list(zip(start, counts, length.astype(np.int64).tolist(), strict=True)),
-        }  # fmt: skip
-    return traces
-
-
-def aggregated_specs(
-    heap: HeapColumns, max_rectangles: int, *, free_name: str = "free", arrays: bool = False
-) -> list[dict[str, Any]]:
-    """The lean traces of the aggregated map of ``heap`` (``trace_specs(lean=True)`` of a heap
-    of more than ``max_rectangles / 2`` chunks), from whole arrays: ``free_name``, ``waste``,
-    ``used``; rows as segment numbers, bars in whole bytes, hover from ``customdata``
-    ``[bucket address, chunks, bytes]``. (At an OOM, ``free_name`` is "free hole" and that
-    trace stays empty: the aggregated map shows no holes.) ``arrays``: ``y``, ``base``, ``x``
-    and ``customdata`` (n rows of 3) as int64 NumPy arrays instead of lists."""
-    measured = measure_buckets(heap, bucket_count(len(heap.bases), max_rectangles))
-    specs = []
-    for i, name in enumerate((free_name, "waste", "used")):
-        color = OOM_COLORS.get(name) or COLORS.get(name, _PALETTE[i % len(_PALETTE)])
-        spec: dict[str, Any] = {
-            "type": "bar", "orientation": "h", "name": name + (" (aggregated)" if name in COLORS else ""),
-            "marker": {"color": color, "line": {"width": 0.5, "color": "white"}},
-        }  # fmt: skip
-        if name in PARTS:
-            rows, columns = np.nonzero(measured.amounts[name] > 0)
-            length = measured.amounts[name][rows, columns]
-            custom = np.stack((measured.address[rows, columns], measured.counts[rows, columns],
-                               length.astype(np.int64)), axis=1)  # fmt: skip
-            bars = {"y": rows.astype(np.int64), "base": measured.starts[name][rows, columns].astype(np.int64),
-                    "x": np.rint(length).astype(np.int64), "customdata": custom}  # fmt: skip
-        else:
-            bars = {"y": _NONE, "base": _NONE, "x": _NONE, "customdata": _NONE.reshape(0, 3)}
-        spec.update(bars if arrays else {key: value.tolist() for key, value in bars.items()})
-        spec["hovertemplate"] = LEAN_AGGREGATED
-        specs.append(spec)
-    return specs
-
-
-_NONE = np.zeros(0, dtype=np.int64)
-LEAN_AGGREGATED = "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B"
 _EMPTY: dict[str, list[Any]] = {"y": [], "base": [], "x": [], "text": [], "custom": []}
 
 
