@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning, opening_index, pinning, scrub_stops
 from gpuviz.analysis.native import kernel_function
 from gpuviz.analysis.replay import Replay, replay
@@ -37,6 +38,8 @@ __all__ = ["ViewOptions", "Profile", "DeviceProfile", "profile", "COLOR_BY", "GR
 
 COLOR_BY = ("state", "tag", "dtype")
 GROUP_BY = ("tag", "dtype", "call site")
+_PREFIX_ROWS = 4096
+"""``DeviceProfile.allocated`` looks among at most this many allocations without building its index."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class DeviceProfile:
     def state_at(self, index: int) -> HeapState:
         return self._replay.state_at(index, device=self.device)
 
+    def columns_at(self, index: int) -> HeapColumns:
+        """``state_at`` as arrays (``Replay.columns_at``)."""
+        return self._replay.columns_at(index, device=self.device)
+
     @property
     def allocations(self) -> pd.DataFrame:
         """``tables.allocation_table`` of this device (computed on first use)."""
@@ -114,14 +121,20 @@ class DeviceProfile:
             made, times = live["alloc_index"].to_numpy(), live["alloc_ns"].to_numpy()
             return {int(a): (int(i), int(t) - t0_ns) for a, i, t in zip(live["address"], made, times, strict=True)}
         wanted = np.fromiter(addresses, dtype=np.int64)
-        order, keys, ranks, span = self._address_index()
-        rank = np.searchsorted(ranks, wanted)
-        known = (rank < len(ranks)) & (ranks[np.minimum(rank, len(ranks) - 1)] == wanted)
-        # the latest allocation at each address made at or before ``index``
-        at = np.searchsorted(keys, rank * span + index, side="right") - 1
-        found = known & (at >= 0) & (keys[np.maximum(at, 0)] // span == rank)
-        rows = order[at[found]]
         table = self.allocations
+        made_by = int(np.searchsorted(table["alloc_index"].to_numpy(), index, side="right"))  # rows in alloc order
+        if self._by_address is None and made_by <= _PREFIX_ROWS:  # early in the log: no index of every allocation
+            latest = {a: r for r, a in enumerate(table["address"].to_numpy()[:made_by].tolist())}
+            found = np.fromiter((a in latest for a in wanted.tolist()), dtype=np.bool_, count=len(wanted))
+            rows = np.fromiter((latest[a] for a in wanted[found].tolist()), dtype=np.int64, count=int(found.sum()))
+        else:
+            order, keys, ranks, span = self._address_index()
+            rank = np.searchsorted(ranks, wanted)
+            known = (rank < len(ranks)) & (ranks[np.minimum(rank, len(ranks) - 1)] == wanted)
+            # the latest allocation at each address made at or before ``index``
+            at = np.searchsorted(keys, rank * span + index, side="right") - 1
+            found = known & (at >= 0) & (keys[np.maximum(at, 0)] // span == rank)
+            rows = order[at[found]]
         made = table["alloc_index"].to_numpy()[rows]
         freed = table["free_index"].to_numpy()[rows]
         alive = (freed < 0) | (freed > index)

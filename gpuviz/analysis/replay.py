@@ -15,15 +15,15 @@ kept as dicts). Both apply the same rules (``_apply``) and give the same states.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.native import kernel_function
-from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
+from gpuviz.base.heapstate import HeapState
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.log.segments import map_range, unmap_range
@@ -219,6 +219,10 @@ class Replay:
         Negative indices count from the end (``-1``: after the last event). ``device`` may be
         omitted when the log has one device.
         """
+        return self.columns_at(index, device=device).to_state()
+
+    def columns_at(self, index: int = -1, *, device: str | None = None) -> HeapColumns:
+        """``state_at`` as arrays (``HeapColumns``), without a Python object per chunk."""
         if not -self._n <= index < max(self._n, 1):
             raise IndexError(f"event index {index} out of range for a log of {self._n} events")
         if index < 0:
@@ -234,48 +238,17 @@ class Replay:
             chunk_records, segment_records = compiled(
                 *p.columns, *p.checkpoints.records(checkpoint), checkpoint * self.checkpoint_every, applied, *extra
             )
-            return self._records_to_state(name, chunk_records, segment_records)
-        chunks, segments = p.checkpoints[checkpoint]
-        _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
-        return self._to_state(name, chunks, segments)
-
-    def _records_to_state(self, device: str, chunk_records: bytes, segment_records: bytes) -> HeapState:
-        """``_to_state`` of packed chunk and segment records (in any order)."""
-        strings = self.log.strings
-        c = np.frombuffer(chunk_records, dtype=_CHUNK_RECORD)
-        c = c[np.argsort(c["address"], kind="stable")]
-        g = np.frombuffer(segment_records, dtype=_SEGMENT_RECORD)
-        g = g[np.argsort(g["base"], kind="stable")]
-        bases = g["base"]
-        owner = np.searchsorted(bases, c["address"], side="right") - 1
-        bounds = np.searchsorted(owner, np.arange(len(bases) + 1)).tolist()
-        requested = c["requested"].tolist()
-        chunks = [
-            ChunkState(address, size, req, req > 0, strings[tag] if tag >= 0 else None, stack)
-            for address, size, req, tag, stack in zip(
-                c["address"].tolist(), c["size"].tolist(), requested, c["tag"].tolist(), c["stack"].tolist(),
-                strict=True,
-            )
-        ]  # fmt: skip
-        return HeapState(
-            device,
-            tuple(
-                SegmentState(base, size, tuple(chunks[bounds[k] : bounds[k + 1]]))
-                for k, (base, size) in enumerate(zip(bases.tolist(), g["size"].tolist(), strict=True))
-            ),
-        )
-
-    def _to_state(self, device: str, chunks: _Chunks, segments: _Segments) -> HeapState:
-        strings = self.log.strings
-        bases = sorted(segments)
-        grouped: dict[int, list[ChunkState]] = {base: [] for base in bases}
-        for address in sorted(chunks):
-            size, requested, tag, stack = chunks[address]
-            base = bases[bisect_right(bases, address) - 1]
-            grouped[base].append(
-                ChunkState(address, size, requested, requested > 0, strings[tag] if tag >= 0 else None, stack)
-            )
-        return HeapState(device, tuple(SegmentState(b, segments[b], tuple(grouped[b])) for b in bases))
+            c = np.frombuffer(chunk_records, dtype=_CHUNK_RECORD)
+            g = np.frombuffer(segment_records, dtype=_SEGMENT_RECORD)
+        else:
+            chunks, segments = p.checkpoints[checkpoint]
+            _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
+            c = np.array([(a, *v) for a, v in chunks.items()], dtype=_CHUNK_RECORD)
+            g = np.array(list(segments.items()), dtype=_SEGMENT_RECORD)
+        return HeapColumns.build(
+            name, g["base"], g["size"], c["address"], c["size"], c["requested"], c["requested"] > 0, c["tag"],
+            c["stack"], self.log.strings,
+        )  # fmt: skip
 
 
 def replay(log: EventLog, *, checkpoint_every: int = 8192) -> Replay:

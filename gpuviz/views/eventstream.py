@@ -36,12 +36,13 @@ import numpy as np
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
 from gpuviz.log.schema import Kind
-from gpuviz.views.fragmentation import _PALETTE as PALETTE
-from gpuviz.views.fragmentation import COLORS, LEAN_AGGREGATED, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW, call_site
+from gpuviz.views.buckets import LEAN_AGGREGATED
 from gpuviz.views.fragmentation import _group as group_name
+from gpuviz.views.fragmentation import call_site
+from gpuviz.views.mapstyle import COLORS, MIN_WIDTH, OOM_COLORS, PALETTE, ZOOM_BELOW
 
 __all__ = ["FORMAT", "VERSION", "EVENT_WINDOW", "EVENT_COLUMNS", "CHUNK_COLUMNS", "SEGMENT_COLUMNS"]
-__all__ += ["event_stream", "decode_columns", "STEPPER_JS", "STEPPER_TRACE_TYPES"]
+__all__ += ["event_stream", "encode_columns", "decode_columns", "STEPPER_JS", "STEPPER_TRACE_TYPES"]
 
 FORMAT = "gpuviz.events"
 VERSION = 1
@@ -61,7 +62,9 @@ CHUNK_COLUMNS: dict[str, str] = {
 SEGMENT_COLUMNS: dict[str, str] = {"base": "Float64Array", "size": "Float64Array"}
 
 
-def _encode(spec: dict[str, str], values: dict[str, Any]) -> dict[str, dict[str, str]]:
+def encode_columns(spec: dict[str, str], values: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each column of ``values`` as ``{"type": <JS typed array name>, "data": <base64>}``, typed as
+    ``spec`` names them (``Int32Array``, ``Uint8Array``, ``Float64Array``; little-endian)."""
     out = {}
     for name, js_type in spec.items():
         data = np.ascontiguousarray(np.asarray(values[name]), dtype=_TYPES[js_type]).tobytes()
@@ -140,8 +143,10 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
     return {
         "format": FORMAT, "version": VERSION, "device": device, "peak": dp.peak.index,
         "kinds": {k.name.lower(): int(k) for k in HEAP_KINDS},
-        "columns": _encode(EVENT_COLUMNS, events), "chunks": _encode(CHUNK_COLUMNS, snapshot),
-        "segments": _encode(SEGMENT_COLUMNS, {"base": [s.base for s in segments], "size": [s.size for s in segments]}),
+        "columns": encode_columns(EVENT_COLUMNS, events), "chunks": encode_columns(CHUNK_COLUMNS, snapshot),
+        "segments": encode_columns(
+            SEGMENT_COLUMNS, {"base": [s.base for s in segments], "size": [s.size for s in segments]}
+        ),
         "tags": [list(t) for t in tags.ids], "sites": list(sites.ids),
         "colors": {**COLORS, **OOM_COLORS}, "palette": PALETTE, "zoomBelow": ZOOM_BELOW, "minWidth": MIN_WIDTH,
         "maxRectangles": max_rectangles, "aggregatedHover": LEAN_AGGREGATED,

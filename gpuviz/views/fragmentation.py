@@ -20,15 +20,20 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning
 from gpuviz.analysis.profile import Profile
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import Frame
+from gpuviz.views.buckets import LEAN_AGGREGATED, aggregated_specs, bucket_hover, coverage
+from gpuviz.views.buckets import aggregated_traces as _aggregated
+from gpuviz.views.mapstyle import COLORS, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW
+from gpuviz.views.mapstyle import PALETTE as _PALETTE
+from gpuviz.views.mapstyle import label as _label
 
 __all__ = [
     "fragmentation_map",
@@ -52,18 +57,13 @@ __all__ = [
     "bucket_hover",
     "coverage",
     "Allocated",
+    "aggregated_specs",
+    "lean_rows",
+    "LEAN_AGGREGATED",
 ]
-
-COLORS = {"used": "#3b6fb6", "waste": "#e8a33d", "free": "#d9dde3"}
-OOM_COLORS = {"free hole": "#8fd19e", "pinning": "#c0392b", "failed request": "rgba(192,57,43,0.25)"}
-ZOOM_BELOW = 0.1
-"""The map opens zoomed to the used range when bytes in use are below this share of the pool."""
-MIN_WIDTH = 0.002
-"""Chunks in use are drawn at least this share of the visible x range wide."""
 
 Allocated = Mapping[int, tuple[int, int]]
 """address -> (allocating event's log position, its time in ns from the log's start)."""
-_PALETTE = ["#3b6fb6", "#6a9e3f", "#9b59b6", "#16a085", "#c0392b", "#2c3e50", "#d35400", "#7f8c8d"]
 
 
 def metric_text(state: HeapState) -> str:
@@ -79,19 +79,6 @@ def metric_words(bytes_in_use: int, pool_bytes: int, largest_free: int) -> str:
         f"in use {format_size(bytes_in_use)} · pool {format_size(pool_bytes)} · "
         f"largest free {format_size(largest_free)} · fragmentation {fragmentation:.1%}"
     )
-
-
-def bucket_hover(chunks: int, start: int, used: float, waste: float, free: float) -> str:
-    """The hover of an aggregated map's bucket (the static map's and the live one's): how many
-    chunks start in it, from which address, and its used, waste and free bytes."""
-    return (
-        f"{chunks} chunks from {start:#x}<br>used {format_size(used)}<br>waste {format_size(waste)}"
-        f"<br>free {format_size(free)}"
-    )
-
-
-def _label(base: int) -> str:
-    return f"{base:#x}"
 
 
 def _group(tag: str | None, color_by: str) -> str:
@@ -162,68 +149,6 @@ def _exact(
     return traces
 
 
-def coverage(starts: np.ndarray, lengths: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bytes of the disjoint, sorted intervals ``[start, start + length)`` below each ``x``
-    (the aggregated maps' buckets: the static one here, the live one in ``livemap``)."""
-    if not len(starts):
-        return np.zeros(len(x), dtype=np.float64)
-    cumulative = np.concatenate(([0], np.cumsum(lengths)))
-    k = np.searchsorted(starts, x, side="right") - 1
-    inside = np.where(k >= 0, np.minimum(x - starts[np.maximum(k, 0)], lengths[np.maximum(k, 0)]), 0)
-    return np.where(k >= 0, cumulative[np.maximum(k, 0)] + np.maximum(inside, 0), 0).astype(np.float64)
-
-
-def _aggregated(state: HeapState, max_rectangles: int, texts: bool = True) -> dict[str, dict[str, list[Any]]]:
-    """Each segment cut into equal buckets, each bucket drawn as its bytes used, wasted and free
-    (in that order from the bucket's left edge), with its chunk count: whole arrays per segment."""
-    traces: dict[str, dict[str, list[Any]]] = {
-        name: {"y": [], "base": [], "x": [], "text": [], "custom": []} for name in COLORS
-    }
-    buckets = max(1, max_rectangles // (3 * max(1, len(state.segments))))
-    for seg in state.segments:
-        y = _label(seg.base)
-        n = len(seg.chunks)
-        offset = np.fromiter((c.address for c in seg.chunks), np.int64, n) - seg.base
-        size = np.fromiter((c.size for c in seg.chunks), np.int64, n)
-        requested = np.fromiter((c.requested for c in seg.chunks), np.int64, n)
-        in_use = np.fromiter((c.in_use for c in seg.chunks), np.bool_, n)
-        wasted = in_use & (size > requested)
-        edges = np.linspace(0, seg.size, buckets + 1)
-        amounts = {
-            "used": np.diff(coverage(offset[in_use], requested[in_use], edges)),
-            "waste": np.diff(coverage(offset[wasted] + requested[wasted], (size - requested)[wasted], edges)),
-            "free": np.diff(coverage(offset[~in_use], size[~in_use], edges)),
-        }
-        counts = np.diff(np.searchsorted(offset, edges))
-        left = edges[:-1]
-        starts = {"used": left, "waste": left + amounts["used"]}  # each part starts where the last ended
-        starts["free"] = starts["waste"] + amounts["waste"]
-        bucket_base = seg.base + left.astype(np.int64)
-        words = (
-            [  # lean traces hover from customdata instead
-                bucket_hover(
-                    int(counts[i]), seg.base + int(left[i]), *(amounts[n][i] for n in ("used", "waste", "free"))
-                )
-                for i in range(buckets)
-            ]
-            if texts
-            else None
-        )
-        for name in ("used", "waste", "free"):
-            shown = np.flatnonzero(amounts[name] > 0)
-            length = amounts[name][shown]
-            t = traces[name]
-            t["y"].extend([y] * len(shown))
-            t["base"].extend(starts[name][shown].tolist())
-            t["x"].extend(length.tolist())
-            t["text"].extend([words[i] for i in shown.tolist()] if words is not None else [""] * len(shown))
-            t["custom"].extend(
-                zip(bucket_base[shown].tolist(), counts[shown].tolist(), length.astype(np.int64).tolist(), strict=True)
-            )
-    return traces
-
-
-LEAN_AGGREGATED = "%{customdata[1]} chunks from 0x%{customdata[0]:x}<br>%{customdata[2]} B"
 _EMPTY: dict[str, list[Any]] = {"y": [], "base": [], "x": [], "text": [], "custom": []}
 
 
@@ -331,13 +256,18 @@ def trace_specs(
     zoom = zoom_range(state, pinning)
     min_width = MIN_WIDTH * _visible_span(state, zoom)
     free_name = "free hole" if pinning is not None else "free"
+    rows = {_label(seg.base): i for i, seg in enumerate(state.segments)}
+    if aggregated and lean:
+        specs = aggregated_specs(HeapColumns.from_state(state), max_rectangles, free_name=free_name)
+        if pinning is not None:
+            specs += _oom_traces(state, pinning, rows, min_width, allocated, stacks)
+        return specs
     if aggregated:
         traces = _aggregated(state, max_rectangles, texts=not lean)
     else:
         traces = _exact(state, color_by, stacks, allocated, min_width, free_name)
     first = [free_name, "waste", "used"]
     names = [*first, *sorted(n for n in traces if n not in first and n not in COLORS)]
-    rows = {_label(seg.base): i for i, seg in enumerate(state.segments)}
     chunk_of = {c.address: c for c in state.chunks()} if lean and not aggregated else {}
     specs = []
     for i, name in enumerate(names):
@@ -352,23 +282,20 @@ def trace_specs(
         if lean:
             spec.update(y=[rows[y] for y in data["y"]], base=[int(b) for b in data["base"]],
                         x=[round(x) for x in data["x"]])  # fmt: skip
-            if aggregated:
-                spec.update(customdata=[list(c) for c in data["custom"]], hovertemplate=LEAN_AGGREGATED)
-            else:
-                strings: dict[str, int] = {}
-                custom = []
-                for address, size, _ in data["custom"]:  # the address is the row's base + the bar's base
-                    c = chunk_of[address]
-                    when = allocated.get(address) if allocated is not None and c.in_use else None
-                    site = call_site(stacks, c.stack) if c.in_use else None
-                    tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
-                    site_id = strings.setdefault(site, len(strings)) if site is not None else -1
-                    event, ns = when or (-1, -1)
-                    custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
-                meta: dict[str, Any] = {"strings": list(strings)}
-                if name == "waste":  # its bars start after the requested bytes, not at the chunk
-                    meta["afterRequested"] = True
-                spec.update(customdata=custom, meta=meta, hoverinfo="text")
+            strings: dict[str, int] = {}
+            custom = []
+            for address, size, _ in data["custom"]:  # the address is the row's base + the bar's base
+                c = chunk_of[address]
+                when = allocated.get(address) if allocated is not None and c.in_use else None
+                site = call_site(stacks, c.stack) if c.in_use else None
+                tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
+                site_id = strings.setdefault(site, len(strings)) if site is not None else -1
+                event, ns = when or (-1, -1)
+                custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
+            meta: dict[str, Any] = {"strings": list(strings)}
+            if name == "waste":  # its bars start after the requested bytes, not at the chunk
+                meta["afterRequested"] = True
+            spec.update(customdata=custom, meta=meta, hoverinfo="text")
         else:
             spec.update(y=data["y"], base=data["base"], x=data["x"], hovertext=data["text"], hoverinfo="text")
         specs.append(spec)
@@ -397,10 +324,14 @@ def map_traces(
 
 def segment_rows(state: HeapState) -> dict[str, Any]:
     """y-axis settings that label the numeric rows of lean traces with segment addresses."""
+    return _numbered_rows([s.base for s in state.segments])
+
+
+def _numbered_rows(bases: Sequence[int]) -> dict[str, Any]:
     return {
-        "tickvals": list(range(len(state.segments))),
-        "ticktext": [_label(s.base) for s in state.segments],
-        "range": [len(state.segments) - 0.5, -0.5],
+        "tickvals": list(range(len(bases))),
+        "ticktext": [_label(base) for base in bases],
+        "range": [len(bases) - 0.5, -0.5],
         "type": "linear",
     }
 
@@ -425,13 +356,21 @@ def map_layout(
     heading = html.escape(title or state.device) + "<br><sub>" + metric_text(state)
     if pinning is not None:
         heading += "<br>" + html.escape(pinning.sentence())
-    layout = rows_layout([s.base for s in state.segments], [s.size for s in state.segments],
-                         zoom_range(state, pinning), heading + "</sub>", oom=pinning is not None)  # fmt: skip
+    bases = [s.base for s in state.segments]
+    layout = rows_layout(bases, [s.size for s in state.segments], zoom_range(state, pinning), heading + "</sub>",
+                         oom=pinning is not None)  # fmt: skip
     if lean:
-        layout["yaxis"] = {"title": {"text": "segment"}, **segment_rows(state)}
-        if pinning is not None:  # room for the ghost bar below the last row
-            layout["yaxis"]["range"] = [layout["yaxis"]["range"][0] + 0.2, layout["yaxis"]["range"][1]]
+        layout["yaxis"] = lean_rows(bases, oom=pinning is not None)
     return layout
+
+
+def lean_rows(bases: Sequence[int], *, oom: bool = False) -> dict[str, Any]:
+    """The y axis of a lean map over segments at ``bases``: numbered rows labelled by address
+    (with room for the ghost bar below the last row at an OOM)."""
+    axis: dict[str, Any] = {"title": {"text": "segment"}, **_numbered_rows(bases)}
+    if oom:
+        axis["range"] = [axis["range"][0] + 0.2, axis["range"][1]]
+    return axis
 
 
 def rows_layout(

@@ -22,7 +22,7 @@ from gpuviz.analysis.tables import devices_present
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
-from gpuviz.views.fragmentation import map_spec_and_state, metric_text
+from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
 from gpuviz.views.plotlyjs import Bundle, bundle_for, check_plotlyjs, plotlyjs_script, trace_types
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
@@ -95,22 +95,26 @@ function gpuvizSortTable(table) {
   });
 }
 function gpuvizScrubber(id, first, positions) {
-  // Only the first frame is parsed at load; the rest is inert JSON, parsed on first use.
+  // Only the first frame is parsed at load; the rest is inert JSON, parsed on first use, with
+  // the bars of aggregated maps packed in typed columns (gpuviz.views.frames.pack_bars).
   // Frames share layout.uirevision, so a zoom or pan survives scrubbing. The slider moves stop
   // by stop (positions: their log positions); the arrow keys (on the slider, or on the map after
   // a click) step event by event where the report embeds the device's events (gpuvizStepper),
   // else stop by stop.
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
   var plot = document.getElementById(id), events = document.getElementById(id + '-events');
-  var frames = null, stepper = null, steps = null;
+  var frames = null, bars = null, stepper = null, steps = null;
   function show(f, position) {
     Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout);
     label.textContent = f.label; plot.dataset.position = String(position); plot.gpuvizHeap = f.heap || null;
   }
   function go(value) {
-    if (frames === null) { frames = JSON.parse(document.getElementById(id + '-frames').textContent); }
+    if (frames === null) {
+      frames = JSON.parse(document.getElementById(id + '-frames').textContent);
+      bars = gpuvizDecode(JSON.parse(document.getElementById(id + '-bars').textContent));
+    }
     input.value = String(value);
-    show(frames[parseInt(input.value, 10)], positions[parseInt(input.value, 10)]);
+    show(gpuvizUnpack(frames[parseInt(input.value, 10)], bars), positions[parseInt(input.value, 10)]);
   }
   function step(direction) {
     if (steps === null) {
@@ -213,22 +217,26 @@ def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> st
 
 def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: set[str]) -> str:
     """The map with its scrubber; adds the trace types of its frames to ``types``."""
-    frames = []
     positions = scrub_positions(device)
-    for index in positions:
-        # plain dicts: validating dozens of figures with plotly would dominate the report's build time
-        spec, state = map_spec_and_state(p, name, index, lean=True, max_rectangles=FRAME_RECTANGLES)
-        frames.append({**spec, "label": _frame_label(p, device, index, metric_text(state))})
+    # plain dicts: validating dozens of figures with plotly would dominate the report's build time
+    frames = [
+        {**frame.spec, "label": _frame_label(p, device, index, frame.metric)}
+        for index, frame in zip(
+            positions, scrubber_frames(p, name, positions, max_rectangles=FRAME_RECTANGLES), strict=True
+        )
+    ]
     start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
     types.update(trace_types(frames))
-    first = to_script_json(frames[start]) if frames else '{"data":[],"layout":{},"label":""}'
+    first = to_script_json(unpack_bars(frames[start])) if frames else '{"data":[],"layout":{},"label":""}'
+    packed, bars = pack_bars(frames)
     stream = event_stream(p, name, max_rectangles=FRAME_RECTANGLES) if len(device.series) else None
     events = f'<script type="application/json" id="{div_id}-events">{to_script_json(stream)}</script>' if stream else ""
     return (
         f'<div class="scrubber"><span>time</span><input type="range" id="{div_id}-slider" min="0" '
         f'max="{max(len(positions) - 1, 0)}" value="{start}" step="1" aria-label="time scrubber">'
         f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
-        f'<script type="application/json" id="{div_id}-frames">{to_script_json(frames)}</script>'
+        f'<script type="application/json" id="{div_id}-frames">{to_script_json(packed)}</script>'
+        f'<script type="application/json" id="{div_id}-bars">{to_script_json(bars)}</script>'
         f"{events}<script>gpuvizScrubber('{div_id}', {first}, {to_script_json(positions)});</script>"
     )
 
@@ -286,7 +294,7 @@ def report_document(
     document = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{plotlyjs_script(plotlyjs, bundle)}"
-        f"<script>{_FUNCTIONS}{STEPPER_JS}</script></head><body>"
+        f"<script>{_FUNCTIONS}{STEPPER_JS}{FRAMES_JS}</script></head><body>"
         + "\n".join(body)
         + f"<script>{_ON_LOAD}</script></body></html>"
     )
