@@ -217,7 +217,7 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
 
 
 _SKIP, _ALLOC, _FREE = 0, 1, 2
-_BLOCK = 1 << 13  # records turned into Python values at a time
+_BLOCK = 1 << 10  # records turned into Python values at a time
 
 
 class _Tags:
@@ -225,13 +225,13 @@ class _Tags:
 
     def __init__(self, log: EventLog, kinds: list[tuple[str, str, str | None, str | None, str]]) -> None:
         self._log = log
-        self._texts = [memory_tag(op, dtype, shape) for _, op, dtype, shape, _ in kinds]
+        self._texts: list[str | None] = [memory_tag(op, dtype, shape) for _, op, dtype, shape, _ in kinds]
         self._ids = array("i", [_UNSET]) * len(kinds)  # 4 bytes a kind
 
     def of(self, kind: int) -> int:
         tag = self._ids[kind]
         if tag == _UNSET:
-            text = self._texts[kind]
+            text, self._texts[kind] = self._texts[kind], None  # the log's table holds it now, compactly
             tag = self._ids[kind] = NO_INDEX if text is None else self._log.intern_string(text)
         return tag
 

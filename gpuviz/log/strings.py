@@ -1,0 +1,174 @@
+"""The string table of an EventLog, compact: one UTF-8 buffer, end offsets and a hash index.
+
+A ``str`` object costs ~50 bytes over its text and a dict entry ~50 more, so a log of
+many distinct tags (an imported trace names every tensor) held them at ~150 bytes each;
+here a string costs its UTF-8 bytes plus ~28 (8 offset, 8 hash, 4 x 2-4 index slots).
+Strings are decoded when read (``table[i]``); the last ``_RECENT`` looked-up strings map to
+their index in a dict, so a recorder that repeats its tags never probes the index.
+
+``StringTable`` reads as a ``Sequence[str]`` (indices, slices -> list, iteration, ``len``,
+``==`` with another table or a list, ``in``, ``index``); ``append`` always adds (a file's table
+may repeat a string: positions are kept, lookups find the first), ``intern`` adds only what is
+new. Not thread-safe: the log serialises additions and lookups that miss ``cached``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
+
+__all__ = ["StringTable"]
+
+_EMPTY = -1
+_RECENT = 1 << 12  # strings whose index is kept in a dict (the dict is emptied when full)
+
+
+class StringTable(Sequence[str]):
+    """Strings by index (see the module docstring); ``nbytes``: its memory in bytes."""
+
+    def __init__(self, texts: Iterable[str] = ()) -> None:
+        self._data = bytearray()  # the strings' UTF-8 bytes, one after another
+        self._offsets = array("q", [0])  # string i is _data[_offsets[i]:_offsets[i + 1]]
+        self._hashes = array("q")  # hash() of each string
+        self._slots = array("i", [_EMPTY]) * 8  # open addressing (linear probing): a string index or _EMPTY
+        self._recent: dict[str, int] = {}
+        for text in texts:
+            self.append(text)
+
+    # ------------------------------------------------------------------ lookups
+    def cached(self, text: str) -> int | None:
+        """The index of ``text`` when it was looked up or added recently, else None (no probe)."""
+        return self._recent.get(text)
+
+    def find(self, text: str) -> int:
+        """The index of the first ``text`` in the table, or -1."""
+        index = self._recent.get(text)
+        if index is None:
+            index = self._probe(text, hash(text))[1]
+            if index != _EMPTY:
+                self._remember(text, index)
+        return index
+
+    def intern(self, text: str) -> int:
+        """The index of ``text``, added at the end if the table does not hold it."""
+        index = self._recent.get(text)
+        if index is not None:
+            return index
+        h = hash(text)
+        slot, index = self._probe(text, h)
+        if index == _EMPTY:
+            index = self._add(text, h, slot)
+        self._remember(text, index)
+        return index
+
+    def append(self, text: str) -> None:
+        """Add ``text`` at the end, even if the table holds it (lookups keep finding the first)."""
+        if not isinstance(text, str):
+            raise TypeError(f"a string table holds str, not {type(text).__name__}")
+        h = hash(text)
+        slot, index = self._probe(text, h)
+        self._add(text, h, slot if index == _EMPTY else _EMPTY)
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        if isinstance(value, str) and start == 0 and stop is None:
+            index = self.find(value)
+            if index != _EMPTY:
+                return index
+        elif isinstance(value, str):
+            return super().index(value, start, len(self) if stop is None else stop)
+        raise ValueError(f"{value!r} is not in the string table")
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, str) and self.find(value) != _EMPTY
+
+    def _probe(self, text: str, h: int) -> tuple[int, int]:
+        """``(slot, index)``: the slot holding ``text``'s first index, or the empty slot where it goes
+        with index ``_EMPTY``."""
+        slots, hashes, offsets, data = self._slots, self._hashes, self._offsets, self._data
+        mask = len(slots) - 1
+        slot = h & mask
+        encoded: bytes | None = None
+        while True:
+            index = slots[slot]
+            if index == _EMPTY:
+                return slot, _EMPTY
+            if hashes[index] == h:
+                if encoded is None:
+                    encoded = text.encode("utf-8", "surrogatepass")
+                if data[offsets[index] : offsets[index + 1]] == encoded:
+                    return slot, index
+            slot = (slot + 1) & mask
+
+    def _add(self, text: str, h: int, slot: int) -> int:
+        """Append ``text`` (hash ``h``) and index it at ``slot`` unless that is ``_EMPTY``."""
+        index = len(self._hashes)
+        self._data += text.encode("utf-8", "surrogatepass")
+        self._offsets.append(len(self._data))
+        self._hashes.append(h)
+        if slot != _EMPTY:
+            self._slots[slot] = index
+            if 2 * (index + 1) > len(self._slots):  # keep the index at most half full
+                self._grow()
+        return index
+
+    def _grow(self) -> None:
+        slots = array("i", [_EMPTY]) * (2 * len(self._slots))
+        mask = len(slots) - 1
+        for index in self._slots:
+            if index != _EMPTY:
+                slot = self._hashes[index] & mask
+                while slots[slot] != _EMPTY:
+                    slot = (slot + 1) & mask
+                slots[slot] = index
+        self._slots = slots
+
+    def _remember(self, text: str, index: int) -> None:
+        if len(self._recent) >= _RECENT:
+            self._recent.clear()
+        self._recent[text] = index
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        position = index + n if index < 0 else index
+        if not 0 <= position < n:
+            raise IndexError(f"string {index} of a table of {n}")
+        offsets = self._offsets
+        return self._data[offsets[position] : offsets[position + 1]].decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        data, offsets = bytes(self._data), self._offsets
+        for i in range(len(offsets) - 1):
+            yield data[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StringTable):
+            return self._offsets == other._offsets and self._data == other._data
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        shown = self[:8]
+        more = f", ... ({len(self)} strings)" if len(self) > 8 else ""
+        return f"StringTable({shown!r}{more})"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the table's buffers hold (not counting the ``_RECENT`` dict)."""
+        arrays = (self._offsets, self._hashes, self._slots)
+        return len(self._data) + sum(a.itemsize * len(a) for a in arrays)
