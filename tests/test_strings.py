@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 
 import pytest
 
@@ -70,3 +71,15 @@ def test_the_log_interns_into_its_table() -> None:
     assert (log.string_id("g"), log.string_id("nope"), log.strings[1]) == (1, NO_INDEX, "g")
     view = log[0:0]
     assert view.strings is log.strings and view.string_id("w") == 0
+
+
+def test_growing_places_every_string_where_linear_probing_finds_it_also_past_the_last_slot() -> None:
+    table = StringTable(f"s{i}" for i in range(3))  # 8 slots
+    table._hashes = array("q", [7, 7, 6])  # homes at the end: placed at 6, 7 and, wrapped, 0 ... of 16 after
+    table._slots = array("i", [0, 1, 2, -1, -1, -1, -1, -1])
+    table._grow()
+    assert list(table._slots) == [-1] * 6 + [2, 0, 1] + [-1] * 7  # homes 7, 7, 6 of 16 slots
+    table._hashes = array("q", [15, 15, 14])
+    table._slots = array("i", [0, 1, 2, -1, -1, -1, -1, -1])
+    table._grow()
+    assert list(table._slots) == [1] + [-1] * 13 + [2, 0]  # 14: s2; 15: s0; s1 wrapped to 0

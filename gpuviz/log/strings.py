@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
+import numpy as np
+
 __all__ = ["StringTable"]
 
 _EMPTY = -1
@@ -56,11 +58,13 @@ class StringTable(Sequence[str]):
         if index is not None:
             return index
         h = hash(text)
-        slot, index = self._probe(text, h)
-        if index == _EMPTY:
-            index = self._add(text, h, slot)
-        self._remember(text, index)
-        return index
+        slot = h & (len(self._slots) - 1)
+        if self._slots[slot] != _EMPTY:  # else new at once (most new strings, the index being half empty)
+            slot, index = self._probe(text, h)
+            if index != _EMPTY:
+                self._remember(text, index)  # found by a probe: remembered (a new string is not)
+                return index
+        return self._add(text, h, slot)
 
     def append(self, text: str) -> None:
         """Add ``text`` at the end, even if the table holds it (lookups keep finding the first)."""
@@ -103,25 +107,38 @@ class StringTable(Sequence[str]):
     def _add(self, text: str, h: int, slot: int) -> int:
         """Append ``text`` (hash ``h``) and index it at ``slot`` unless that is ``_EMPTY``."""
         index = len(self._hashes)
-        self._data += text.encode("utf-8", "surrogatepass")
-        self._offsets.append(len(self._data))
+        data = self._data
+        data += text.encode("utf-8", "surrogatepass")
+        self._offsets.append(len(data))
         self._hashes.append(h)
         if slot != _EMPTY:
-            self._slots[slot] = index
-            if 2 * (index + 1) > len(self._slots):  # keep the index at most half full
+            slots = self._slots
+            slots[slot] = index
+            if 2 * index + 2 > len(slots):  # keep the index at most half full
                 self._grow()
         return index
 
     def _grow(self) -> None:
-        slots = array("i", [_EMPTY]) * (2 * len(self._slots))
+        """Twice the slots, the indexed strings placed again. In NumPy: taken in order of their home
+        slot, each goes to its home or just past the one before, whichever is later (what inserting
+        them one by one in that order gives); those pushed past the last slot wrap around, one by one."""
+        old = np.frombuffer(self._slots, dtype=np.int32)
+        indexed = old[old != _EMPTY]
+        slots = np.full(2 * len(old), _EMPTY, dtype=np.int32)
         mask = len(slots) - 1
-        for index in self._slots:
-            if index != _EMPTY:
-                slot = self._hashes[index] & mask
-                while slots[slot] != _EMPTY:
-                    slot = (slot + 1) & mask
-                slots[slot] = index
-        self._slots = slots
+        home = np.frombuffer(self._hashes, dtype=np.int64)[indexed] & mask
+        order = np.argsort(home, kind="stable")
+        indexed, home = indexed[order], home[order]
+        rank = np.arange(len(home))
+        place = rank + np.maximum.accumulate(home - rank)
+        inside = place <= mask
+        slots[place[inside]] = indexed[inside]
+        for index in indexed[~inside].tolist():
+            slot = 0
+            while slots[slot] != _EMPTY:
+                slot += 1
+            slots[slot] = index
+        self._slots = array("i", slots.tobytes())
 
     def _remember(self, text: str, index: int) -> None:
         if len(self._recent) >= _RECENT:
