@@ -49,7 +49,7 @@ class StringTable(Sequence[str]):
         if index is None:
             index = self._probe(text, hash(text))[1]
             if index != _EMPTY:
-                self._remember(text, index)
+                self._remember(index)
         return index
 
     def intern(self, text: str) -> int:
@@ -62,7 +62,7 @@ class StringTable(Sequence[str]):
         if self._slots[slot] != _EMPTY:  # else new at once (most new strings, the index being half empty)
             slot, index = self._probe(text, h)
             if index != _EMPTY:
-                self._remember(text, index)  # found by a probe: remembered (a new string is not)
+                self._remember(index)  # found by a probe: remembered (a new string is not)
                 return index
         return self._add(text, h, slot)
 
@@ -140,10 +140,12 @@ class StringTable(Sequence[str]):
             slots[slot] = index
         self._slots = array("i", slots.tobytes())
 
-    def _remember(self, text: str, index: int) -> None:
+    def _remember(self, index: int) -> None:
+        """Keep string ``index`` in the recent dict, as a str of its own (the table never keeps a
+        caller's str alive)."""
         if len(self._recent) >= _RECENT:
             self._recent.clear()
-        self._recent[text] = index
+        self._recent[self[index]] = index
 
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
