@@ -92,37 +92,31 @@ class JsonStream:
 
     def items(self) -> Iterator[str]:
         """The keys of the next value, an object; after each, the caller reads (or skips) its value."""
-        self._expect("{")
-        if self.peek() == "}":
-            self._pos += 1
-            return
-        while True:
+        for _ in self._members("{", "}", "an object's value"):
             key = self.value()
             if not isinstance(key, str):
                 raise self._error("expecting an object key (a string)")
             self._expect(":")
             yield key
-            found = self.peek()
-            self._pos += 1
-            if found == "}":
-                return
-            if found != ",":
-                raise self._error(f"expecting ',' or '}}' after an object's value, found {found!r}", self._pos - 1)
 
     def elements(self) -> Iterator[None]:
         """Once per element of the next value, an array; the caller reads (or skips) each element."""
-        self._expect("[")
-        if self.peek() == "]":
+        yield from self._members("[", "]", "an array's element")
+
+    def _members(self, open_: str, close: str, what: str) -> Iterator[None]:
+        """Once per member of the container opened by ``open_``, past the ',' or ``close`` after it."""
+        self._expect(open_)
+        if self.peek() == close:
             self._pos += 1
             return
         while True:
             yield None
             found = self.peek()
             self._pos += 1
-            if found == "]":
+            if found == close:
                 return
             if found != ",":
-                raise self._error(f"expecting ',' or ']' after an array's element, found {found!r}", self._pos - 1)
+                raise self._error(f"expecting ',' or {close!r} after {what}, found {found!r}", self._pos - 1)
 
     def skip(self, _depth: int = 0) -> None:
         """Read past the next value: an array element by element, an object value by value
