@@ -158,19 +158,26 @@ class StringTable(Sequence[str]):
     def __getitem__(self, index: slice) -> list[str]: ...
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        n = len(self)
-        position = index + n if index < 0 else index
-        if not 0 <= position < n:
-            raise IndexError(f"string {index} of a table of {n}")
         offsets = self._offsets
-        return self._data[offsets[position] : offsets[position + 1]].decode("utf-8", "surrogatepass")
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(offsets) - 1))]
+        position = index + len(offsets) - 1 if index < 0 else index
+        if not 0 <= position < len(offsets) - 1:
+            raise IndexError(f"string {index} of a table of {len(offsets) - 1}")
+        raw = self._data[offsets[position] : offsets[position + 1]]
+        try:
+            return raw.decode()  # strict is the fast path; lone surrogates are rare
+        except UnicodeDecodeError:
+            return raw.decode("utf-8", "surrogatepass")
 
     def __iter__(self) -> Iterator[str]:
         data, offsets = bytes(self._data), self._offsets
         for i in range(len(offsets) - 1):
-            yield data[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass")
+            raw = data[offsets[i] : offsets[i + 1]]
+            try:
+                yield raw.decode()
+            except UnicodeDecodeError:
+                yield raw.decode("utf-8", "surrogatepass")
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StringTable):
