@@ -43,7 +43,7 @@ def test_many_strings_grow_the_index_and_every_one_is_found(monkeypatch: pytest.
     texts = [f"l{i % 97}/MatMul:float32[{i}]" for i in range(20_000)]
     assert [table.intern(t) for t in texts] == list(range(20_000))
     assert [table.find(t) for t in reversed(texts)] == list(range(19_999, -1, -1))
-    assert len(table._slots) == 65_536 and len(table._recent) <= 16
+    assert len(table._slots) == 65_536 and len(table.recent) <= 16
     assert table.find("l0/MatMul:float32[20000]") == -1
 
 
@@ -68,6 +68,7 @@ def test_bad_use_is_refused_naming_the_problem() -> None:
 def test_the_log_interns_into_its_table() -> None:
     log = EventLog()
     assert [log.intern_string(t) for t in ("w", "g", "w")] == [0, 1, 0]
+    assert log.strings.recent == {"w": 0}  # found by a lookup (a new string is not remembered)
     assert (log.string_id("g"), log.string_id("nope"), log.strings[1]) == (1, NO_INDEX, "g")
     view = log[0:0]
     assert view.strings is log.strings and view.string_id("w") == 0

@@ -164,7 +164,7 @@ class EventLog:
 
     def intern_string(self, text: str) -> int:
         """Index of ``text`` in the string table, adding it if new."""
-        index = self.strings.cached(text)  # the common case: used recently, no lock
+        index = self.strings.recent.get(text)  # the common case: used lately, no lock
         if index is None:
             with self._lock:
                 index = self.strings.intern(text)
@@ -172,7 +172,7 @@ class EventLog:
 
     def string_id(self, text: str) -> int:
         """Index of ``text`` in the string table, or ``NO_INDEX`` when the log never used it."""
-        index = self.strings.cached(text)
+        index = self.strings.recent.get(text)
         if index is None:
             with self._lock:
                 index = self.strings.find(text)

@@ -3,13 +3,14 @@
 A ``str`` object costs ~50 bytes over its text and a dict entry ~50 more, so a log of
 many distinct tags (an imported trace names every tensor) held them at ~150 bytes each;
 here a string costs its UTF-8 bytes plus ~28 (8 offset, 8 hash, 4 x 2-4 index slots).
-Strings are decoded when read (``table[i]``); the last ``_RECENT`` looked-up strings map to
-their index in a dict, so a recorder that repeats its tags never probes the index.
+Strings are decoded when read (``table[i]``); the strings found by a lookup map to their index
+in the dict ``recent`` (up to ``_RECENT``, then emptied), so a recorder that repeats its tags
+probes the index once per tag.
 
 ``StringTable`` reads as a ``Sequence[str]`` (indices, slices -> list, iteration, ``len``,
 ``==`` with another table or a list, ``in``, ``index``); ``append`` always adds (a file's table
 may repeat a string: positions are kept, lookups find the first), ``intern`` adds only what is
-new. Not thread-safe: the log serialises additions and lookups that miss ``cached``.
+new. Not thread-safe: the log serialises additions and the lookups that miss ``recent``.
 """
 
 from __future__ import annotations
@@ -34,18 +35,14 @@ class StringTable(Sequence[str]):
         self._offsets = array("q", [0])  # string i is _data[_offsets[i]:_offsets[i + 1]]
         self._hashes = array("q")  # hash() of each string
         self._slots = array("i", [_EMPTY]) * 8  # open addressing (linear probing): a string index or _EMPTY
-        self._recent: dict[str, int] = {}
+        self.recent: dict[str, int] = {}  # string -> index of those looked up lately (read it, never write it)
         for text in texts:
             self.append(text)
 
     # ------------------------------------------------------------------ lookups
-    def cached(self, text: str) -> int | None:
-        """The index of ``text`` when it was looked up or added recently, else None (no probe)."""
-        return self._recent.get(text)
-
     def find(self, text: str) -> int:
         """The index of the first ``text`` in the table, or -1."""
-        index = self._recent.get(text)
+        index = self.recent.get(text)
         if index is None:
             index = self._probe(text, hash(text))[1]
             if index != _EMPTY:
@@ -54,7 +51,7 @@ class StringTable(Sequence[str]):
 
     def intern(self, text: str) -> int:
         """The index of ``text``, added at the end if the table does not hold it."""
-        index = self._recent.get(text)
+        index = self.recent.get(text)
         if index is not None:
             return index
         h = hash(text)
@@ -143,9 +140,9 @@ class StringTable(Sequence[str]):
     def _remember(self, index: int) -> None:
         """Keep string ``index`` in the recent dict, as a str of its own (the table never keeps a
         caller's str alive)."""
-        if len(self._recent) >= _RECENT:
-            self._recent.clear()
-        self._recent[self[index]] = index
+        if len(self.recent) >= _RECENT:
+            self.recent.clear()
+        self.recent[self[index]] = index
 
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
