@@ -54,7 +54,7 @@ def test_skip_reads_past_nested_values_and_empty_containers() -> None:
             stream.skip()
     stream.end()
     assert seen == [4]
-    deep = "[" * 5000 + "]" * 5000  # below a few levels skip decodes whole: Python's json refuses this depth
+    deep = "[" * 5000 + "]" * 5000  # members are decoded whole: json refuses this depth
     with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
         JsonStream(iter([deep])).skip()
 

@@ -26,7 +26,7 @@ __all__ = ["JsonStream"]
 _SPACE = re.compile(r"[ \t\n\r]*")
 _LOOKAHEAD = 32  # characters past a decoded value that must be read (a number cut by a chunk boundary)
 _DECODER = json.JSONDecoder()
-_SKIP_DEPTH = 4  # levels ``skip`` walks; deeper values are decoded whole
+_SKIP_DEPTH = 1  # levels ``skip`` walks (a big array: element by element); deeper values are decoded whole
 
 
 class JsonStream:
@@ -120,7 +120,7 @@ class JsonStream:
 
     def skip(self, _depth: int = 0) -> None:
         """Read past the next value: an array element by element, an object value by value
-        (below a few levels, each value decoded whole)."""
+        (each of its members decoded whole: C speed, the memory of one member)."""
         first = self.peek()
         if first == "[" and _depth < _SKIP_DEPTH:
             for _ in self.elements():
