@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import pickle
+import subprocess
+import sys
 from array import array
 
 import pytest
@@ -84,3 +89,17 @@ def test_growing_places_every_string_where_linear_probing_finds_it_also_past_the
     table._slots = array("i", [0, 1, 2, -1, -1, -1, -1, -1])
     table._grow()
     assert list(table._slots) == [1] + [-1] * 13 + [2, 0]  # 14: s2; 15: s0; s1 wrapped to 0
+
+
+def test_a_pickled_table_finds_its_strings_in_another_process() -> None:
+    table = StringTable(["a", "b", "a", "é"])
+    code = (
+        "import pickle, sys; t = pickle.loads(sys.stdin.buffer.read()); "
+        "print([t.find(x) for x in ('a', 'b', 'é', 'z')], t.intern('b'), t.intern('c'), list(t))"
+    )
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # other str hashes than here
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    data = pickle.dumps(table)
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True, env=env)
+    assert out.stdout.decode().strip() == "[0, 1, 3, -1] 1 4 ['a', 'b', 'a', 'é', 'c']"
+    assert copy.deepcopy(table) == table and copy.deepcopy(table) is not table

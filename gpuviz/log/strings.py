@@ -185,6 +185,11 @@ class StringTable(Sequence[str]):
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
+    def __reduce__(self) -> tuple[type[StringTable], tuple[list[str]]]:
+        """Pickled as its strings: the hash index is rebuilt where it is loaded (``hash`` of a
+        str differs between processes)."""
+        return StringTable, (list(self),)
+
     def __repr__(self) -> str:
         shown = self[:8]
         more = f", ... ({len(self)} strings)" if len(self) > 8 else ""
