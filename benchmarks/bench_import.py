@@ -3,7 +3,8 @@
 Run by hand, one format or all:
     .venv/bin/python benchmarks/bench_import.py [FORMAT ...] [--entries N]
 Targets (issue 9): a 1M-entry PyTorch snapshot in <= 5 s; peak memory <= 3x the input file.
-``--entries`` also sizes the synthetic XSpace of ``xplane`` (memory events).
+``--entries`` also sizes the synthetic XSpace of ``xplane`` (memory events) and the synthetic
+profile of ``xprof-memory-profile`` (snapshots).
 
 Each measurement runs ``gpuviz.load`` in a fresh Python process and reports its wall time and
 the growth of the process's peak resident memory over what it held before the load.
@@ -222,10 +223,47 @@ def bench_xplane(entries: int, work: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def write_memory_profile(path: Path, snapshots: int, seed: int = 0) -> None:
+    """A gzip-compressed XProf memory profile of ``snapshots`` timeline snapshots on ``GPU_0_bfc``
+    (allocations of random sizes at fresh addresses, each freed later; xprof's proto3 JSON, as
+    in gpuviz/importers/xprof_memory.py), written as it is made."""
+    rng = random.Random(seed)
+    live: list[tuple[int, int]] = []
+    address, in_use = 1 << 40, 0
+    with gzip.open(path, "wt", compresslevel=6) as out:
+        out.write('{"memoryProfilePerAllocator": {"GPU_0_bfc": {"sampledTimelineSnapshots": [')
+        for i in range(snapshots):
+            if live and (rng.random() < 0.5 or i + len(live) >= snapshots):
+                addr, size = live.pop(rng.randrange(len(live)))
+                in_use -= size
+                activity = {"memoryActivity": "DEALLOCATION", "address": str(addr), "allocationBytes": str(size)}
+            else:
+                addr, size = address, 256 * rng.randint(1, 4096)
+                live.append((addr, size))
+                address += size
+                in_use += size
+                activity = {"memoryActivity": "ALLOCATION", "address": str(addr), "allocationBytes": str(size),
+                            "requestedBytes": str(size - 3), "tfOpName": f"l{i % 97}/MatMul", "dataType": "float",
+                            "tensorShape": f"[{size // 4}]", "regionType": "output",
+                            "stepId": str(i // 1000)}  # fmt: skip
+            stats = {"heapAllocatedBytes": str(in_use), "peakBytesInUse": str(in_use)}
+            snapshot = {"timeOffsetPs": str(i * 1_000_000), "activityMetadata": activity, "aggregationStats": stats}
+            out.write(("," if i else "") + json.dumps(snapshot))
+        out.write('], "profileSummary": {"memoryCapacity": "17179869184"}}}, ')
+        out.write('"memoryIds": ["GPU_0_bfc"], "numHosts": 1}')
+
+
 def bench_xprof(entries: int, work: Path) -> list[dict[str, Any]]:
-    return [measure(TRACES / name) for name in (
+    """The real profiles, then a synthetic one of ``entries`` snapshots (XProf itself keeps at
+    most 1000 per allocator; a longer one shows the peak does not grow with the file)."""
+    rows = [_with_uncompressed(measure(TRACES / name), TRACES / name) for name in (
         "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz", "tb_memory_profile_tpu_xprof_golden.json.gz"
     )]  # fmt: skip
+    path = work / f"synthetic_{entries}.memory_profile.json.gz"
+    if not path.exists():
+        write_memory_profile(path, entries)
+    rows.append(_with_uncompressed(measure(path), path))
+    return rows
 
 
 FORMATS: dict[str, Callable[[int, Path], list[dict[str, Any]]]] = {

@@ -365,7 +365,7 @@ def write_v1(path: Path, log: EventLog, *, delta: bytes | None = None, header: b
     schema = ARROW_SCHEMA.with_metadata(
         {"gpuviz.magic": "gpuviz-eventlog", "gpuviz.format_version": "1", "gpuviz.header": header}
     )
-    delta = delta or json.dumps({"strings": log.strings, "stacks": []}).encode()
+    delta = delta or json.dumps({"strings": list(log.strings), "stacks": []}).encode()
     columns = log.columns
     with open(path, "wb") as f, ipc.new_stream(f, schema) as writer:
         batch = pa.RecordBatch.from_arrays([pa.array(columns[n]) for n in ARROW_SCHEMA.names], schema=ARROW_SCHEMA)

@@ -266,3 +266,20 @@ def test_a_profile_without_memory_events_says_so(tmp_path: Path) -> None:
     log = load(path)
     assert len(log) == 0 and [d.name for d in log.devices] == ["GPU:0"]
     assert log.meta["notes"] == ["the trace holds no MemoryAllocation/MemoryDeallocation events"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [XPLANE, *sorted((Path(__file__).parent / "fixtures" / "tf_bfc").glob("*.xplane.pb.gz")),
+     TRACES / "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz"],
+    ids=lambda p: p.name.split(".")[0],
+)  # fmt: skip
+def test_tags_are_numbered_in_order_of_first_use(path: Path) -> None:
+    """The writer interns every tag before writing a row; the string table is still the one
+    interning on first use gives: the tags of the log's events, in order, each once."""
+    log = load(path)
+    used = {}
+    for tag in log.columns["tag"].tolist():
+        if tag >= 0:
+            used.setdefault(tag, len(used))
+    assert list(used) == list(range(len(log.strings))) and len(log.strings) > 2

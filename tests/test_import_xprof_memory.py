@@ -169,3 +169,56 @@ def test_sniffer_accepts_only_memory_profiles() -> None:
         raw = path.read_bytes()
         head = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)[: 1 << 16]
         assert sniff(head) == (path in (GPU_JSON, TPU_JSON)), path.name
+
+
+def _reference(path: Path) -> gpuviz.EventLog:
+    """The log of the whole document parsed with ``json.loads`` (what the reader did before it
+    streamed): records of every allocator in memoryIds order, then stably sorted by time."""
+    from gpuviz.importers.tf_memory import add_devices, allocator_device, write_events
+    from gpuviz.importers.xprof_memory import _record
+
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    per_allocator = document["memoryProfilePerAllocator"]
+    order = [a for a in document["memoryIds"] if a in per_allocator]
+    order += [a for a in per_allocator if a not in order]
+    skipped: Counter[str] = Counter()
+    records = [_record(a, s, skipped) for a in order for s in per_allocator[a].get("sampledTimelineSnapshots", [])]
+    kept = sorted((r for r in records if r is not None), key=lambda r: r.time_ns)
+    log = gpuviz.EventLog()
+    hosts: dict[str, str] = {}
+    devices = add_devices(log, order, {allocator_device(a, hosts): {"allocator": a} for a in order})
+    write_events(log, kept, devices)
+    return log
+
+
+@pytest.mark.parametrize("path", [GPU_JSON, TPU_JSON], ids=["multiworker", "tpu-golden"])
+def test_the_streamed_profile_gives_the_log_of_the_whole_document(path: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    from gpuviz.importers import xprof_memory
+
+    expected = _reference(path)
+    plain = tmp_path / path.name.removesuffix(".gz")
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    logs = [load(path), load(plain)]
+    monkeypatch.setattr(xprof_memory, "_CHUNK", 7)  # every value cut by chunk boundaries somewhere
+    logs.append(load(path))
+    for log in logs:
+        assert list(log.strings) == list(expected.strings) and len(log) == len(expected) > 1600
+        for name, column in expected.columns.items():
+            assert (log.columns[name] == column).all(), name
+    for log in logs:
+        log.meta["source"].pop("file")
+    assert logs[0].meta == logs[1].meta == logs[2].meta
+
+
+def test_a_profile_cut_anywhere_is_refused_naming_the_file(tmp_path: Path) -> None:
+    raw = gzip.decompress(TPU_JSON.read_bytes())
+    for fraction in (0.001, 0.25, 0.5, 0.999):
+        cut = tmp_path / f"cut{fraction}.memory_profile.json"
+        cut.write_bytes(raw[: int(len(raw) * fraction)])
+        with pytest.raises(LogFormatError, match=f"{cut.name} is not a readable .*character \\d+ of the document"):
+            load(cut)
+        cut_gz = tmp_path / f"cut{fraction}.memory_profile.json.gz"
+        cut_gz.write_bytes(TPU_JSON.read_bytes()[: int(TPU_JSON.stat().st_size * fraction)])
+        message = "not a gpuviz event log nor a trace" if fraction < 0.01 else "the gzip stream is truncated or corrupt"
+        with pytest.raises(LogFormatError, match=f"{cut_gz.name}.*{message}"):  # too short to tell what it is
+            load(cut_gz)

@@ -128,12 +128,18 @@ class MemoryColumns(Sequence[MemoryRecord]):
         names = list(ids)
         return {names[values[i]]: int(counts[i]) for i in np.argsort(first, kind="stable").tolist()}
 
-    def sorted_by_time(self) -> MemoryColumns:
-        """The records in time order (stable: equal times keep their order); ``self`` when they are."""
+    def sorted_by_time(self, then: np.ndarray | None = None) -> MemoryColumns:
+        """The records in time order (stable: equal times keep their order, or, given ``then``, one
+        value per record, go in its order first); ``self`` when they are in that order."""
         times = self.columns["time_ns"]
-        if bool(np.all(times[1:] >= times[:-1])):
-            return self
-        order = np.argsort(times, kind="stable")
+        if then is None:
+            if bool(np.all(times[1:] >= times[:-1])):
+                return self
+            order = np.argsort(times, kind="stable")
+        else:
+            order = np.lexsort((then, times))  # stable
+            if bool(np.all(order[1:] > order[:-1])):
+                return self
         columns = {}
         for name in list(self.columns):
             columns[name] = self.columns.pop(name)[order]  # one column copied at a time

@@ -20,7 +20,6 @@ is recorded in the device's options as ``untracked_bytes_in_use``, else the note
 from __future__ import annotations
 
 import re
-from array import array
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -168,15 +167,15 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     for heap, segments in zip(heaps, plan.segments, strict=True):
         for base, size in segments:
             heap.segment_alloc(start, base, size)
-    tags = _Tags(log, columns.kinds)
-    columns.kinds = []  # each kind is its tag now
+    c["tag"] = _intern_tags(log, columns.kinds, c, plan)
+    columns.kinds = []  # each kind is its tag now: the kinds go before the log grows
     seeded = [0] * len(heaps)  # bytes in use the seeds add, per allocator
     conflicts = 0
     for i, size in zip(plan.seeds.tolist(), plan.seed_sizes.tolist(), strict=True):
         allocator = int(c["allocator"][i])
         try:
             address, requested, thread = int(c["address"][i]), int(c["requested"][i]), int(c["thread"][i])
-            heaps[allocator].alloc(start, address, size, requested, thread=thread, tag=tags.of(int(c["texts"][i])))
+            heaps[allocator].alloc(start, address, size, requested, thread=thread, tag=int(c["tag"][i]))
             seeded[allocator] += size
         except HeapConflict:  # overlaps another seed: its free is skipped as a conflict too
             conflicts += 1
@@ -185,7 +184,7 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
     for begin, block in _blocks(c):  # each block of columns is dropped once written: the log takes its place
         rows = zip(*(block[name].tolist() for name in _WRITTEN[:-1]), strict=True)
         delta = np.zeros(len(block["action"]), dtype=np.int64)  # bytes in use each record adds
-        for j, (action, allocator, time_ns, address, size, requested, thread, text) in enumerate(rows):
+        for j, (action, allocator, time_ns, address, size, requested, thread, tag) in enumerate(rows):
             i = begin + j
             if action == _SKIP:
                 continue
@@ -193,7 +192,7 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
                 _mark(log, time_ns, MarkPhase.BEGIN, first[i])
             try:
                 if action == _ALLOC:
-                    heaps[allocator].alloc(time_ns, address, size, requested, thread=thread, tag=tags.of(text))
+                    heaps[allocator].alloc(time_ns, address, size, requested, thread=thread, tag=tag)
                     delta[j] = size
                 else:
                     delta[j] = -heaps[allocator].free(time_ns, address, thread=thread)
@@ -217,27 +216,51 @@ def write_events(log: EventLog, records: Sequence[MemoryRecord], devices: dict[s
 
 
 _SKIP, _ALLOC, _FREE = 0, 1, 2
-_BLOCK = 1 << 13  # records turned into Python values at a time
+_BLOCK = 1 << 10  # records turned into Python values at a time
 
 
-class _Tags:
-    """Each kind's tag (``memory_tag``), interned in the log when a record first uses it."""
+def _intern_tags(
+    log: EventLog, kinds: list[tuple[str, str, str | None, str | None, str]], c: dict[str, np.ndarray], plan: _Plan
+) -> np.ndarray:
+    """Each record's tag id (int32; NO_INDEX: none), in place of its kind (``c["texts"]``, dropped):
+    the kind's ``memory_tag``, interned before any row is written, in the order the writing uses
+    strings -- each seed's tag, then per written record its step's mark and its allocation's tag --
+    so the string table is the one interning each string on first use gives, and the kinds (a Python
+    object each) are gone before the log grows."""
+    texts = c.pop("texts")
+    n_seeds = len(plan.seeds)
+    allocs = np.flatnonzero(c["action"] == _ALLOC)
+    used = np.concatenate([texts[plan.seeds], texts[allocs]])
+    rank = np.concatenate([np.arange(n_seeds, dtype=np.int64), n_seeds + 2 * allocs + 1])  # marks: + 2 * i
+    kinds_used, at = np.unique(used, return_index=True)
+    del used, allocs
+    steps = np.array(list(plan.first.values()), dtype=np.int64)
+    ranks = np.concatenate([rank[at], n_seeds + 2 * np.array(list(plan.first), dtype=np.int64)])
+    values = np.concatenate([kinds_used, steps])  # a kind, or (from len(kinds_used) on) a step
+    del rank, at, steps
+    order = np.argsort(ranks, kind="stable")
+    del ranks
+    of_kind = np.full(len(kinds), NO_INDEX, dtype=np.int32)
+    for first in range(0, len(order), _BLOCK):  # as Python values a block at a time
+        window = order[first : first + _BLOCK]
+        for position, value in zip(window.tolist(), values[window].tolist(), strict=True):
+            if position >= len(kinds_used):
+                log.intern_string(_step_label(value))
+                continue
+            _, op, dtype, shape, _ = kinds[value]
+            text = memory_tag(op, dtype, shape)
+            if text is not None:
+                of_kind[value] = log.intern_string(text)
+    tags: np.ndarray = of_kind[texts]
+    return tags
 
-    def __init__(self, log: EventLog, kinds: list[tuple[str, str, str | None, str | None, str]]) -> None:
-        self._log = log
-        self._texts = [memory_tag(op, dtype, shape) for _, op, dtype, shape, _ in kinds]
-        self._ids = array("i", [_UNSET]) * len(kinds)  # 4 bytes a kind
 
-    def of(self, kind: int) -> int:
-        tag = self._ids[kind]
-        if tag == _UNSET:
-            text = self._texts[kind]
-            tag = self._ids[kind] = NO_INDEX if text is None else self._log.intern_string(text)
-        return tag
+def _step_label(step: int) -> str:
+    """The tag of a profiler step's marks."""
+    return f"step {step}"
 
 
-_UNSET = -2
-_WRITTEN = ("action", "allocator", "time_ns", "address", "size", "requested", "thread", "texts", "bytes_in_use")
+_WRITTEN = ("action", "allocator", "time_ns", "address", "size", "requested", "thread", "tag", "bytes_in_use")
 
 
 def _blocks(columns: dict[str, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
@@ -318,42 +341,57 @@ def _plan(records: MemoryColumns, allocators: list[str]) -> _Plan:
     Adds the columns ``action`` (_SKIP, _ALLOC or _FREE, int8) and ``allocator`` (index into
     ``allocators``) and drops those the writing needs no more (peak, step, fragmentation)."""
     c = records.columns
+    del c["fragmentation"]  # the columns the writing needs no more go first
     index = {name: i for i, name in enumerate(allocators)}
     of_kind = np.array([index[kind[0]] for kind in records.kinds], dtype=np.int32)
     allocator = of_kind[c["texts"]]
+    peak = c.pop("peak_bytes_in_use")
+    peaks = {}
+    for i in range(len(allocators)):
+        mine = peak[allocator == i]
+        if len(mine) and int(mine.max()) > -1:
+            peaks[i] = int(mine.max())
+    del peak
     is_alloc, size, in_use = c.pop("is_alloc"), c["size"], c["bytes_in_use"]
     n = len(is_alloc)
-    by_allocator = np.argsort(allocator, kind="stable")  # the previous record of the same allocator
-    before = np.full(n, -1, dtype=np.int64)
-    same = allocator[by_allocator][1:] == allocator[by_allocator][:-1]
-    before[by_allocator[1:][same]] = in_use[by_allocator[:-1][same]]
+    position = np.int32 if n < 1 << 31 else np.int64  # record positions: 4 bytes where they fit
     effective = size.copy()
-    infer = (size <= 0) & (before >= 0) & (in_use >= 0)
-    effective[infer] = before[infer] - in_use[infer]
-    del before, infer
-    order = np.lexsort((c["address"], allocator))  # stable: time order within each (allocator, address)
+    infer = size <= 0
+    if infer.any():  # sizes to infer: the previous record of the same allocator
+        by_allocator = np.argsort(allocator, kind="stable")
+        before = np.full(n, -1, dtype=np.int64)
+        same = allocator[by_allocator][1:] == allocator[by_allocator][:-1]
+        before[by_allocator[1:][same]] = in_use[by_allocator[:-1][same]]
+        del by_allocator, same
+        infer &= (before >= 0) & (in_use >= 0)
+        effective[infer] = before[infer] - in_use[infer]
+        del before
+    del infer
+    order = np.lexsort((c["address"], allocator)).astype(position)  # stable: time order within (allocator, address)
     a = is_alloc[order]
-    keys_allocator, keys_address = allocator[order], c["address"][order]
     new = np.ones(n, dtype=bool)
-    new[1:] = (keys_allocator[1:] != keys_allocator[:-1]) | (keys_address[1:] != keys_address[:-1])
-    del keys_allocator, keys_address
-    group = np.cumsum(new) - 1
-    starts = np.flatnonzero(new)
+    keys = allocator[order]
+    new[1:] = keys[1:] != keys[:-1]
+    keys = c["address"][order]
+    new[1:] |= keys[1:] != keys[:-1]
+    del keys
+    starts = np.flatnonzero(new).astype(position)
+    group = np.cumsum(new, dtype=position) - 1
     previous_alloc = np.zeros(n, dtype=bool)
     previous_alloc[1:] = a[:-1]
     previous_alloc[new] = False
-    allocs_before = np.cumsum(a) - a  # allocations before each record, within its group after the next line
-    allocs_before -= allocs_before[starts][group]
-    candidate = ~a & ~previous_alloc & (allocs_before == 0) & (effective[order] > 0)
-    candidates_before = np.cumsum(candidate) - candidate
-    first_candidate = candidate & (candidates_before == candidates_before[starts][group])
+    counts = np.cumsum(a, dtype=position) - a  # allocations before each record, within its group after the next line
+    counts -= counts[starts][group]
+    candidate = ~a & ~previous_alloc & (counts == 0) & (effective[order] > 0)
+    counts = np.cumsum(candidate, dtype=position) - candidate  # candidates before each record
+    first_candidate = candidate & (counts == counts[starts][group])
+    del counts, candidate, group, starts
     action = np.full(n, _SKIP, dtype=np.int8)
     sorted_action = np.where(a, np.where(previous_alloc, _SKIP, _ALLOC), np.where(previous_alloc, _FREE, _SKIP))
     action[order] = np.where(first_candidate, _FREE, sorted_action)  # a seed's free is a normal free
     seed = np.zeros(n, dtype=bool)
     seed[order] = first_candidate
-    del a, new, group, starts, previous_alloc, allocs_before, candidate, candidates_before, first_candidate
-    del sorted_action, order
+    del a, new, previous_alloc, first_candidate, sorted_action, order
     seeds = np.flatnonzero(seed)
     intervals = np.flatnonzero(is_alloc | seed)  # what the segments are inferred from
     sizes, of_interval = np.where(seed, effective, size)[intervals], allocator[intervals]
@@ -369,17 +407,11 @@ def _plan(records: MemoryColumns, allocators: list[str]) -> _Plan:
         first = dict(zip(kept[at].tolist(), values.tolist(), strict=True))
         values, at = np.unique(steps[::-1], return_index=True)
         last = dict(zip(kept[len(kept) - 1 - at].tolist(), values.tolist(), strict=True))
-    peak = c.pop("peak_bytes_in_use")
-    peaks = {}
-    for i in range(len(allocators)):
-        mine = peak[allocator == i]
-        if len(mine) and int(mine.max()) > -1:
-            peaks[i] = int(mine.max())
-    del c["fragmentation"]
     c["action"], c["allocator"] = action, allocator
     skipped = int(np.count_nonzero(action == _SKIP))
     return _Plan(skipped, seeds, effective[seeds], segments, first, last, peaks)
 
 
 def _mark(log: EventLog, time_ns: int, phase: MarkPhase, step: int) -> None:
-    log.append(event_row(time_ns=time_ns, kind=int(Kind.MARK), flags=int(phase), tag=log.intern_string(f"step {step}")))
+    tag = log.intern_string(_step_label(step))
+    log.append(event_row(time_ns=time_ns, kind=int(Kind.MARK), flags=int(phase), tag=tag))

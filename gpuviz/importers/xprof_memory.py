@@ -23,12 +23,18 @@ device's options.
 
 from __future__ import annotations
 
-import json
+import gzip
+import io
+import zlib
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import finish, set_source_meta
+from gpuviz.importers.jsonstream import JsonStream
+from gpuviz.importers.memory_columns import MemoryColumnsBuilder
 from gpuviz.importers.source import Progress, Source
 from gpuviz.importers.tf_memory import MemoryRecord, add_devices, allocator_device, dtype_name, write_events
 from gpuviz.log.eventlog import EventLog
@@ -39,6 +45,7 @@ NAME = "xprof-memory-profile"
 DESCRIPTION = "an XProf/TensorBoard memory profile (.memory_profile.json)"
 MAX_SNAPSHOTS = 1000  # xprof's max_num_snapshots: a timeline this long may be sampled
 _ACTIVITIES = {"ALLOCATION": True, "DEALLOCATION": False}
+_CHUNK = 1 << 16  # characters decompressed and parsed at a time
 
 
 def sniff(head: bytes) -> bool:
@@ -57,36 +64,34 @@ def _int(value: Any, default: int = 0) -> int:
     return int(value)
 
 
-def _records(allocator: str, snapshots: list[dict[str, Any]], skipped: Counter[str]) -> list[MemoryRecord]:
-    records = []
-    for snapshot in snapshots:
-        activity = snapshot.get("activityMetadata", {})
-        kind = activity.get("memoryActivity", "")
-        if kind not in _ACTIVITIES:
-            skipped[kind or "UNSPECIFIED"] += 1
-            continue
-        stats = snapshot.get("aggregationStats", {})
-        step = activity.get("stepId")
-        records.append(
-            MemoryRecord(
-                time_ns=_int(snapshot.get("timeOffsetPs")) // 1000,
-                is_alloc=_ACTIVITIES[kind],
-                allocator=allocator,
-                address=_int(activity.get("address")),
-                requested=_int(activity.get("requestedBytes")),
-                size=_int(activity.get("allocationBytes")),
-                bytes_in_use=_int(stats.get("heapAllocatedBytes"), -1),
-                peak_bytes_in_use=_int(stats.get("peakBytesInUse"), -1),
-                fragmentation=float(stats.get("fragmentation", -1.0)),
-                op=str(activity.get("tfOpName") or ""),
-                dtype=dtype_name(str(activity.get("dataType") or "")),
-                shape=str(activity.get("tensorShape") or "") or None,
-                region_type=str(activity.get("regionType") or ""),
-                step=None if step is None else _int(step),
-                thread=0,
-            )
-        )
-    return records
+def _record(allocator: str, snapshot: Any, skipped: Counter[str]) -> MemoryRecord | None:
+    """The record of one timeline snapshot; None (counted in ``skipped``) for other activities."""
+    if not isinstance(snapshot, dict):
+        raise LogFormatError(f"a sampledTimelineSnapshots element is a {type(snapshot).__name__}, not an object")
+    activity = snapshot.get("activityMetadata", {})
+    kind = activity.get("memoryActivity", "")
+    if kind not in _ACTIVITIES:
+        skipped[kind or "UNSPECIFIED"] += 1
+        return None
+    stats = snapshot.get("aggregationStats", {})
+    step = activity.get("stepId")
+    return MemoryRecord(
+        time_ns=_int(snapshot.get("timeOffsetPs")) // 1000,
+        is_alloc=_ACTIVITIES[kind],
+        allocator=allocator,
+        address=_int(activity.get("address")),
+        requested=_int(activity.get("requestedBytes")),
+        size=_int(activity.get("allocationBytes")),
+        bytes_in_use=_int(stats.get("heapAllocatedBytes"), -1),
+        peak_bytes_in_use=_int(stats.get("peakBytesInUse"), -1),
+        fragmentation=float(stats.get("fragmentation", -1.0)),
+        op=str(activity.get("tfOpName") or ""),
+        dtype=dtype_name(str(activity.get("dataType") or "")),
+        shape=str(activity.get("tensorShape") or "") or None,
+        region_type=str(activity.get("regionType") or ""),
+        step=None if step is None else _int(step),
+        thread=0,
+    )
 
 
 def _device_options(profile: dict[str, Any]) -> dict[str, Any]:
@@ -113,28 +118,89 @@ def _device_options(profile: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def read(source: Source, *, progress: Progress) -> EventLog:
-    document = json.loads(source.read_all())
-    if not isinstance(document, dict) or not isinstance(document.get("memoryProfilePerAllocator"), dict):
+class _Profile(NamedTuple):
+    """A memory profile read as a stream: the top object's small values (``document``), each
+    allocator's object without its timeline (``profiles``), the timeline's memory records
+    (``records``, in file order) and the timeline's length per allocator (``snapshots``)."""
+
+    document: dict[str, Any]
+    profiles: dict[str, dict[str, Any]]
+    records: MemoryColumnsBuilder
+    snapshots: dict[str, int]
+    skipped: Counter[str]
+
+
+_BIG = ("sampledTimelineSnapshots", "memoryProfileSnapshots", "activeAllocations")  # arrays read element by element
+
+
+def _read_profile(source: Source) -> _Profile:
+    """The profile, streamed (decompressed and parsed as it is read: one snapshot at a time)."""
+    with source.open() as raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
+        try:
+            stream = JsonStream(iter(lambda: text.read(_CHUNK), ""))
+            if stream.peek() != "{":
+                raise LogFormatError(f"{source.path} has no memoryProfilePerAllocator object")
+            profile = _Profile({}, {}, MemoryColumnsBuilder(), {}, Counter())
+            found = False
+            for key in stream.items():
+                if key == "memoryProfilePerAllocator" and stream.peek() == "{":
+                    found = True
+                    _read_allocators(stream, profile)
+                elif key in ("memoryIds", "numHosts", "version"):
+                    profile.document[key] = stream.value()
+                else:
+                    stream.skip()
+            stream.end()
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise LogFormatError(f"{source.path}: the gzip stream is truncated or corrupt ({exc})") from None
+    if not found:
         raise LogFormatError(f"{source.path} has no memoryProfilePerAllocator object")
-    per_allocator: dict[str, dict[str, Any]] = document["memoryProfilePerAllocator"]
+    return profile
+
+
+def _read_allocators(stream: JsonStream, profile: _Profile) -> None:
+    for allocator in stream.items():
+        if stream.peek() != "{":
+            raise ValueError(f"memoryProfilePerAllocator[{allocator!r}] is not an object")
+        small: dict[str, Any] = {}
+        count = 0
+        for key in stream.items():
+            if key == "sampledTimelineSnapshots" and stream.peek() == "[":
+                for _ in stream.elements():
+                    record = _record(allocator, stream.value(), profile.skipped)
+                    count += 1
+                    if record is not None:
+                        profile.records.add(record)
+            elif key in _BIG:
+                stream.skip()
+            else:
+                small[key] = stream.value()
+        profile.profiles[allocator] = small
+        profile.snapshots[allocator] = count
+
+
+def read(source: Source, *, progress: Progress) -> EventLog:
+    profile = _read_profile(source)
+    document, per_allocator, skipped = profile.document, profile.profiles, profile.skipped
     order = [str(a) for a in document.get("memoryIds", []) if str(a) in per_allocator]
     order += [a for a in per_allocator if a not in order]
-    skipped: Counter[str] = Counter()
-    records: list[MemoryRecord] = []
     sampled = {}
     hosts: dict[str, str] = {}
     known = {}
     for allocator in order:
-        profile = per_allocator[allocator]
-        snapshots = profile.get("sampledTimelineSnapshots", [])
-        sampled[allocator] = len(snapshots) >= MAX_SNAPSHOTS
-        records += _records(allocator, snapshots, skipped)
-        known[allocator_device(allocator, hosts)] = {"allocator": allocator, **_device_options(profile)}
-    records.sort(key=lambda r: r.time_ns)
+        sampled[allocator] = profile.snapshots.get(allocator, 0) >= MAX_SNAPSHOTS
+        options = _device_options(per_allocator[allocator])
+        known[allocator_device(allocator, hosts)] = {"allocator": allocator, **options}
+    rank = {allocator: i for i, allocator in enumerate(order)}
+    unsorted = profile.records.build()
+    # time order; equal times in memoryIds order, then file order (as the allocators' timelines joined)
+    of_kind = np.array([rank[kind[0]] for kind in unsorted.kinds], dtype=np.int32)
+    records = unsorted.sorted_by_time(then=of_kind[unsorted.columns["texts"]])
+    del unsorted
+    region_types = {k: n for k, n in records.counts(4, allocations_only=True).items() if k}
     log = EventLog()
     devices = add_devices(log, order, known)
-    notes = write_events(log, records, devices)
+    notes = write_events(log, records, devices)  # consumes the records' columns
     notes.insert(
         0,
         f"times are from the profile's start; XProf keeps at most {MAX_SNAPSHOTS} snapshots per allocator "
@@ -168,7 +234,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             "allocators": order,
             "num_hosts": _int(document.get("numHosts")),
             "sampled": sampled,
-            "region_types": dict(Counter(r.region_type for r in records if r.is_alloc and r.region_type)),
+            "region_types": region_types,
         },
     )
     return finish(log)

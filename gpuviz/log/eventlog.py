@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
+from gpuviz.log.strings import StringTable
 
 try:  # flushed rows in huge-page chunks, the staging buffer emptied in place (gpuviz/log/_staging.c)
     _Arena: Callable[[], Any] | None = importlib.import_module("gpuviz.log._staging").Arena
@@ -124,8 +125,7 @@ class EventLog:
         self._n_columns = 0
         self._n_flushed = 0  # rows in blocks and columns
         self._readonly = False
-        self.strings: list[str] = []
-        self._string_ids: dict[str, int] = {}
+        self.strings = StringTable()  # compact: one UTF-8 buffer (gpuviz/log/strings.py)
         self.stacks: list[tuple[Frame, ...]] = []
         self._stack_ids: dict[tuple[Frame, ...], int] = {}
         self.devices: list[DeviceInfo] = []
@@ -168,12 +168,19 @@ class EventLog:
 
     def intern_string(self, text: str) -> int:
         """Index of ``text`` in the string table, adding it if new."""
-        index = self._string_ids.get(text)  # the common case: known, no lock
-        return index if index is not None else self._intern(text, self.strings, self._string_ids)
+        index = self.strings.recent.get(text)  # the common case: used lately, no lock
+        if index is None:
+            with self._lock:
+                index = self.strings.intern(text)
+        return index
 
     def string_id(self, text: str) -> int:
         """Index of ``text`` in the string table, or ``NO_INDEX`` when the log never used it."""
-        return self._string_ids.get(text, NO_INDEX)
+        index = self.strings.recent.get(text)
+        if index is None:
+            with self._lock:
+                index = self.strings.find(text)
+        return index
 
     def intern_stack(self, frames: tuple[Frame, ...]) -> int:
         """Index of ``frames`` in the stack table, adding it if new."""
@@ -481,7 +488,6 @@ class EventLog:
         view._set_columns(columns)
         view._readonly = True
         view.strings = self.strings
-        view._string_ids = self._string_ids
         view.stacks = self.stacks
         view._stack_ids = self._stack_ids
         view.devices = self.devices

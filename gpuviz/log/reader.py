@@ -69,7 +69,6 @@ def _parse_delta(text: bytes | None) -> _Delta:
 
 def _apply(log: EventLog, delta: _Delta) -> None:
     for text in delta.strings:
-        log._string_ids.setdefault(text, len(log.strings))
         log.strings.append(text)
     for frames in delta.stacks:
         log._stack_ids.setdefault(frames, len(log.stacks))
