@@ -167,3 +167,32 @@ def test_source_sniffs_decompressed_content_and_counts_progress_in_disk_bytes(tm
     cut.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(LogFormatError, match="gzip stream is truncated or corrupt"):
         Source(cut).read_all()
+
+
+def test_a_gzip_file_is_mapped_from_a_spool_file_never_whole_in_memory(tmp_path: Path) -> None:
+    import mmap
+
+    payload = bytes(range(256)) * 20_000  # 5 MB: several spool chunks
+    path = tmp_path / "data.pb.gz"
+    path.write_bytes(gzip.compress(payload))
+    seen: list[int] = []
+
+    class Counter:
+        def update(self, n: int) -> None:
+            seen.append(n)
+
+        def close(self) -> None:
+            pass
+
+    mapped = Source(path, progress=Counter()).mapped()
+    assert isinstance(mapped, mmap.mmap)
+    assert len(mapped) == len(payload) and mapped[:] == payload
+    mapped.close()
+    assert sum(seen) == path.stat().st_size
+    empty = tmp_path / "empty.gz"
+    empty.write_bytes(gzip.compress(b""))
+    assert Source(empty).mapped() == b""
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(LogFormatError, match=r"cut\.gz: the gzip stream is truncated or corrupt"):
+        Source(cut).mapped()

@@ -141,14 +141,15 @@ def test_rows_survive_many_flushes_in_place(native: bool) -> None:
 
 
 def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pure-Python path (no compiler at install time) flushes into bytes objects: same rows."""
+    """The pure-Python path (no compiler at install time) and a log built at once (``arena=False``)
+    flush into bytes objects: same rows."""
     from gpuviz.log import eventlog
 
     logs = []
-    for arena in (True, False):
-        if not arena:
+    for arena, built in ((True, False), (False, True), (False, False)):
+        if not arena and not built:
             monkeypatch.setattr(eventlog, "_Arena", None)
-        log = EventLog(flush_rows=16)
+        log = EventLog(flush_rows=16, arena=not built)  # built: a log made at once (an import) keeps bytes
         alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
         live = [alloc.allocate(256 * (i % 7 + 1)) for i in range(20)]
         for i in range(300):
@@ -157,8 +158,9 @@ def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeyp
         log.flush()
         assert {type(block) for block in log._blocks} == ({memoryview} if arena else {bytes})
         logs.append(log)
-    with_arena, without = (log.columns for log in logs)
-    for name in with_arena:
-        if name not in ("time_ns", "thread"):
-            np.testing.assert_array_equal(with_arena[name], without[name], err_msg=name)
-    np.testing.assert_array_equal(logs[0].rows_since(100)["address"], logs[1].rows_since(100)["address"])
+    with_arena = logs[0].columns
+    for other in logs[1:]:
+        for name in with_arena:
+            if name not in ("time_ns", "thread"):
+                np.testing.assert_array_equal(with_arena[name], other.columns[name], err_msg=name)
+        np.testing.assert_array_equal(logs[0].rows_since(100)["address"], other.rows_since(100)["address"])

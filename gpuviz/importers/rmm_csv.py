@@ -153,7 +153,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             " log with a current RMM (logging_resource_adaptor: Thread,Time,Action,Pointer,Size,Stream)"
         )
     match = _DEVICE.search(source.path.name)
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     device = f"GPU:{match[1] if match else 0}"
     heap = HeapBuilder(log, log.add_device(device, allocator="rmm"))
     parsed = _Rows()

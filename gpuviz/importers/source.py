@@ -12,6 +12,8 @@ import gzip
 import io
 import mmap
 import os
+import shutil
+import tempfile
 import zlib
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -23,6 +25,7 @@ __all__ = ["Source", "Progress", "NullProgress", "make_progress", "HEAD_BYTES", 
 HEAD_BYTES = 1 << 16  # how much decompressed content the importers sniff
 PROGRESS_MIN_BYTES = 8 << 20  # files smaller than this import without a progress bar (auto mode)
 _GZIP_MAGIC = b"\x1f\x8b"
+_SPOOL_CHUNK = 1 << 20  # bytes decompressed at a time into the spool file
 
 
 class Progress(Protocol):
@@ -121,14 +124,27 @@ class Source:
         return raw
 
     def mapped(self) -> bytes | mmap.mmap:
-        """The whole decompressed content: an uncompressed file memory-mapped read-only (its pages
-        are read when touched), a gzip-compressed or empty one as ``read_all`` gives it."""
-        if self.compressed or self.size == 0:
-            return self.read_all()
-        with open(self.path, "rb") as file:
-            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        self.progress.update(self.size)
-        return data
+        """The whole decompressed content, memory-mapped read-only (its pages are read when
+        touched): an uncompressed file itself; a gzip-compressed one decompressed first, 1 MiB
+        at a time, into an unnamed temporary file, so that its content is never whole in
+        memory either. An empty file (nothing to map) comes as ``b""``.
+        A gzip file cut short raises ``LogFormatError``."""
+        if self.size == 0:
+            return b""
+        if not self.compressed:
+            with open(self.path, "rb") as file:
+                data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.progress.update(self.size)
+            return data
+        with tempfile.TemporaryFile() as spool, self.open() as stream:
+            try:
+                shutil.copyfileobj(stream, spool, _SPOOL_CHUNK)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise LogFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({exc})") from None
+            spool.flush()
+            if spool.tell() == 0:
+                return b""
+            return mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ)  # the mapping outlives the file object
 
     def read_all(self) -> bytes:
         """The whole decompressed content. A gzip file cut short raises ``LogFormatError``."""

@@ -141,7 +141,7 @@ def _open_text(source: Source, is_notebook: bool) -> IO[str]:
 
 def read(source: Source, *, progress: Progress) -> EventLog:
     is_notebook = _NOTEBOOK.match(source.head) is not None
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     devices: dict[str, int] = {}  # name -> local index, in order of appearance
     kept_devices, tags, times = array("l"), array("l"), array("q")
     seen: set[tuple[str, str, str]] = set()

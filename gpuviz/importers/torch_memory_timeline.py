@@ -71,7 +71,7 @@ def _rows(data: bytes, name: str) -> tuple[list[list[int]], bool]:
 
 def read(source: Source, *, progress: Progress) -> EventLog:
     rows, truncated = _rows(source.read_all(), source.name)
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     log.truncated = truncated
     heap = HeapBuilder(log, log.add_device("GPU:0", allocator="pytorch-caching"))
     times = [row[0] for row in rows if row[0] >= 0]

@@ -259,7 +259,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     for event in events:
         by_device[_key(event)].append(event)
     addressed = bool(events) and all(e.address is not None for e in events)
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     log.truncated = truncated
     heaps: dict[tuple[int, int], HeapBuilder] = {}
     for key in sorted(by_device, key=_device_order):

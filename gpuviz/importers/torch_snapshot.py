@@ -88,7 +88,7 @@ def sniff(head: bytes) -> bool:
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     stacks = Stacks(log)
     snapshot, traces = read_snapshot(source, stacks)
     version = "json" if source.head[:1] != b"\x80" else None
@@ -97,7 +97,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
 
 def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str | None = None) -> EventLog:
     """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it)."""
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     stacks = Stacks(log)
     traces = traces_of(snapshot, stacks)
     return _build(log, stacks, dict(snapshot), traces, file=file, version=version, owned=False)

@@ -314,7 +314,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             data.close()
     del data  # the records are columns now: the file's bytes go before they are sorted and the log is written
     records = unsorted.sorted_by_time()
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     known = {}
     for plane in planes:
         match = _DEVICE_PLANE.match(plane.name)

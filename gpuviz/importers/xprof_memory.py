@@ -198,7 +198,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     records = unsorted.sorted_by_time(then=of_kind[unsorted.columns["texts"]])
     del unsorted
     region_types = {k: n for k, n in records.counts(4, allocations_only=True).items() if k}
-    log = EventLog()
+    log = EventLog(arena=False)  # built at once, then read whole
     devices = add_devices(log, order, known)
     notes = write_events(log, records, devices)  # consumes the records' columns
     notes.insert(

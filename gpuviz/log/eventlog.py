@@ -111,13 +111,18 @@ class EventLog:
         flush_rows: int = 4096,
         flush_interval_s: float = 0.1,
         meta: dict[str, Any] | None = None,
+        arena: bool = True,
     ) -> None:
+        """``arena``: keep flushed rows in ``gpuviz.log._staging.Arena``'s chunks, sized and
+        populated ahead for a thread that records as it runs (the default); ``False`` for a log
+        built all at once and then read whole (an import), whose rows then sit in blocks of
+        exactly their size: up to two chunks (16 MiB) less at its peak."""
         if not isinstance(flush_rows, int) or flush_rows < 2:
             raise ValueError(f"flush_rows must be an int >= 2, got {flush_rows!r}")
         self._lock = threading.Lock()
         self._staged = bytearray()
         self._flush_len = flush_rows // 2 * _ROW  # see the crash bound above
-        self._arena = _Arena() if _Arena is not None else None
+        self._arena = _Arena() if _Arena is not None and arena else None
         self._blocks: list[bytes | memoryview] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
         self._block_rows = 0
         # columns with spare capacity (doubling): rows [0, _n_columns) are valid
