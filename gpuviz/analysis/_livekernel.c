@@ -161,21 +161,22 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if ((points_b = bytes_of(5 * n_rows, &points)) == NULL) goto done; /* at most one point a row */
     Py_ssize_t n_points = 0, n_segments = 0, segment_room = 0, row_number = start;
     int64_t first_time = 0, last_time = 0;
-    int mixed = 0;
-    int16_t first_device = -1;
+    int mixed = 0, failure = 0; /* failure: 1 a device out of range (bad_device at row_number), 2 no memory */
+    int16_t first_device = -1, bad_device = 0;
+    const char *last_row = NULL;
+    Py_BEGIN_ALLOW_THREADS /* the blocks never change and the rest is this call's own: the cell runs on */
     for (Py_ssize_t p = 0; p < n_pieces; p++) {
         const char *row = pieces[p].buf, *end = row + pieces[p].len;
         for (; row < end; row += itemsize, row_number++) {
-            if (row_number == start) first_time = read64(row + at[TIME]);
+            if (last_row == NULL) first_time = read64(row + at[TIME]);
+            last_row = row;
             int role = role_of[(unsigned char)row[at[KIND]]];
             if (role == NONE) continue;
             int16_t device;
             memcpy(&device, row + at[DEVICE], 2);
             if (device < 0 || device >= n_devices) {
-                memcpy(total, before, (size_t)n_devices * 32);
-                PyErr_Format(PyExc_ValueError, "row %zd: allocator event of device %d, but the log has %zd devices",
-                             row_number, (int)device, n_devices);
-                goto done;
+                failure = 1, bad_device = device;
+                goto scanned;
             }
             int64_t *t = total + 4 * device;
             int64_t size = read64(row + at[SIZE]);
@@ -184,9 +185,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 t[0] = add64(t[0], role == ALLOC ? size : -size);
                 t[1] = add64(t[1], role == ALLOC ? requested : -requested);
                 if (last_put(&last, device, read64(row + at[ADDRESS]), row) < 0) {
-                    memcpy(total, before, (size_t)n_devices * 32);
-                    PyErr_NoMemory();
-                    goto done;
+                    failure = 2;
+                    goto scanned;
                 }
             } else if (role >= SEGMENT_ALLOC) {
                 t[2] = add64(t[2], role == SEGMENT_ALLOC || role == SEGMENT_MAP ? size : -size);
@@ -194,9 +194,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                     segment_room = segment_room ? 2 * segment_room : 64;
                     int64_t *more = realloc(segments, (size_t)segment_room * 4 * sizeof(int64_t));
                     if (more == NULL) {
-                        memcpy(total, before, (size_t)n_devices * 32);
-                        PyErr_NoMemory();
-                        goto done;
+                        failure = 2;
+                        goto scanned;
                     }
                     segments = more;
                 }
@@ -212,7 +211,18 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             point[0] = row_number, point[1] = read64(row + at[TIME]), point[2] = t[0], point[3] = t[1], point[4] = t[2];
         }
     }
-    if (n_rows) last_time = read64((const char *)pieces[n_pieces - 1].buf + pieces[n_pieces - 1].len - itemsize + at[TIME]);
+    if (last_row != NULL) last_time = read64(last_row + at[TIME]);
+scanned:
+    Py_END_ALLOW_THREADS
+    if (failure) {
+        memcpy(total, before, (size_t)n_devices * 32);
+        if (failure == 1)
+            PyErr_Format(PyExc_ValueError, "row %zd: allocator event of device %d, but the log has %zd devices",
+                         row_number, (int)bad_device, n_devices);
+        else
+            PyErr_NoMemory();
+        goto done;
+    }
     int64_t *offsets, *chunk_offsets, *chunks, *out_segments;
     if ((offsets_b = bytes_of(n_devices + 1, &offsets)) == NULL ||
         (chunk_offsets_b = bytes_of(n_devices + 1, &chunk_offsets)) == NULL ||
