@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuviz.analysis.live import LiveFollower
+from gpuviz.analysis.live import LiveFollower, LivePoints, thin_points
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.log.segments import map_range, unmap_range
@@ -34,14 +34,29 @@ BASE = 1 << 40
 DEVICES = ("GPU:0", "GPU:1", "CPU:0")
 
 
-def _update(follower: LiveFollower, *, native: bool) -> dict[str, tuple[list[list[int]], bool]]:
+def _lists(p: LivePoints) -> list[list[int]]:
+    return [p.index.tolist(), p.time_ns.tolist(), p.bytes_in_use.tolist(), p.bytes_requested.tolist(),
+            p.pool_bytes.tolist()]  # fmt: skip
+
+
+def _update(
+    follower: LiveFollower, *, native: bool, most: int | None = None
+) -> dict[str, tuple[list[list[int]], bool]]:
     with mock.patch.dict(os.environ, {"GPUVIZ_NATIVE": "1" if native else "0"}):
-        result = follower.update()
-    return {
-        device: ([p.index.tolist(), p.time_ns.tolist(), p.bytes_in_use.tolist(), p.bytes_requested.tolist(),
-                  p.pool_bytes.tolist()], changed)
-        for device, (p, changed) in result.items()
-    }  # fmt: skip
+        result = follower.update(most=most)
+    return {device: (_lists(p), changed) for device, (p, changed) in result.items()}
+
+
+def _look(compiled: LiveFollower, twin: LiveFollower, thinned: LiveFollower) -> None:
+    """One update of each: the same points and heaps; ``thinned``'s points, at most 3 a device,
+    those that ``thin_points`` keeps of the twin's."""
+    with mock.patch.dict(os.environ, {"GPUVIZ_NATIVE": "0"}):
+        every = twin.update()
+    assert _update(compiled, native=True) == {device: (_lists(p), changed) for device, (p, changed) in every.items()}
+    assert _update(thinned, native=True, most=3) == {
+        device: (_lists(thin_points(p, 3)), changed) for device, (p, changed) in every.items()
+    }
+    assert _state(compiled) == _state(twin) == _state(thinned)
 
 
 def _state(follower: LiveFollower) -> dict[str, Any]:
@@ -94,7 +109,7 @@ def test_the_compiled_pass_gives_the_numpy_twins_points_and_heaps(data: st.DataO
     for name in DEVICES[:n_devices]:
         log.add_device(name)
     tags = [log.intern_string(f"t{i}") for i in range(3)]
-    compiled, twin = LiveFollower(log), LiveFollower(log)
+    compiled, twin, thinned = LiveFollower(log), LiveFollower(log), LiveFollower(log)
     segments: list[dict[int, int]] = [{} for _ in range(n_devices)]
     chunk_kinds = [Kind.ALLOC, Kind.ALLOC, Kind.FREE, Kind.FREE, Kind.SPLIT, Kind.MERGE, Kind.OOM]
     for t in range(data.draw(st.integers(0, 120))):
@@ -118,10 +133,8 @@ def test_the_compiled_pass_gives_the_numpy_twins_points_and_heaps(data: st.DataO
             # splits the flushed blocks: what follows is read from the columns, packed again
             assert len(log.columns["kind"]) == len(log)
         else:
-            assert _update(compiled, native=True) == _update(twin, native=False)
-            assert _state(compiled) == _state(twin)
-    assert _update(compiled, native=True) == _update(twin, native=False)
-    assert _state(compiled) == _state(twin)
+            _look(compiled, twin, thinned)
+    _look(compiled, twin, thinned)
     assert _update(compiled, native=True) == {} == _update(twin, native=False)  # nothing new
 
 
@@ -165,3 +178,22 @@ def test_the_compiled_pass_reads_a_busy_log_as_the_twin_does() -> None:
         assert _update(compiled, native=True) == _update(twin, native=False)
         assert _state(compiled) == _state(twin)
     assert len(compiled.heaps["GPU:0"].chunks) > 5000
+
+
+def test_thinned_points_keep_the_highest_and_the_last_and_most_below_two_is_an_error() -> None:
+    log = EventLog()
+    device = log.add_device("GPU:0")
+    log.append(_row(0, Kind.SEGMENT_ALLOC, device, BASE, 1 << 20))
+    log.append(_row(1, Kind.ALLOC, device, BASE, 100, 100))
+    log.append(_row(2, Kind.ALLOC, device, BASE + 1024, 900, 900))
+    log.append(_row(3, Kind.FREE, device, BASE + 1024, 900, 900))
+    for i, size in enumerate([50, 70, 10, 20]):
+        log.append(_row(i + 4, Kind.ALLOC, device, BASE + (i + 2) * 1024, size, size))
+    follower = LiveFollower(log)
+    with pytest.raises(ValueError, match="most must be None or >= 2, got 1"):
+        follower.update(most=1)
+    assert follower.position == 0
+    points, changed = follower.update(most=4)["GPU:0"]
+    # evenly spaced: positions 0, 3.5 and 7 of 8 points, and the highest (after the 900-byte alloc)
+    assert points.index.tolist() == [0, 2, 3, 7] and changed
+    assert points.bytes_in_use.tolist() == [0, 1000, 100, 250]

@@ -1,6 +1,6 @@
 /* gpuviz.analysis._livekernel: LiveFollower.update's pass over the new rows, in C (optional).
  *
- * scan(pieces, start, layout, roles, totals) reads packed rows (schema.ROW_DTYPE records, as
+ * scan(pieces, start, layout, roles, totals, points) reads packed rows (schema.ROW_DTYPE records, as
  * EventLog.row_pieces_since gives them: the flushed blocks themselves, not joined) in one pass,
  * with no per-field gathers:
  *   pieces   a sequence of buffers, each whole records; together the rows from ``start`` on
@@ -13,11 +13,13 @@
  *   totals   a writable int64 buffer of n_devices x 4 (bytes in use, bytes requested, pool
  *            bytes, allocator events seen): each device's running totals before these rows,
  *            updated in place; n_devices = len(totals) / 32 bytes
- * returns (rows, first_time_ns, last_time_ns, offsets, points, chunk_offsets, chunks, segments):
+ *   points   a writable buffer of at least 40 bytes a row (the caller's, reused from call to
+ *            call, so that no fresh memory is touched): int64 records of 5, one per allocator
+ *            event: log position, time_ns, bytes in use, bytes requested, pool bytes after it;
+ *            by device, in row order within
+ * returns (rows, first_time_ns, last_time_ns, offsets, chunk_offsets, chunks, segments):
  *   rows           the number of rows read; first/last_time_ns their first and last time_ns
  *   offsets        bytes, int64 x (n_devices + 1): device d's points are [offsets[d], offsets[d + 1])
- *   points         bytes, int64 records of 5 (one per allocator event): log position, time_ns,
- *                  bytes in use, bytes requested, pool bytes after it; by device, in row order
  *   chunk_offsets  bytes, int64 x (n_devices + 1), into chunks as offsets is into points
  *   chunks         bytes, int64 records of 6: device, role, address, size, requested, tag: the
  *                  last alloc or free at each (device, address), by device, in order of first
@@ -107,14 +109,14 @@ static PyObject *bytes_of(Py_ssize_t n_int64, int64_t **data) {
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *pieces_arg;
-    Py_buffer roles, totals, *pieces = NULL;
+    Py_buffer roles, totals, out, *pieces = NULL;
     Py_ssize_t start, layout[FIELDS + 1], n_pieces = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "On(nnnnnnnn)y*w*", &pieces_arg, &start, &layout[0], &layout[1], &layout[2],
-                          &layout[3], &layout[4], &layout[5], &layout[6], &layout[7], &roles, &totals))
+    if (!PyArg_ParseTuple(args, "On(nnnnnnnn)y*w*w*", &pieces_arg, &start, &layout[0], &layout[1], &layout[2],
+                          &layout[3], &layout[4], &layout[5], &layout[6], &layout[7], &roles, &totals, &out))
         return NULL;
-    PyObject *result = NULL, *sequence = NULL, *offsets_b = NULL, *points_b = NULL, *chunk_offsets_b = NULL,
-             *chunks_b = NULL, *segments_b = NULL;
+    PyObject *result = NULL, *sequence = NULL, *offsets_b = NULL, *chunk_offsets_b = NULL, *chunks_b = NULL,
+             *segments_b = NULL;
     int64_t *counts = NULL, *chunk_counts = NULL, *before = NULL, *segments = NULL, *grouped = NULL;
     int16_t *devices = NULL;
     last_t last = {NULL, NULL, 0, 0, 0};
@@ -157,8 +159,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         goto done;
     }
     memcpy(before, total, (size_t)n_devices * 32);
-    int64_t *points;
-    if ((points_b = bytes_of(5 * n_rows, &points)) == NULL) goto done; /* at most one point a row */
+    if (out.len < n_rows * 40) { /* at most one point a row */
+        PyErr_Format(PyExc_ValueError, "scan: points holds %zd bytes, %zd rows need %zd", out.len, n_rows, n_rows * 40);
+        goto done;
+    }
+    int64_t *points = out.buf;
     Py_ssize_t n_points = 0, n_segments = 0, segment_room = 0, row_number = start;
     int64_t first_time = 0, last_time = 0;
     int mixed = 0, failure = 0; /* failure: 1 a device out of range (bad_device at row_number), 2 no memory */
@@ -241,7 +246,6 @@ scanned:
         for (Py_ssize_t k = 0; k < n_points; k++) memcpy(grouped + 5 * counts[devices[k]]++, points + 5 * k, 40);
         memcpy(points, grouped, (size_t)n_points * 40);
     }
-    if (_PyBytes_Resize(&points_b, n_points * 40) < 0) goto done; /* points_b is NULL on failure */
     for (size_t e = 0; e < last.count; e++) chunk_counts[last.entries[e].device]++;
     chunk_offsets[0] = 0;
     for (Py_ssize_t d = 0; d < n_devices; d++) chunk_offsets[d + 1] = chunk_offsets[d] + chunk_counts[d];
@@ -254,11 +258,10 @@ scanned:
         c[0] = last.entries[e].device, c[1] = role_of[(unsigned char)row[at[KIND]]], c[2] = last.entries[e].address;
         c[3] = read64(row + at[SIZE]), c[4] = read64(row + at[REQUESTED]), c[5] = tag;
     }
-    result = Py_BuildValue("(nLLOOOOO)", n_rows, (long long)first_time, (long long)last_time, offsets_b, points_b,
+    result = Py_BuildValue("(nLLOOOO)", n_rows, (long long)first_time, (long long)last_time, offsets_b,
                            chunk_offsets_b, chunks_b, segments_b);
 done:
     Py_XDECREF(offsets_b);
-    Py_XDECREF(points_b);
     Py_XDECREF(chunk_offsets_b);
     Py_XDECREF(chunks_b);
     Py_XDECREF(segments_b);
@@ -275,6 +278,7 @@ done:
     Py_XDECREF(sequence);
     PyBuffer_Release(&roles);
     PyBuffer_Release(&totals);
+    PyBuffer_Release(&out);
     return result;
 }
 

@@ -32,7 +32,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import ROW_DTYPE, Kind
 from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints"]
+__all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints", "thin_points"]
 
 _ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
                                               Kind.SPLIT, Kind.MERGE, Kind.OOM, Kind.SEGMENT_MAP,
@@ -60,6 +60,19 @@ class LivePoints:
 
     def __len__(self) -> int:
         return len(self.index)
+
+
+_POINT_FIELDS = ("index", "time_ns", "bytes_in_use", "bytes_requested", "pool_bytes")
+
+
+def thin_points(points: LivePoints, most: int | None) -> LivePoints:
+    """At most ``most`` of ``points`` (all with None; else evenly spaced, always keeping the one
+    of most bytes in use and the last), in arrays of their own."""
+    if most is None or len(points) <= most:
+        return LivePoints(*(np.array(getattr(points, name)) for name in _POINT_FIELDS))
+    keep = np.unique(np.concatenate([np.linspace(0, len(points) - 1, most - 1).astype(np.int64),
+                                     [int(np.argmax(points.bytes_in_use))]]))  # fmt: skip
+    return LivePoints(*(getattr(points, name)[keep] for name in _POINT_FIELDS))
 
 
 @dataclass
@@ -133,6 +146,7 @@ class LiveFollower:
         self.first_time_ns: int | None = None  # time of the log's first row (ns), once read
         self.last_time_ns: int | None = None  # time of the last row read (ns)
         self.heaps: dict[str, LiveHeap] = {}
+        self._points = np.empty(0, dtype=np.int64)  # the compiled pass writes points here, reused
 
     def heap(self, device: str) -> LiveHeap:
         return self.heaps.setdefault(device, LiveHeap())
@@ -183,28 +197,35 @@ class LiveFollower:
             inside = (found >= 0) & (address < (bases + sizes)[np.maximum(found, 0)])
         return HeapArrays(device, bases, sizes, address[inside], size[inside], requested[inside])
 
-    def update(self) -> dict[str, tuple[LivePoints, bool]]:
+    def update(self, *, most: int | None = None) -> dict[str, tuple[LivePoints, bool]]:
         """Read the new rows: per device with new allocator events, (its new timeline points,
-        whether its heap changed)."""
+        whether its heap changed). With ``most``, at most that many points a device
+        (``thin_points``): what a view draws, without making room for every point."""
+        if most is not None and most < 2:
+            raise ValueError(f"most must be None or >= 2, got {most!r}")
         start = self.position
         scan = kernel_function("scan", "_livekernel")
         if scan is None:
-            return self._update_numpy(start)
+            return {name: (thin_points(points, most), changed)
+                    for name, (points, changed) in self._update_numpy(start).items()}  # fmt: skip
         names = self.log.device_names
         totals = np.zeros((len(names), 4), dtype=np.int64)  # per device id: in use, requested, pool, events
         for device_id, name in enumerate(names):
             if (heap := self.heaps.get(name)) is not None:
                 totals[device_id] = (heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes, heap.events)
         pieces = self.log.row_pieces_since(start)  # the flushed blocks themselves: no copy, no gathers
-        n, first_ns, last_ns, *parts = scan(pieces, start, _LAYOUT, _ROLES, totals)
+        rows = sum(len(piece) for piece in pieces) // _LAYOUT[0]
+        if len(self._points) < 5 * rows:  # room for a point a row, kept for the next updates
+            self._points = np.empty(5 * rows + rows // 2, dtype=np.int64)
+        n, first_ns, last_ns, *parts = scan(pieces, start, _LAYOUT, _ROLES, totals, self._points)
         if not n:
             return {}
         self.position = start + n
         self.first_time_ns = first_ns if self.first_time_ns is None else self.first_time_ns
         self.last_time_ns = last_ns
-        offsets_b, points_b, chunk_offsets_b, chunks, segments_b = parts
+        offsets_b, chunk_offsets_b, chunks, segments_b = parts
         offsets, chunk_offsets = np.frombuffer(offsets_b, np.int64), np.frombuffer(chunk_offsets_b, np.int64)
-        points = np.frombuffer(points_b, np.int64).reshape(-1, 5)
+        points = self._points[: 5 * int(offsets[-1])].reshape(-1, 5)
         segments = np.frombuffer(segments_b, np.int64).reshape(-1, 4)
         apply_chunks = kernel_function("apply_chunks", "_livekernel")
         assert apply_chunks is not None
@@ -219,7 +240,7 @@ class LiveFollower:
             for _, role, address, size in mine:  # in order (few): an address's last event decides
                 _apply_segment(heap.segments, role, address, size)
             lo, hi = int(offsets[device_id]), int(offsets[device_id + 1])
-            result[name] = (LivePoints(*points[lo:hi].T), last > first or bool(mine))
+            result[name] = (thin_points(LivePoints(*points[lo:hi].T), most), last > first or bool(mine))
         return result
 
     def _update_numpy(self, start: int) -> dict[str, tuple[LivePoints, bool]]:

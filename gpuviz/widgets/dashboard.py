@@ -116,15 +116,6 @@ def _concat(first: LivePoints, second: LivePoints) -> LivePoints:
     return LivePoints(*(np.concatenate([getattr(first, f), getattr(second, f)]) for f in _FIELDS))
 
 
-def _thin(points: LivePoints, most: int) -> LivePoints:
-    """At most ``most`` of ``points`` (evenly spaced, always keeping the highest and the last)."""
-    if len(points) <= most:
-        return points
-    keep = np.unique(np.concatenate([np.linspace(0, len(points) - 1, most - 1).astype(np.int64),
-                                     [int(np.argmax(points.bytes_in_use))]]))  # fmt: skip
-    return _take(points, keep)
-
-
 def _reduce(points: LivePoints, most: int) -> LivePoints:
     """About ``most`` of ``points``: in each of ``most // 2`` runs of equal length, the point of
     most bytes in use and the run's last point (so peaks and the newest point stay drawn)."""
@@ -245,7 +236,7 @@ class Dashboard(anywidget.AnyWidget):
         with self._lock, self.hold_sync():  # one state message per update
             start = time.perf_counter()
             follower = self._follower
-            updates = follower.update()
+            updates = follower.update(most=_LIVE_POINTS_PER_UPDATE)
             heaps = follower.heaps
             device = self.options.device if self.options.device in heaps else None
             if device is None and heaps:
@@ -257,7 +248,7 @@ class Dashboard(anywidget.AnyWidget):
                 self._live_device, self._drawn, changed = device, None, True
                 self.devices, self.device = [device], device
             if device is not None and points is not None and len(points):
-                self._append_points(device, _thin(points, _LIVE_POINTS_PER_UPDATE), t0)
+                self._append_points(device, points, t0)
             elif device is not None and self._drawn is None:
                 self.timeline_json = to_json(_live_timeline(device, None, t0))
             self._map_stale = self._map_stale or changed
