@@ -102,6 +102,10 @@ class HeapArrays:
     requested: np.ndarray
 
 
+KEEP_ROWS = 1 << 18
+"""The follower keeps room for the points of this many rows between updates (40 bytes a row);
+a bigger backlog (a first look at a long log) gets room of its own, given back after."""
+
 _IS_ALLOCATOR = np.zeros(256, dtype=bool)  # indexed by kind code: cheaper than ``np.isin``
 _IS_ALLOCATOR[_ALLOCATOR_KINDS] = True
 
@@ -215,9 +219,11 @@ class LiveFollower:
                 totals[device_id] = (heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes, heap.events)
         pieces = self.log.row_pieces_since(start)  # the flushed blocks themselves: no copy, no gathers
         rows = sum(len(piece) for piece in pieces) // _LAYOUT[0]
-        if len(self._points) < 5 * rows:  # room for a point a row, kept for the next updates
-            self._points = np.empty(5 * rows + rows // 2, dtype=np.int64)
-        n, first_ns, last_ns, *parts = scan(pieces, start, _LAYOUT, _ROLES, totals, self._points)
+        buffer = self._points  # room for a point a row, kept for the next updates (up to KEEP_ROWS)
+        if len(buffer) < 5 * rows:
+            buffer = np.empty(5 * rows + rows // 2, dtype=np.int64)
+            self._points = buffer if rows <= KEEP_ROWS else self._points
+        n, first_ns, last_ns, *parts = scan(pieces, start, _LAYOUT, _ROLES, totals, buffer)
         if not n:
             return {}
         self.position = start + n
@@ -225,7 +231,7 @@ class LiveFollower:
         self.last_time_ns = last_ns
         offsets_b, chunk_offsets_b, chunks, segments_b = parts
         offsets, chunk_offsets = np.frombuffer(offsets_b, np.int64), np.frombuffer(chunk_offsets_b, np.int64)
-        points = self._points[: 5 * int(offsets[-1])].reshape(-1, 5)
+        points = buffer[: 5 * int(offsets[-1])].reshape(-1, 5)
         segments = np.frombuffer(segments_b, np.int64).reshape(-1, 4)
         apply_chunks = kernel_function("apply_chunks", "_livekernel")
         assert apply_chunks is not None
