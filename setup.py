@@ -64,6 +64,12 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(  # LiveFollower.update's pass over the new rows (gpuviz.analysis.live)
+            "gpuviz.analysis._livekernel",
+            sources=["gpuviz/analysis/_livekernel.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(
             "gpuviz.analysis._replaykernel",
             sources=["gpuviz/analysis/_replaykernel.c"],

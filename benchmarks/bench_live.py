@@ -2,8 +2,10 @@
 script times the widget messages as a front-end receives them on iopub.
 
 Reported per cell: first draw (request -> the first figure the dashboard sends), live
-updates while the cell ran (each changes the header) and their rate, the cell's own time with the
-dashboard against the same cell run plainly (the cost), and the empty-cell overhead.
+updates while the cell ran (each changes the header) and their rate, the dashboard thread's CPU
+time as a share of the cell's wall time and per update (what it takes from the cell, less
+sensitive to load from elsewhere than wall times), the cell's own time with the dashboard
+against the same cell run plainly (the cost), and the empty-cell overhead.
 
 Run by hand:  .venv/bin/python benchmarks/bench_live.py [--busy-ops N]
 
@@ -41,7 +43,10 @@ print(f"cell {time.perf_counter() - start:.4f} {time.thread_time() - cpu:.4f}")
 """
 
 REPEAT = 3
-CPU = "print(f\"cell {get_ipython().magics_manager.registry['GpuvizMagics'].dashboard.live_cpu_seconds:.6f}\")"
+CPU = (
+    "board = get_ipython().magics_manager.registry['GpuvizMagics'].dashboard\n"
+    "print(f'cell {board.live_cpu_seconds:.6f} {board.live_updates}')"
+)  # its thread's CPU time, its updates
 
 
 def run(client: Any, code: str) -> dict[str, Any]:
@@ -99,23 +104,27 @@ def main() -> None:
         print(f"empty %%gpuviz cell: {min(empty) * 1e3:.0f} ms (plain empty cell {min(plain) * 1e3:.0f} ms)"
               f" -> overhead {(min(empty) - min(plain)) * 1e3:.0f} ms")  # fmt: skip
         for name, code in (("sleepy 10 s cell", SLEEPY), ("busy cell", busy)):  # best of REPEAT each
-            bares, lives, cpus = [], [], []
+            bares, lives, cpus, counts = [], [], [], []
             for _ in range(REPEAT):  # alternated, so that load from elsewhere hits both alike
                 bares.append(run(client, code))
                 lives.append(run(client, "%%gpuviz\n" + code))
-                cpus.append(run(client, CPU)["cell"])  # the dashboard thread's CPU time during the cell
+                spent = run(client, CPU)  # the dashboard thread's CPU time during the cell, its updates
+                cpus.append(spent["cell"])
+                counts.append(spent["cell_cpu"])
             best = min(range(REPEAT), key=lambda i: lives[i]["cell"])
-            bare, live, cpu = min(b["cell"] for b in bares), lives[best], cpus[best]
+            bare, live, cpu, count = min(b["cell"] for b in bares), lives[best], cpus[best], counts[best]
             during = [t for t in live["updates"] if t <= live["cell"]]
             rate = len(during) / live["cell"]
             print(f"{name}: plain {bare:.2f} s, with the live dashboard {live['cell']:.2f} s"
                   f" ({100 * (live['cell'] / bare - 1):+.1f} %); dashboard thread CPU {cpu * 1e3:.0f} ms"
-                  f" = {100 * cpu / live['cell']:.1f} % of the cell; first draw {live['first_draw'] * 1e3:.0f} ms"
+                  f" = {100 * cpu / live['cell']:.1f} % of the cell, {1e3 * cpu / max(count, 1):.1f} ms an update;"
+                  f" first draw {live['first_draw'] * 1e3:.0f} ms"
                   f" after the request; {len(during)} updates while it ran ({rate:.1f} Hz)")  # fmt: skip
             pairs = ", ".join(f"{b['cell']:.2f}/{lv['cell']:.2f} s {100 * (lv['cell'] / b['cell'] - 1):+.0f} %"
                               f" (main thread CPU {b['cell_cpu']:.2f}/{lv['cell_cpu']:.2f} s)"
-                              f" {len([t for t in lv['updates'] if t <= lv['cell']]) / lv['cell']:.1f} Hz"
-                              for b, lv in zip(bares, lives, strict=True))  # fmt: skip
+                              f" {len([t for t in lv['updates'] if t <= lv['cell']]) / lv['cell']:.1f} Hz,"
+                              f" thread CPU {100 * c / lv['cell']:.1f} %, {1e3 * c / max(n, 1):.1f} ms an update"
+                              for b, lv, c, n in zip(bares, lives, cpus, counts, strict=True))  # fmt: skip
             print(f"  each alternated pair, plain/live: {pairs}")
     finally:
         client.stop_channels()

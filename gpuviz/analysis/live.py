@@ -1,9 +1,11 @@
 """Following a log while it grows: what a live view needs, at a cost proportional to the
 events that are new since the last look (never to the whole log).
 
-``LiveFollower(log).update()`` reads the rows appended since its previous call (NumPy over
-the new part of the columns, no Python loop per event) and returns, per device with
-allocator events among them, the timeline points to append and whether its heap changed.
+``LiveFollower(log).update()`` reads the rows appended since its previous call and returns,
+per device with allocator events among them, the timeline points to append and whether its
+heap changed. It reads the packed rows in one compiled pass (``gpuviz.analysis._livekernel``,
+where a C compiler built it); its NumPy twin (no Python loop per event, ``GPUVIZ_NATIVE=0``)
+gives the same points and heaps.
 ``heap(device)`` gives the newest in-use chunks and segments of a device.
 
 The newest heap follows from the net effect of the new events: an address's last
@@ -17,17 +19,20 @@ at once). Sizes in bytes, times in ns.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
+from gpuviz.analysis.native import kernel_function
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import EventLog
-from gpuviz.log.schema import Kind
+from gpuviz.log.schema import ROW_DTYPE, Kind
 from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints"]
+__all__ = ["HeapArrays", "LiveFollower", "LiveHeap", "LivePoints", "thin_points"]
 
 _ALLOCATOR_KINDS = np.array([int(k) for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE,
                                               Kind.SPLIT, Kind.MERGE, Kind.OOM, Kind.SEGMENT_MAP,
@@ -57,6 +62,19 @@ class LivePoints:
         return len(self.index)
 
 
+_POINT_FIELDS = ("index", "time_ns", "bytes_in_use", "bytes_requested", "pool_bytes")
+
+
+def thin_points(points: LivePoints, most: int | None) -> LivePoints:
+    """At most ``most`` of ``points`` (all with None; else evenly spaced, always keeping the one
+    of most bytes in use and the last), in arrays of their own."""
+    if most is None or len(points) <= most:
+        return LivePoints(*(np.array(getattr(points, name)) for name in _POINT_FIELDS))
+    keep = np.unique(np.concatenate([np.linspace(0, len(points) - 1, most - 1).astype(np.int64),
+                                     [int(np.argmax(points.bytes_in_use))]]))  # fmt: skip
+    return LivePoints(*(getattr(points, name)[keep] for name in _POINT_FIELDS))
+
+
 @dataclass
 class LiveHeap:
     """The newest heap of one device: chunks in use ``address -> (size, requested, tag
@@ -84,8 +102,37 @@ class HeapArrays:
     requested: np.ndarray
 
 
+KEEP_ROWS = 1 << 18
+"""The follower keeps room for the points of this many rows between updates (40 bytes a row);
+a bigger backlog (a first look at a long log) gets room of its own, given back after."""
+
 _IS_ALLOCATOR = np.zeros(256, dtype=bool)  # indexed by kind code: cheaper than ``np.isin``
 _IS_ALLOCATOR[_ALLOCATOR_KINDS] = True
+
+# The role of each kind code in the compiled pass (``_livekernel.c`` names them alike).
+_OTHER, _ROLE_ALLOC, _ROLE_FREE, _ROLE_SEGMENT_ALLOC, _ROLE_SEGMENT_FREE, _ROLE_MAP, _ROLE_UNMAP = range(1, 8)
+_ROLE_OF = {Kind.SPLIT: _OTHER, Kind.MERGE: _OTHER, Kind.OOM: _OTHER, Kind.ALLOC: _ROLE_ALLOC, Kind.FREE: _ROLE_FREE,
+            Kind.SEGMENT_ALLOC: _ROLE_SEGMENT_ALLOC, Kind.SEGMENT_FREE: _ROLE_SEGMENT_FREE,
+            Kind.SEGMENT_MAP: _ROLE_MAP, Kind.SEGMENT_UNMAP: _ROLE_UNMAP}  # fmt: skip
+_ROLES = bytes(_ROLE_OF.get(code, 0) for code in range(256))  # type: ignore[call-overload]
+assert sorted(int(k) for k in _ROLE_OF) == sorted(_ALLOCATOR_KINDS.tolist())
+_LAYOUT_FIELDS = {"time_ns": "<i8", "kind": "|u1", "device": "<i2", "address": "<i8", "size": "<i8",
+                  "requested": "<i8", "tag": "<i4"}  # fmt: skip
+_ROW_FIELDS: Mapping[str, tuple[Any, ...]] = ROW_DTYPE.fields or {}
+assert all(_ROW_FIELDS[name][0].str == dt for name, dt in _LAYOUT_FIELDS.items())
+_LAYOUT = (ROW_DTYPE.itemsize, *(int(_ROW_FIELDS[name][1]) for name in _LAYOUT_FIELDS))
+
+
+def _apply_segment(segments: dict[int, int], role: int, address: int, size: int) -> None:
+    """One segment event (by its role) on ``segments`` (base -> size, bytes)."""
+    if role == _ROLE_SEGMENT_ALLOC:
+        segments[address] = size
+    elif role == _ROLE_SEGMENT_FREE:
+        segments.pop(address, None)
+    elif role == _ROLE_MAP:
+        map_range(segments, address, size)
+    else:
+        unmap_range(segments, address, size)
 
 
 def _last_per_address(addresses: np.ndarray) -> np.ndarray:
@@ -103,6 +150,7 @@ class LiveFollower:
         self.first_time_ns: int | None = None  # time of the log's first row (ns), once read
         self.last_time_ns: int | None = None  # time of the last row read (ns)
         self.heaps: dict[str, LiveHeap] = {}
+        self._points = np.empty(0, dtype=np.int64)  # the compiled pass writes points here, reused
 
     def heap(self, device: str) -> LiveHeap:
         return self.heaps.setdefault(device, LiveHeap())
@@ -153,11 +201,58 @@ class LiveFollower:
             inside = (found >= 0) & (address < (bases + sizes)[np.maximum(found, 0)])
         return HeapArrays(device, bases, sizes, address[inside], size[inside], requested[inside])
 
-    def update(self) -> dict[str, tuple[LivePoints, bool]]:
+    def update(self, *, most: int | None = None) -> dict[str, tuple[LivePoints, bool]]:
         """Read the new rows: per device with new allocator events, (its new timeline points,
-        whether its heap changed)."""
+        whether its heap changed). With ``most``, at most that many points a device
+        (``thin_points``): what a view draws, without making room for every point."""
+        if most is not None and most < 2:
+            raise ValueError(f"most must be None or >= 2, got {most!r}")
         start = self.position
-        new = self.log.rows_since(start)  # packed rows: each field below is one strided gather
+        scan = kernel_function("scan", "_livekernel")
+        if scan is None:
+            return {name: (thin_points(points, most), changed)
+                    for name, (points, changed) in self._update_numpy(start).items()}  # fmt: skip
+        names = self.log.device_names
+        totals = np.zeros((len(names), 4), dtype=np.int64)  # per device id: in use, requested, pool, events
+        for device_id, name in enumerate(names):
+            if (heap := self.heaps.get(name)) is not None:
+                totals[device_id] = (heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes, heap.events)
+        pieces = self.log.row_pieces_since(start)  # the flushed blocks themselves: no copy, no gathers
+        rows = sum(len(piece) for piece in pieces) // _LAYOUT[0]
+        buffer = self._points  # room for a point a row, kept for the next updates (up to KEEP_ROWS)
+        if len(buffer) < 5 * rows:
+            buffer = np.empty(5 * rows + rows // 2, dtype=np.int64)
+            self._points = buffer if rows <= KEEP_ROWS else self._points
+        n, first_ns, last_ns, *parts = scan(pieces, start, _LAYOUT, _ROLES, totals, buffer)
+        if not n:
+            return {}
+        self.position = start + n
+        self.first_time_ns = first_ns if self.first_time_ns is None else self.first_time_ns
+        self.last_time_ns = last_ns
+        offsets_b, chunk_offsets_b, chunks, segments_b = parts
+        offsets, chunk_offsets = np.frombuffer(offsets_b, np.int64), np.frombuffer(chunk_offsets_b, np.int64)
+        points = buffer[: 5 * int(offsets[-1])].reshape(-1, 5)
+        segments = np.frombuffer(segments_b, np.int64).reshape(-1, 4)
+        apply_chunks = kernel_function("apply_chunks", "_livekernel")
+        assert apply_chunks is not None
+        result: dict[str, tuple[LivePoints, bool]] = {}
+        for device_id in np.flatnonzero(np.diff(offsets)).tolist():
+            name = names[device_id]
+            heap = self.heap(name)
+            heap.bytes_in_use, heap.bytes_requested, heap.pool_bytes, heap.events = totals[device_id].tolist()
+            first, last = int(chunk_offsets[device_id]), int(chunk_offsets[device_id + 1])
+            apply_chunks(chunks, first, last, heap.chunks)
+            mine = segments[segments[:, 0] == device_id].tolist() if len(segments) else []
+            for _, role, address, size in mine:  # in order (few): an address's last event decides
+                _apply_segment(heap.segments, role, address, size)
+            lo, hi = int(offsets[device_id]), int(offsets[device_id + 1])
+            result[name] = (thin_points(LivePoints(*points[lo:hi].T), most), last > first or bool(mine))
+        return result
+
+    def _update_numpy(self, start: int) -> dict[str, tuple[LivePoints, bool]]:
+        """``update`` in NumPy (the compiled pass's twin): each field of the allocator rows one
+        strided gather."""
+        new = self.log.rows_since(start)  # packed rows (ROW_DTYPE)
         if not len(new):
             return {}
         self.position = start + len(new)
@@ -207,14 +302,7 @@ class LiveFollower:
             segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE) | np.isin(k, _GROWING))
             for kind, address, size in zip(k[segment_events].tolist(), a[segment_events].tolist(),
                                            s[segment_events].tolist(), strict=True):  # fmt: skip
-                if kind == _SEGMENT_ALLOC:
-                    heap.segments[address] = size
-                elif kind == _SEGMENT_FREE:
-                    heap.segments.pop(address, None)
-                elif kind == _SEGMENT_MAP:
-                    map_range(heap.segments, address, size)
-                else:
-                    unmap_range(heap.segments, address, size)
+                _apply_segment(heap.segments, _ROLES[kind], address, size)
             return True
         segment_events = np.flatnonzero((k == _SEGMENT_ALLOC) | (k == _SEGMENT_FREE))
         if len(segment_events):

@@ -1,4 +1,5 @@
-"""The analysis passes compiled in ``gpuviz.analysis._replaykernel``, where a C compiler built it.
+"""The analysis passes compiled in ``gpuviz.analysis._replaykernel`` (and the live follower's in
+``gpuviz.analysis._livekernel``), where a C compiler built them.
 
 Each compiled pass has a NumPy or Python twin that gives exactly the same result (tests hold
 them together); ``GPUVIZ_NATIVE=0`` makes every caller use the twin.
@@ -14,12 +15,13 @@ from typing import Any
 __all__ = ["kernel_function"]
 
 
-def kernel_function(name: str) -> Callable[..., Any] | None:
-    """The compiled pass ``name``, or None without the compiled module (or with ``GPUVIZ_NATIVE=0``)."""
+def kernel_function(name: str, module: str = "_replaykernel") -> Callable[..., Any] | None:
+    """The compiled pass ``name`` of ``gpuviz.analysis.<module>``, or None without the compiled
+    module (or with ``GPUVIZ_NATIVE=0``)."""
     if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
         return None
     try:  # importlib: a compiled module has no imports of its own for the layering check to follow
-        function: Callable[..., Any] = getattr(importlib.import_module("gpuviz.analysis._replaykernel"), name)
+        function: Callable[..., Any] = getattr(importlib.import_module(f"gpuviz.analysis.{module}"), name)
     except (ImportError, AttributeError):  # built without a C compiler
         return None
     return function

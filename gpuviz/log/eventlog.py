@@ -341,6 +341,12 @@ class EventLog:
         copy of those rows only): what a live view reads each time it comes back. Rows still
         in flushed blocks are copied from the blocks, which stay unsplit (``columns`` splits
         them when the whole log is read), so the cost is that of the new rows alone."""
+        return np.frombuffer(b"".join(self.row_pieces_since(start)), dtype=ROW_DTYPE)  # blocks never change: no lock
+
+    def row_pieces_since(self, start: int) -> list[bytes | memoryview]:
+        """The rows from position ``start`` on as packed ``ROW_STRUCT`` pieces in order, not
+        joined: read-only views of the flushed blocks that hold them (blocks never change), and
+        the rows already split into columns packed again."""
         if not isinstance(start, (int, np.integer)) or start < 0:
             raise ValueError(f"start must be a row position >= 0, got {start!r}")
         with self._lock:
@@ -358,7 +364,7 @@ class EventLog:
                 for name in ROW_COLUMNS:
                     rows[name] = self._columns[name][start : self._n_columns]
                 pieces.append(rows.tobytes())
-        return np.frombuffer(b"".join(reversed(pieces)), dtype=ROW_DTYPE)  # blocks never change: no lock
+        return pieces[::-1]
 
     def column(self, name: str) -> np.ndarray:
         if name not in DTYPES:

@@ -4,7 +4,9 @@ once per kernel). One widget is one comm, so showing a dashboard costs a few mil
 
 ``live=True`` follows the log from a background thread while it grows (never the kernel's
 main thread): at most ``rate_hz`` times a second, and never more often than keeps the
-thread's own CPU time under ``budget`` (5 %) of wall time. Each live update costs what is new
+thread's own CPU time under ``budget`` (5 %) of wall time (``Pacer``: over any stretch, with
+at most ``BURST_S`` seconds' worth of budget saved up, so that one dearer update does not
+postpone the next). Each live update costs what is new
 since the last one (``LiveFollower``, which reads only the new rows): new timeline points are
 appended to the drawn trace (when too many are drawn, the drawn ones are reduced, the log is
 not read again), and the map is sent again only when the heap changed, and no more often than
@@ -48,7 +50,7 @@ from gpuviz.views.timeline import timeline
 from gpuviz.widgets.frontend import DASHBOARD_CSS, DASHBOARD_ESM
 from gpuviz.widgets.plots import PlotlyLibrary, plotly_library, to_json
 
-__all__ = ["Dashboard"]
+__all__ = ["BURST_S", "Dashboard", "Pacer"]
 
 _LIVE_POINTS_PER_UPDATE = 200  # at most this many new timeline points per live update
 MAP_SHARE = 0.02
@@ -56,6 +58,30 @@ MAP_SHARE = 0.02
 LIVE_EXACT_CHUNKS = 256
 """The live map draws each chunk up to this many chunks in use, more in buckets (``live_map``)."""
 MiB = float(1 << 20)
+BURST_S = 1.0
+"""The live thread saves up at most this many seconds' worth of its CPU budget (``Pacer``)."""
+
+
+class Pacer:
+    """When live updates are due (``time.perf_counter`` seconds): at most ``rate_hz`` a second,
+    on a fixed schedule (late wake-ups do not add up), and within ``budget`` of wall time in the
+    thread's CPU time. The budget accrues as wall time passes, up to ``BURST_S`` seconds' worth;
+    an update spends its CPU time from it, and while it is overspent the next update waits
+    until it is paid back."""
+
+    def __init__(self, *, rate_hz: float, budget: float, now: float) -> None:
+        self.rate_hz, self.budget = rate_hz, budget
+        self.due = now  # when the next update is due
+        self.credit = 0.0  # CPU seconds that may be spent at once (negative: overspent)
+        self._last = now
+
+    def spent(self, cost: float, now: float) -> float:
+        """Record an update that took ``cost`` seconds of CPU time and ended at ``now``; returns
+        when the next one is due."""
+        self.credit = min(self.credit + (now - self._last) * self.budget, self.budget * BURST_S) - cost
+        self._last = now
+        self.due = max(self.due + 1.0 / self.rate_hz, now + max(0.0, -self.credit) / self.budget)
+        return self.due
 
 
 def _live_timeline(device: str, points: LivePoints | None, t0_ns: int) -> dict[str, Any]:
@@ -88,15 +114,6 @@ def _take(points: LivePoints, keep: np.ndarray) -> LivePoints:
 
 def _concat(first: LivePoints, second: LivePoints) -> LivePoints:
     return LivePoints(*(np.concatenate([getattr(first, f), getattr(second, f)]) for f in _FIELDS))
-
-
-def _thin(points: LivePoints, most: int) -> LivePoints:
-    """At most ``most`` of ``points`` (evenly spaced, always keeping the highest and the last)."""
-    if len(points) <= most:
-        return points
-    keep = np.unique(np.concatenate([np.linspace(0, len(points) - 1, most - 1).astype(np.int64),
-                                     [int(np.argmax(points.bytes_in_use))]]))  # fmt: skip
-    return _take(points, keep)
 
 
 def _reduce(points: LivePoints, most: int) -> LivePoints:
@@ -197,16 +214,16 @@ class Dashboard(anywidget.AnyWidget):
 
     def _run(self) -> None:
         log = logging.getLogger("gpuviz")
-        due = time.perf_counter()  # updates are due on a fixed schedule, so late wake-ups do not add up
+        pacer = Pacer(rate_hz=self.rate_hz, budget=self.budget, now=time.perf_counter())
         while True:
-            start, cpu = time.perf_counter(), time.thread_time()
+            cpu = time.thread_time()
             try:
                 self.live_update()
             except Exception:  # an update must never kill the thread; the next one retries
                 log.exception("dashboard update failed")
             cost = time.thread_time() - cpu  # this thread's CPU time: what the update took from the cell
             self.live_cpu_seconds += cost
-            due = max(due + 1.0 / self.rate_hz, start + cost / self.budget)
+            due = pacer.spent(cost, time.perf_counter())
             if self._stop.wait(max(0.0, due - time.perf_counter())):
                 break
         try:
@@ -219,7 +236,7 @@ class Dashboard(anywidget.AnyWidget):
         with self._lock, self.hold_sync():  # one state message per update
             start = time.perf_counter()
             follower = self._follower
-            updates = follower.update()
+            updates = follower.update(most=_LIVE_POINTS_PER_UPDATE)
             heaps = follower.heaps
             device = self.options.device if self.options.device in heaps else None
             if device is None and heaps:
@@ -231,7 +248,7 @@ class Dashboard(anywidget.AnyWidget):
                 self._live_device, self._drawn, changed = device, None, True
                 self.devices, self.device = [device], device
             if device is not None and points is not None and len(points):
-                self._append_points(device, _thin(points, _LIVE_POINTS_PER_UPDATE), t0)
+                self._append_points(device, points, t0)
             elif device is not None and self._drawn is None:
                 self.timeline_json = to_json(_live_timeline(device, None, t0))
             self._map_stale = self._map_stale or changed
