@@ -3,13 +3,13 @@ the same points, heaps and totals on random logs, read in random steps."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 from unittest import mock
 
 import numpy as np
 import pytest
+from built import built
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,16 +18,9 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.log.segments import map_range, unmap_range
 
-
-def _kernel_built() -> bool:
-    try:
-        importlib.import_module("gpuviz.analysis._livekernel")
-    except ImportError:
-        return False
-    return True
-
-
-needs_kernel = pytest.mark.skipif(not _kernel_built(), reason="the live kernel is not built (no C compiler)")
+needs_kernel = pytest.mark.skipif(
+    not built("gpuviz.analysis._livekernel"), reason="the live kernel is not built (no C compiler)"
+)
 
 PAGE = 4096
 BASE = 1 << 40

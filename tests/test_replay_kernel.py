@@ -6,6 +6,7 @@ import importlib
 
 import numpy as np
 import pytest
+from built import built
 
 from gpuviz import EventLog, SimUpstream, replay, timeline_series
 from gpuviz.analysis import replay as replay_module
@@ -13,16 +14,9 @@ from gpuviz.analysis import timeline as timeline_module
 from gpuviz.capture.native import allocator_class
 from gpuviz.log.schema import Kind
 
-
-def _kernel_built() -> bool:
-    try:
-        importlib.import_module("gpuviz.analysis._replaykernel")
-    except ImportError:
-        return False
-    return True
-
-
-needs_kernel = pytest.mark.skipif(not _kernel_built(), reason="the replay kernel is not built (no C compiler)")
+needs_kernel = pytest.mark.skipif(
+    not built("gpuviz.analysis._replaykernel"), reason="the replay kernel is not built (no C compiler)"
+)
 
 
 def two_device_log(n_steps: int, seed: int) -> EventLog:
@@ -103,7 +97,7 @@ def _timeline_by_the_definition(log: EventLog, device_id: int) -> dict[str, np.n
 @pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "NumPy"])
 @pytest.mark.parametrize("devices", [1, 2])
 def test_timeline_series_equal_their_definition(devices: int, native: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if native == "1" and not _kernel_built():
+    if native == "1" and not built("gpuviz.analysis._replaykernel"):
         pytest.skip("the replay kernel is not built (no C compiler)")
     if devices == 2:
         log = two_device_log(1500, seed=5)
