@@ -187,6 +187,11 @@ def test_dashboard_opens_at_the_oom_in_jupyterlab(browser, lab_server) -> None: 
         "document.querySelector('.gpuviz-dashboard .gpuviz-map').data.find(t => t.name === 'failed request').x"
     )
     assert ghost == [12 << 20]
+    heights = page.evaluate(  # the final map's own layout, drawn whole: 220 px + 28 px for each of 5 segments
+        "(m => [m.layout.height, Math.round(m.getBoundingClientRect().height)])"
+        "(document.querySelector('.gpuviz-dashboard .gpuviz-map'))"
+    )
+    assert heights == [360, 360]
     assert page.locator(".gpuviz-dashboard .gpuviz-map .bars path").count() >= 10
     rows = page.eval_on_selector_all(  # segment rows top to bottom, as drawn
         ".gpuviz-dashboard .gpuviz-map .ytick text", "ts => ts.map(t => [t.getBoundingClientRect().y, t.textContent])"

@@ -104,16 +104,33 @@ async function render({ model, el }) {
     slider.disabled = !model.get("scrubbable");
   };
   const Plotly = await plotly();
+  // One draw at a time per plot: Plotly.react is asynchronous, and a second one started before the
+  // first ends can leave the plot with one figure's data and the other's layout (a live map's layout,
+  // which has no height, under the final map's bars: the map clipped). A change that arrives while a
+  // draw runs is drawn when it ends, from the model's latest figure.
+  const busy = {}, again = {};
   const draw = (name) => {
+    if (busy[name]) { again[name] = true; return; }
     const text = model.get(name + "_json");
     if (!text) return;
     const figure = JSON.parse(text);
-    Plotly.react(divs[name], figure.data || [], figure.layout || {}, CONFIG).then(() => count(name + "Draws"));
+    const layout = figure.layout || {};
+    const width = Math.floor(divs[name].getBoundingClientRect().width);
+    if (name === "map" && width > 0) layout.width = width;  // its box's width; its height is its own
+    busy[name] = true;
+    Promise.resolve(Plotly.react(divs[name], figure.data || [], layout, CONFIG))
+      .then(() => count(name + "Draws"))
+      .finally(() => {
+        busy[name] = false;
+        if (again[name]) { again[name] = false; draw(name); }
+      });
   };
   texts();
   controlsFromModel();
-  // the map shares its row with the pinning list, which comes and goes: redraw it to its box's width
-  const resized = new ResizeObserver(() => { if (divs.map.data) Plotly.Plots.resize(divs.map); });
+  // the map shares its row with the pinning list, which comes and goes: drawn again at its box's
+  // width (draw sets it), not with Plotly.Plots.resize, which drops a layout's height when it has no
+  // width of its own: the map's height would follow the row's other content and clip its segments.
+  const resized = new ResizeObserver(() => { if (divs.map.data) draw("map"); });
   resized.observe(divs.map);
   for (const name of Object.keys(divs)) {
     draw(name);
