@@ -104,10 +104,8 @@ async function render({ model, el }) {
     slider.disabled = !model.get("scrubbable");
   };
   const Plotly = await plotly();
-  // One draw at a time per plot: Plotly.react is asynchronous, and a second one started before the
-  // first ends can leave the plot with one figure's data and the other's layout (a live map's layout,
-  // which has no height, under the final map's bars: the map clipped). A change that arrives while a
-  // draw runs is drawn when it ends, from the model's latest figure.
+  // One draw at a time per plot (Plotly.react is asynchronous: two at once could interleave); a
+  // change that arrives while a draw runs is drawn when it ends, from the model's latest figure.
   const busy = {}, again = {};
   const draw = (name) => {
     if (busy[name]) { again[name] = true; return; }
@@ -115,8 +113,10 @@ async function render({ model, el }) {
     if (!text) return;
     const figure = JSON.parse(text);
     const layout = figure.layout || {};
-    const width = Math.floor(divs[name].getBoundingClientRect().width);
-    if (name === "map" && width > 0) layout.width = width;  // its box's width; its height is its own
+    if (name === "map") {  // its box's width; its height is its own
+      const width = Math.floor(divs.map.getBoundingClientRect().width);
+      if (width > 0) layout.width = width;
+    }
     busy[name] = true;
     Promise.resolve(Plotly.react(divs[name], figure.data || [], layout, CONFIG))
       .then(() => count(name + "Draws"))
