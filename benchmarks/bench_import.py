@@ -261,13 +261,14 @@ def bench_memory_timeline(entries: int, work: Path) -> list[dict[str, Any]]:
     path = work / f"memory_timeline_{entries}.json.gz"
     if not path.exists():
         pattern = json.loads(gzip.decompress(real.read_bytes()))
-        span = max(row[0] for row in pattern) + 1
+        times = [row[0] for row in pattern if row[0] >= 0]
+        span = max(times) - min(times) + 1
         with gzip.open(path, "wt") as out:
             out.write("[")
             for i in range(entries):
                 time_ns, action, size, category = pattern[i % len(pattern)]
-                repeat = i // len(pattern)
-                time_ns = time_ns + repeat * span if time_ns >= 0 or repeat else time_ns
+                if time_ns >= 0:  # PREEXISTING rows (-1) stay -1: placed at the time before them
+                    time_ns += i // len(pattern) * span
                 out.write(("," if i else "") + json.dumps([time_ns, action, size, category]))
             out.write("]")
     rows.append(measure(path, warmup_memory_timeline(work, compressed=True)))
