@@ -20,13 +20,16 @@ What is measured, per input, in a fresh Python process after ``import gpuviz`` (
   divides it by the content: the file's size, or for a gzip file the size of what it holds
   (a compressor's ratio says nothing about the importer).
 
-The warm-up inputs are tiny on purpose (a few hundred bytes to a few KB, made by this benchmark
-per format, or the smallest real file where it is <= 50 KB): memory the allocator keeps free
-after the warm-up (pymalloc arenas, malloc's heap) could otherwise serve the real load and hide
-part of its growth; a few KB of it cannot hide anything measurable. Where the peak cannot be
-reset (no ``/proc/self/clear_refs``, or a kernel that ignores ``5``), the row says
-``"peak_reset": false`` and ``peak_growth_bytes`` is the fresh-process growth of the real load
-(first import included), as measured before the warm-up existed; a warning says so.
+The warm-up inputs are tiny on purpose (86 B to 1 KB made by this benchmark per format, or the
+smallest real placement files, 7 and 27 KB): memory the allocator keeps free after the warm-up
+(pymalloc arenas, malloc's heap) could otherwise serve the real load and hide part of its
+growth; a few KB of it cannot hide anything measurable. The resolution is some tens of KB (RSS
+moves in pages and the kernel's counters are approximate at that scale): the growth of an input
+of a few KB is noise. Where the peak cannot be reset (no ``/proc/self/clear_refs``, or a kernel
+that ignores ``5``), the row says ``"peak_reset": false`` and ``peak_growth_bytes`` is the
+fresh-process growth of the real load (first import included), as measured before the warm-up
+existed; a warning says so. ``--fresh`` warms up with the input itself: ``first_import_bytes``
+is then the growth of a fresh process's first load of the input, the first import inside.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ print(len(log), seconds, after.ru_utime + after.ru_stime - before.ru_utime - bef
       peak_bytes() - peak_before, first_import, int(reset))
 """
 REPEAT = 3  # processes per input (--repeat): the best of each number is reported
+FRESH = False  # --fresh: warm up with the input itself
 
 
 def content_bytes(path: Path) -> int:
@@ -102,6 +106,7 @@ def measure(path: Path, warmup: Path) -> dict[str, Any]:
     events, wall and CPU seconds of the real load (the machine may be shared: CPU seconds are the
     steadier number), the first import's peak growth and the real load's peak growth (bytes),
     each the best (least) over the processes; file and content sizes."""
+    warmup = path if FRESH else warmup
     runs = []
     for _ in range(REPEAT):
         command = [sys.executable, "-c", _MEASURE, str(warmup), str(path)]
@@ -441,11 +446,12 @@ FORMATS: dict[str, Callable[[int, Path], list[dict[str, Any]]]] = {
 
 
 def main() -> None:
-    global REPEAT
+    global REPEAT, FRESH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("formats", nargs="*", help=f"formats (default: all): {', '.join(FORMATS)}")
     parser.add_argument("--entries", type=int, default=1_000_000, help="entries of the synthetic traces")
     parser.add_argument("--repeat", type=int, default=REPEAT, help="fresh processes per input (the best is kept)")
+    parser.add_argument("--fresh", action="store_true", help="warm up with the input itself (first load's growth)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "gpuviz-bench-import")
     args = parser.parse_args()
     unknown = [name for name in args.formats if name not in FORMATS]
@@ -453,7 +459,7 @@ def main() -> None:
         parser.error(f"unknown formats {unknown}; choose from {', '.join(FORMATS)}")
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
-    REPEAT = args.repeat
+    REPEAT, FRESH = args.repeat, args.fresh
     args.work.mkdir(parents=True, exist_ok=True)
     for name in args.formats or FORMATS:
         for row in FORMATS[name](args.entries, args.work):
