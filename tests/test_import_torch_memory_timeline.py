@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 
 import gpuviz
 from gpuviz import LogFormatError, replay
-from gpuviz.importers import detect
+from gpuviz.importers import detect, torch_memory_timeline
+from gpuviz.importers.source import NullProgress, Source
 from gpuviz.importers.torch_memory_timeline import CATEGORIES
 from gpuviz.log.schema import Kind
 
@@ -70,3 +72,111 @@ def test_bad_and_cut_files(tmp_path: Path) -> None:
     path.write_text(text[:-8])
     log = gpuviz.load(path)
     assert log.truncated and [e.requested for e in log.filter(kind="alloc")] == [256, 512]
+
+
+# ------------------------------------------------------------ streamed reading against reading whole
+def _read(path: Path, *, streamed: bool) -> gpuviz.EventLog | str:
+    """The log (or the error, in words) of ``path``, read as a stream or whole."""
+    try:
+        return torch_memory_timeline.read(Source(path), progress=NullProgress(), streamed=streamed)
+    except (LogFormatError, OverflowError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _assert_same(path: Path, *, never_whole: pytest.MonkeyPatch | None = None) -> gpuviz.EventLog | str:
+    """Streamed and whole: the same log (every column, string, device, meta, truncated flag) or error;
+    ``never_whole``: the streamed reading must not fall back to reading the content whole."""
+    if never_whole is None:
+        got = _read(path, streamed=True)
+    else:
+        with never_whole.context() as patch:
+            patch.setattr(Source, "read_all", lambda self: pytest.fail(f"{self.path} was read whole"))
+            got = _read(path, streamed=True)
+    want = _read(path, streamed=False)
+    if isinstance(got, str) or isinstance(want, str):
+        assert got == want
+        return got
+    assert len(got) == len(want)
+    for name, column in want.columns.items():
+        assert np.array_equal(got.columns[name], column), name
+    assert (list(got.strings), got.stacks, got.devices, got.meta) == (list(want.strings), want.stacks, want.devices,
+                                                                       want.meta)  # fmt: skip
+    assert got.truncated == want.truncated
+    return got
+
+
+def _random_rows(n: int, seed: int) -> list[list[int]]:
+    """Creates, destroys (LIFO per size and category or not), version increments and PREEXISTING rows."""
+    rng = random.Random(seed)
+    live: list[tuple[int, int]] = []
+    rows: list[list[int]] = []
+    for t in range(n):
+        if live and rng.random() < 0.45:
+            size, category = live.pop(rng.randrange(len(live)))
+            rows.append([t, 4, -size, category])
+        elif live and rng.random() < 0.1:
+            k = rng.randrange(len(live))
+            size, old = live[k]
+            live[k] = (size, rng.randrange(8))
+            rows += [[t, 3, -size, old], [t, 3, size, live[k][1]]]
+        else:
+            live.append((512 * rng.randint(1, 20), rng.randrange(8)))
+            rows.append([-1 if rng.random() < 0.01 else t, 1 if rng.random() < 0.05 else 2, *live[-1]])
+    return rows
+
+
+def test_streamed_reading_gives_the_log_of_reading_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real file (gzip and plain) and generated ones of many 16 KiB pieces, compact and indented,
+    with leading white space and a DESTROY before any CREATE: the same log as reading whole, and
+    no file of valid rows is read whole."""
+    plain = tmp_path / "raw.json"
+    plain.write_bytes(gzip.decompress(RAW.read_bytes()))
+    rows = [[5, 4, -100, 2], *_random_rows(40_000, seed=1), [10**6, 4, -100, 3]]
+    compact, indented = tmp_path / "compact.json", tmp_path / "indented.json.gz"
+    compact.write_text("\n  " + json.dumps(rows, separators=(",", ":")) + "\n")
+    indented.write_bytes(gzip.compress(json.dumps(rows, indent=1).encode()))
+    for path in (RAW, plain, compact, indented):
+        log = _assert_same(path, never_whole=monkeypatch)
+        assert isinstance(log, gpuviz.EventLog) and not log.truncated
+    log = _assert_same(compact)
+    # two events a row (a segment of its own per tensor), plus the two 100-byte tensors alive before the file
+    assert isinstance(log, gpuviz.EventLog) and len(log) == 2 * sum(1 for r in rows if r[1] != 3) + 2 * 2
+    assert "2 DESTROY rows have no earlier live tensor of their size: seeded as PREEXISTING" in log.meta["notes"]
+    assert compact.stat().st_size > 40 * torch_memory_timeline._CHUNK
+
+
+@pytest.mark.parametrize(
+    ("text", "outcome"),
+    [
+        ("[[1,2,256,4],[2,2,512,4],[3,4,-256,4]", "truncated 2"),  # cut before the list's end
+        ("[[1,2,256,4],[2,2,512,4],[3,4,-25", "truncated 2"),  # cut in a row
+        ("[[1,2,256,4],[2,2,512,4],]", "truncated 2"),  # a trailing comma
+        ("[[1,2,256,4],[2,2,512,4]] x", "truncated 2"),  # data after the list
+        ("[[1,2,256,4],[2,2,512,4]]]", "truncated 2"),
+        ("[[1,2,256,4] ,[2,2,512,4]]\n", "complete 2"),  # white space before a comma: read whole, same log
+        ("[[1,2,256,4],[2,2,256,4],[3,4,-256.0,4]]", "row 2 is [3, 4, -256.0, 4], not"),
+        ("[[1,2,256,4],[2,2,256,4],[3,4,true,4]]", "row 2 is [3, 4, True, 4], not"),
+        ("[[1,2,256,4],[2,2,256,4],[3,4,-256,4,5]]", "row 2 is [3, 4, -256, 4, 5], not"),
+        ('[[1,2,256,4],[2,2,256,4],"a],[1,2,3,4]"]', "row 2 is 'a],[1,2,3,4]', not"),
+        ("[[1,2,256,4],[2,2,256,4],[3,9,-512,4]]", "row 2 has action 9 / category 4 out of range"),
+        ("[[1,2,256,4],[2,4,-512,4]]", "complete 2"),  # a DESTROY first: a seed, then the CREATE
+    ],
+)  # fmt: skip
+def test_irregular_files_get_what_reading_whole_gives(tmp_path: Path, text: str, outcome: str) -> None:
+    for path in (tmp_path / "t.json", tmp_path / "t.json.gz"):
+        path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
+        got = _assert_same(path)
+        if isinstance(got, str):
+            assert outcome in got
+        else:
+            state, allocs = outcome.split()
+            assert got.truncated == (state == "truncated") and len(got.filter(kind="alloc")) == int(allocs)
+
+
+def test_a_cut_gzip_stream_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "cut.json.gz"
+    data = RAW.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(LogFormatError, match="the gzip stream is truncated or corrupt"):
+        gpuviz.load(path)
+    assert _assert_same(path).startswith("LogFormatError")

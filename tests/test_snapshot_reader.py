@@ -191,3 +191,21 @@ def test_cut_and_garbled_pickles_get_the_same_error_or_log(tmp_path: Path, monke
         path = tmp_path / f"{i}.pickle"
         path.write_bytes(data)
         _assert_same_import(path, monkeypatch)
+
+
+def test_a_short_string_repeated_in_every_entry_is_one_object(tmp_path: Path) -> None:
+    """PyTorch writes e.g. ``compile_context: "N/A"`` in every entry, each a string of its own in the
+    pickle's memo; the reader keeps one per distinct value (up to 64 bytes), the snapshot unchanged."""
+    long = "x" * 65
+    segments = [{"address": i << 21, "total_size": 1 << 21, "segment_type": "".join(["lar", "ge"]), "blocks": [],
+                 "note": "".join([long[:30], long[30:]])} for i in range(3)]  # fmt: skip
+    trace = [{"action": "alloc", "addr": i << 21, "size": 512, "compile_context": "".join(["N/", "A"]), "frames": []}
+             for i in range(3)]  # fmt: skip
+    data = {"segments": segments, "device_traces": [trace]}
+    path = tmp_path / "strings.pickle"
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    assert len({id(s["segment_type"]) for s in pickle.loads(path.read_bytes())["segments"]}) == 3
+    root, columns, _, _ = _native(path)
+    assert root == {**data, "device_traces": [[]]} and len(columns[0]) == 3
+    assert len({id(s["segment_type"]) for s in root["segments"]}) == 1
+    assert len({id(s["note"]) for s in root["segments"]}) == 3  # longer than 64 bytes: not shared

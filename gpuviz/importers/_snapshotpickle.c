@@ -31,7 +31,7 @@
 #define PyFloat_Unpack8(p, le) _PyFloat_Unpack8((const unsigned char *)(p), (le))
 #endif
 
-#define CHUNK (1 << 20)
+#define CHUNK (1 << 16) /* bytes read at a time (the buffer grows beyond it only for a longer opcode) */
 
 enum { HAS_ADDR = 1, HAS_SIZE = 2, HAS_TIME = 4, HAS_BLOCK_SIZE = 8 };
 static const char *ACTION_NAMES[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -68,6 +68,8 @@ typedef struct {
     Trace *traces;
     Py_ssize_t ntraces, tcap;
     PyObject *pending; /* id(entry dict) -> memo index of its frames list */
+    PyObject *strings; /* short str -> itself: one object per distinct value (the memo keeps every str it
+                          stores until the end; a value repeated in every entry, e.g. "N/A", is one) */
     Py_ssize_t stackrefs_out;
 } R;
 
@@ -384,11 +386,18 @@ static PyObject *tuple_from(R *r, Py_ssize_t from) {
     return t;
 }
 
+#define SHARED_STRING_MAX 64 /* bytes: longer strings are not shared */
+
 static PyObject *string(R *r, Py_ssize_t n) {
     if (n < 0) return unsupported("string length"), NULL;
     const unsigned char *p = take(r, n);
     if (!p) return NULL;
-    return PyUnicode_DecodeUTF8((const char *)p, n, "surrogatepass");
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "surrogatepass");
+    if (!s || n > SHARED_STRING_MAX) return s;
+    PyObject *shared = PyDict_SetDefault(r->strings, s, s); /* borrowed */
+    Py_XINCREF(shared);
+    Py_DECREF(s);
+    return shared;
 }
 
 static PyObject *run(R *r) {
@@ -537,6 +546,11 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     PyObject *result = NULL, *root = NULL, *traces = NULL;
     r.pending = PyDict_New();
     if (!r.pending) return NULL;
+    r.strings = PyDict_New();
+    if (!r.strings) {
+        Py_DECREF(r.pending);
+        return NULL;
+    }
     root = run(&r);
     if (root && r.stackrefs_out != 0) {
         PyErr_SetString(Unsupported, "a frames list referenced outside a trace entry");
@@ -573,6 +587,7 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     PyMem_Free(r.memo_stack);
     PyMem_Free(r.buf);
     Py_DECREF(r.pending);
+    Py_DECREF(r.strings);
     return result;
 }
 

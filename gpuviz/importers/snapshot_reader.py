@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import pickle
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,7 +90,7 @@ class Stacks:
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self._ids: dict[tuple[int, ...], int] = {}
+        self._ids: dict[bytes, int] = {}
         self._tables: list[tuple[Frame, ...]] = []
         self._final: list[int | None] = []
         self._frames: dict[int, Frame | None] = {}
@@ -97,7 +98,7 @@ class Stacks:
     def provisional(self, frames: Any) -> int:
         if not frames:
             return NO_INDEX
-        key = tuple(map(id, frames))
+        key = array("Q", map(id, frames)).tobytes()  # 8 bytes a frame (a tuple of ints: 40)
         found = self._ids.get(key)
         if found is None:
             cache = self._frames
@@ -257,7 +258,7 @@ def traces_of(snapshot: Mapping[str, Any], stacks: Stacks) -> list[TraceColumns]
 def _read_streaming(source: Source, stacks: Stacks) -> tuple[dict[str, Any], list[TraceColumns]] | None:
     """The C reader's result, or None where it cannot tell (the caller reads the file again)."""
     read: Callable[[int], bytes]
-    with source.open() as stream:
+    with source.open(buffered=False) as stream:  # the C reader reads 1 MiB blocks into its own buffer
         read = stream.read
         try:
             root, traces = _native.read(read, stacks.provisional)

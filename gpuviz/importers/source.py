@@ -116,9 +116,12 @@ class Source:
     def name(self) -> str:
         return str(self.path)
 
-    def open(self) -> IO[bytes]:
-        """The decompressed content as a buffered binary stream (reads advance the progress)."""
-        raw = io.BufferedReader(_CountingReader(open(self.path, "rb"), self.progress), 1 << 20)  # noqa: SIM115
+    def open(self, *, buffered: bool = True) -> IO[bytes]:
+        """The decompressed content as a binary stream (reads advance the progress): buffered
+        (1 MiB), or with ``buffered=False`` for a reader that asks for large blocks itself, an
+        uncompressed file's reads go straight to the file (no buffer's copy of the content)."""
+        counting = _CountingReader(open(self.path, "rb", buffering=0), self.progress)  # noqa: SIM115
+        raw: IO[bytes] = io.BufferedReader(counting, 1 << 20) if buffered else counting  # type: ignore[assignment]
         if self.compressed:
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw

@@ -75,7 +75,7 @@ _BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indice
 _SEGMENT_ACTIONS = (_SEGMENT_ALLOC, _SEGMENT_FREE, _SEGMENT_MAP, _SEGMENT_UNMAP)
 _NEEDS_ADDR = (_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, *_SEGMENT_ACTIONS)
 _NEEDS_SIZE = (_ALLOC, _SEGMENT_ALLOC, _SEGMENT_MAP, _SEGMENT_UNMAP)
-_BLOCK = 1 << 13  # entries turned into Python values at a time
+_BLOCK = 1 << 10  # entries turned into Python values at a time (their ints: ~0.2 MB)
 _BLOCK_SIZES = 1 << 16  # block sizes remembered per device (the same requests and free blocks recur)
 
 
