@@ -14,18 +14,24 @@ setup(
         Extension(
             "gpuviz.capture._rowwriter",
             sources=["gpuviz/capture/_rowwriter.c"],
-            depends=["gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h"],
+            depends=["gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h", "gpuviz/log/_rowsink.h"],
             optional=True,
         ),
         Extension(
             "gpuviz.log._staging",
             sources=["gpuviz/log/_staging.c"],
+            depends=["gpuviz/log/_rowsink.h"],
             optional=True,
         ),
         Extension(
             "gpuviz.capture._bfcnative",
             sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h"],
+            depends=[
+                "gpuviz/capture/_bfc_core.h",
+                "gpuviz/capture/_rows.h",
+                "gpuviz/capture/_clock.h",
+                "gpuviz/log/_rowsink.h",
+            ],
             extra_compile_args=["-O2"],
             optional=True,
         ),
@@ -54,6 +60,7 @@ setup(
         Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
             "gpuviz.log._heapcore",
             sources=["gpuviz/log/_heapcore.c"],
+            depends=["gpuviz/log/_rowsink.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -26,6 +26,7 @@
 #include "_bfc_core.h"
 #include "_clock.h"
 #include "_rows.h"
+#include "../log/_rowsink.h"
 
 #ifdef Py_GIL_DISABLED
 #error "the native allocator relies on the GIL; the Python allocator is used instead"
@@ -34,8 +35,9 @@
 typedef struct {
     PyObject_HEAD
     bfc_t bfc;
-    /* recording sink: staged is None when recording is off */
-    PyObject *staged, *flush, *tag_fn, *stack_fn;
+    /* recording sink: sink.obj is None when recording is off */
+    row_sink sink;
+    PyObject *flush, *tag_fn, *stack_fn;
     Py_ssize_t limit;
     int16_t device_index;
     int need_flush, emit_failed;
@@ -51,22 +53,23 @@ typedef struct {
 
 
 /* ------------------------------------------------------------------ rows */
+
 static void write_row(Core *self, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
                       int64_t largest, int32_t tag, int32_t stack) {
-    if (self->staged == Py_None || self->emit_failed) return;
+    if (self->sink.obj == Py_None || self->emit_failed) return;
+    /* a stamp is set only while this thread's allocate or free decides (in C, owning the core) */
     row_t r = {.time_ns = self->stamp ? self->stamp : clock_ns(),
-               .thread = (int64_t)PyThread_get_thread_ident(), .address = address, .size = size,
-               .requested = requested, .segment = segment, .largest = largest, .tag = tag, .stack = stack,
-               .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
-    unsigned char row[ROW_BYTES];
-    pack_row(row, &r);
-    Py_ssize_t n = rows_append(self->staged, row);
-    if (n < 0) {
+               .thread = (int64_t)(self->stamp ? self->owner : PyThread_get_thread_ident()),
+               .address = address, .size = size, .requested = requested, .segment = segment, .largest = largest,
+               .tag = tag, .stack = stack, .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
+    unsigned char *slot = row_sink_claim(&self->sink);
+    if (slot == NULL) {
         PyErr_Clear();
         self->emit_failed = 1;
         return;
     }
-    if (n >= self->limit) self->need_flush = 1;
+    pack_row(slot, &r);
+    if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
 }
 
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
@@ -282,7 +285,7 @@ static int do_free(Core *self, PyObject *address) {
     int32_t stack;
     if (stack_id(self, &stack) < 0) return -1;
     void *tag;
-    if (self->staged != Py_None) self->stamp = clock_ns(); /* a free and its merges: one time */
+    if (self->sink.obj != Py_None) self->stamp = clock_ns(); /* a free and its merges: one time */
     bfc_release_chunk(&self->bfc, slot, stack, &tag);
     self->stamp = 0;
     Py_XDECREF((PyObject *)tag);
@@ -393,7 +396,7 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
         bfc_put_back(&self->bfc, slot);
         goto done;
     }
-    if (self->staged != Py_None) self->stamp = clock_ns(); /* a split and its alloc: one time */
+    if (self->sink.obj != Py_None) self->stamp = clock_ns(); /* a split and its alloc: one time */
     int split = bfc_split(&self->bfc, slot, rounded, stack);
     if (split < 0) {
         self->stamp = 0;
@@ -435,16 +438,11 @@ static PyObject *Core_set_sink(Core *self, PyObject *args) {
     Py_ssize_t limit;
     int device;
     if (!PyArg_ParseTuple(args, "OnOiOO", &staged, &limit, &flush, &device, &tag_fn, &stack_fn)) return NULL;
-    if (staged != Py_None && !PyByteArray_CheckExact(staged)) {
-        PyErr_SetString(PyExc_TypeError, "staged must be a bytearray or None");
-        return NULL;
-    }
     if (device < INT16_MIN || device > INT16_MAX) {
         PyErr_SetString(PyExc_OverflowError, "device index does not fit 16 bits");
         return NULL;
     }
-    Py_INCREF(staged);
-    Py_XSETREF(self->staged, staged);
+    if (row_sink_set(&self->sink, staged) < 0) return NULL;
     Py_INCREF(flush);
     Py_XSETREF(self->flush, flush);
     Py_INCREF(tag_fn);
@@ -678,8 +676,9 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
         Py_INCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
-    PyObject **sink[] = {&self->staged, &self->flush, &self->tag_fn, &self->stack_fn};
-    for (int i = 0; i < 4; i++) {
+    if (row_sink_set(&self->sink, Py_None) < 0) return -1;
+    PyObject **sink[] = {&self->flush, &self->tag_fn, &self->stack_fn};
+    for (int i = 0; i < 3; i++) {
         Py_INCREF(Py_None);
         Py_XSETREF(*sink[i], Py_None);
     }
@@ -687,7 +686,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
 }
 
 static int Core_traverse(Core *self, visitproc visit, void *arg) {
-    Py_VISIT(self->staged);
+    Py_VISIT(self->sink.obj);
     Py_VISIT(self->flush);
     Py_VISIT(self->tag_fn);
     Py_VISIT(self->stack_fn);
@@ -701,7 +700,8 @@ static int Core_traverse(Core *self, visitproc visit, void *arg) {
 }
 
 static int Core_clear(Core *self) {
-    Py_CLEAR(self->staged);
+    Py_CLEAR(self->sink.obj);
+    self->sink.window = NULL;
     Py_CLEAR(self->flush);
     Py_CLEAR(self->tag_fn);
     Py_CLEAR(self->stack_fn);
@@ -732,7 +732,8 @@ static PyMethodDef Core_methods[] = {
     {"emit", (PyCFunction)(void (*)(void))Core_emit, METH_FASTCALL,
      "emit(kind, address, size, requested, segment, largest_free, tag, stack): record one row"},
     {"set_sink", (PyCFunction)Core_set_sink, METH_VARARGS,
-     "set_sink(staged, limit, flush, device, tag_fn, stack_fn): where rows go (staged None: nowhere)"},
+     "set_sink(staged, limit, flush, device, tag_fn, stack_fn): where rows go (EventLog.row_sink()'s bytearray or "
+     "Arena; None: nowhere)"},
     {"add_segment", (PyCFunction)Core_add_segment, METH_VARARGS, "add_segment(base, size, stack)"},
     {"release_segment", (PyCFunction)Core_release_segment, METH_VARARGS, "release_segment(base, stack)"},
     {"segments", (PyCFunction)Core_segments, METH_NOARGS, "[(base, size, wholly_free)] in the order added"},
