@@ -72,6 +72,32 @@ static void write_row(Core *self, int kind, int64_t address, int64_t size, int64
     if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
 }
 
+/* Room for one more row in the arena's window, for the core's in-place rows. */
+static int room_for_row(void *ctx) {
+    Core *self = (Core *)ctx;
+    if (self->sink.make_room(self->sink.obj, ROW_BYTES) == 0) return 0;
+    PyErr_Clear(); /* reported as MemoryError at the end of the operation */
+    return -1;
+}
+
+/* A decision about to run: its rows get one time and this thread (the owner). */
+static inline void stamp_decision(Core *self) {
+    if (self->sink.obj == Py_None) return;
+    self->stamp = self->bfc.row_time = clock_ns();
+    self->bfc.row_thread = (int64_t)self->owner;
+}
+
+/* After it: a flush is due once the staged rows reach the limit (the callback path checks per row). */
+static inline void decision_done(Core *self) {
+    self->stamp = self->bfc.row_time = 0;
+    if (self->bfc.rows == NULL) return;
+    if (self->bfc.rows_failed) {
+        self->bfc.rows_failed = 0;
+        self->emit_failed = 1;
+    }
+    if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
+}
+
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
                     int64_t largest, int32_t tag, int32_t stack) {
     write_row((Core *)ctx, kind, address, size, requested, segment, largest, tag, stack);
@@ -285,9 +311,9 @@ static int do_free(Core *self, PyObject *address) {
     int32_t stack;
     if (stack_id(self, &stack) < 0) return -1;
     void *tag;
-    if (self->sink.obj != Py_None) self->stamp = clock_ns(); /* a free and its merges: one time */
+    stamp_decision(self); /* a free and its merges: one time */
     bfc_release_chunk(&self->bfc, slot, stack, &tag);
-    self->stamp = 0;
+    decision_done(self);
     Py_XDECREF((PyObject *)tag);
     return 0;
 }
@@ -396,17 +422,17 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
         bfc_put_back(&self->bfc, slot);
         goto done;
     }
-    if (self->sink.obj != Py_None) self->stamp = clock_ns(); /* a split and its alloc: one time */
+    stamp_decision(self); /* a split and its alloc: one time */
     int split = bfc_split(&self->bfc, slot, rounded, stack);
     if (split < 0) {
-        self->stamp = 0;
+        decision_done(self);
         bfc_put_back(&self->bfc, slot);
         PyErr_NoMemory();
         goto done;
     }
     Py_INCREF(tag);
     bfc_mark_allocated(&self->bfc, slot, requested, tag == Py_None ? NULL : tag, tag_id, stack);
-    self->stamp = 0;
+    decision_done(self);
     if (tag == Py_None) Py_DECREF(tag);
     result = PyLong_FromLongLong(bfc_at(&self->bfc, slot)->address);
 done:
@@ -443,6 +469,10 @@ static PyObject *Core_set_sink(Core *self, PyObject *args) {
         return NULL;
     }
     if (row_sink_set(&self->sink, staged) < 0) return NULL;
+    self->bfc.emit = staged == Py_None ? NULL : emit_cb; /* off: the core reports nothing */
+    self->bfc.rows = self->sink.window; /* an arena: the core writes its rows in place */
+    self->bfc.room_for_row = room_for_row;
+    self->bfc.row_device = (int16_t)device;
     Py_INCREF(flush);
     Py_XSETREF(self->flush, flush);
     Py_INCREF(tag_fn);
@@ -626,6 +656,8 @@ static PyObject *Core_check_links(Core *self, PyObject *unused) {
     if (k.error) return PyUnicode_FromString(k.error);
     if (k.count != free_chunks || k.count != b->free_count)
         return PyUnicode_FromFormat("%d free chunks, %d in the free index", free_chunks, k.count);
+    if (k.last != (b->largest < 0 ? NULL : bfc_at(b, b->largest))) /* the cached largest: the index's last */
+        return PyUnicode_FromString("the free index's largest chunk is not its last");
     if (PyList_GET_SIZE(self->pending))
         return PyUnicode_FromFormat("%zd deferred frees were never applied", PyList_GET_SIZE(self->pending));
     Py_RETURN_NONE;
@@ -662,7 +694,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
-    self->bfc.emit = emit_cb;
+    self->bfc.emit = NULL; /* recording off until set_sink */
     self->bfc.emit_ctx = self;
     self->gate = PyThread_allocate_lock();
     self->pending = PyList_New(0);

@@ -2,11 +2,7 @@
  * for _bfcnative.c, _rowwriter.c and _heapcore.c. It is one of
  *
  *   - a gpuviz.log._staging.Arena (a log with the arena, the default): a row is written in
- *     place, straight into the chunk that keeps it. The arena's window says where:
- *
- *         start <= write <= end        rows [start, write) are staged (written, not yet flushed)
- *         write + ROW_BYTES <= end     there is room for a row; otherwise make_room first
- *
+ *     place, straight into the chunk that keeps it, where the arena's window (_window.h) says,
  *     and Arena.take() (the log's flush) hands [start, write) out as a read-only view without
  *     copying it. Why in place: rows written into a small staging buffer and copied into the
  *     chunk at every flush cost a recorded allocate+free pair about twice what writing them once
@@ -30,10 +26,7 @@
 #define GV_ROWS_MIN_ROOM (256 * GV_ROW_BYTES) /* first allocation of a staging bytearray, bytes */
 #define GV_STAGING_API "gpuviz.log._staging._api"
 
-/* The arena's window over its current chunk (see above). */
-typedef struct {
-    char *start, *write, *end;
-} gv_window;
+#include "_window.h" /* the arena's window over its current chunk (see above) */
 
 typedef struct {
     PyTypeObject *arena_type;
