@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuviz import BFCAllocator, EventLog, SimUpstream
 from gpuviz.analysis.replay import replay
@@ -209,3 +211,42 @@ def test_a_log_recording_to_a_file_reuses_its_first_chunk(tmp_path: os.PathLike[
     size, used, following = log._arena.chunk_bytes()
     assert (size, following) == (512 << 10, 0) and used <= 4096 // 2 * 78
     log.close()
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("extend"), st.integers(0, 300_000)),
+            st.tuples(st.just("take"), st.booleans()),  # keep the view, or drop it at once
+            st.tuples(st.just("drop"), st.integers(0, 10)),
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_every_byte_staged_is_taken_once_in_order_and_kept_while_its_view_lives(ops: list[tuple[str, int]]) -> None:
+    """Against a model (the bytes staged, in order): takes return exactly the bytes staged since
+    the last one, a view held keeps its bytes whatever comes after (moves, rewinds, new chunks),
+    and the window's invariants hold after every step."""
+    arena = staging.Arena()
+    staged = bytearray()
+    held: list[tuple[memoryview, bytes]] = []
+    counter = 0
+    for op, value in ops:
+        if op == "extend":
+            data = bytes((counter + i) % 251 for i in range(value % 997)) * (value // 997 + 1)
+            data = data[:value]
+            counter += 1
+            arena.extend(data)
+            staged += data
+        elif op == "take":
+            view = arena.take()
+            assert bytes(view) == bytes(staged)
+            if value:
+                held.append((view, bytes(staged)))
+            staged.clear()
+        elif held:
+            del held[value % len(held)]
+        assert len(arena) == len(staged)
+        assert arena.check() is None
+        assert all(bytes(view) == expected for view, expected in held)

@@ -277,6 +277,23 @@ static PyObject *Arena_chunk_bytes(PyObject *obj, PyObject *unused) {
                          self->next ? CHUNK_SIZE(self->next) : 0);
 }
 
+/* None, or what breaks the window's invariants (see _window.h). */
+static PyObject *Arena_check(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    Arena *self = (Arena *)obj;
+    gv_window *w = &self->window;
+    if (self->chunk == NULL) {
+        if (w->start || w->write || w->end) return PyUnicode_FromString("a window without a chunk");
+        Py_RETURN_NONE;
+    }
+    char *base = CHUNK_BASE(self->chunk);
+    if (w->end != base + CHUNK_SIZE(self->chunk)) return PyUnicode_FromString("the window does not end with its chunk");
+    if (!(base <= w->start && w->start <= w->write && w->write <= w->end))
+        return PyUnicode_FromString("the window is out of order: not base <= start <= write <= end");
+    if (self->next != NULL && self->next == self->chunk) return PyUnicode_FromString("the next chunk is the current one");
+    Py_RETURN_NONE;
+}
+
 static PySequenceMethods Arena_as_sequence = {.sq_length = Arena_length};
 
 static PyMethodDef Arena_methods[] = {
@@ -284,6 +301,7 @@ static PyMethodDef Arena_methods[] = {
      "take() -> memoryview: the bytes staged since the last take, read-only, where they were written "
      "(no copy); len() is 0 after it"},
     {"extend", Arena_extend, METH_O, "extend(data): stage the bytes of data (a bytes-like object)"},
+    {"check", Arena_check, METH_NOARGS, "check() -> None, or what breaks the window's invariants, in words"},
     {"chunk_bytes", Arena_chunk_bytes, METH_NOARGS,
      "chunk_bytes() -> (size, used, next): the current chunk's size, the bytes of it written (taken "
      "or staged), and the size of the next one (0: none prepared yet)"},
