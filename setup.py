@@ -14,25 +14,37 @@ setup(
         Extension(
             "gpuviz.capture._rowwriter",
             sources=["gpuviz/capture/_rowwriter.c"],
-            depends=["gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h"],
+            depends=[
+                "gpuviz/capture/_rows.h",
+                "gpuviz/capture/_clock.h",
+                "gpuviz/log/_rowsink.h",
+                "gpuviz/log/_window.h",
+            ],
             optional=True,
         ),
         Extension(
             "gpuviz.log._staging",
             sources=["gpuviz/log/_staging.c"],
+            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_window.h"],
             optional=True,
         ),
         Extension(
             "gpuviz.capture._bfcnative",
             sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h", "gpuviz/capture/_clock.h"],
+            depends=[
+                "gpuviz/capture/_bfc_core.h",
+                "gpuviz/capture/_rows.h",
+                "gpuviz/capture/_clock.h",
+                "gpuviz/log/_rowsink.h",
+                "gpuviz/log/_window.h",
+            ],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(  # the core with gpuviz_malloc/gpuviz_free, for PyTorch's pluggable allocator (POSIX)
             "gpuviz.capture._pluggable",
             sources=["gpuviz/capture/_pluggable.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h"],
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_window.h", "gpuviz/capture/_rows.h"],
             extra_compile_args=["-O2"],
             libraries=["dl", "pthread"],
             optional=True,
@@ -54,13 +66,15 @@ setup(
         Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
             "gpuviz.log._heapcore",
             sources=["gpuviz/log/_heapcore.c"],
+            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_window.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(  # what-if replays under every policy (gpuviz.scenarios.native)
             "gpuviz.scenarios._whatifcore",
             sources=["gpuviz/scenarios/_whatifcore.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h"] + [f"gpuviz/scenarios/_whatif_{part}.h" for part in WHATIF_PARTS],
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_window.h"]
+            + [f"gpuviz/scenarios/_whatif_{part}.h" for part in WHATIF_PARTS],
             extra_compile_args=["-O2"],
             optional=True,
         ),

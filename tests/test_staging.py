@@ -1,6 +1,6 @@
-"""The staging buffer of an EventLog: emptied in place (gpuviz.log._staging.Arena.take), so the
-C recorders append rows into one allocation instead of re-growing it after every flush, and
-the flushed rows go into huge-page chunks of the arena that are reused once no block holds them."""
+"""The staging object of an EventLog (gpuviz.log._staging.Arena): rows are written in place into
+huge-page chunks and a flush (take) hands them out where they are, without a copy; a chunk no
+block holds any more is reused."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuviz import BFCAllocator, EventLog, SimUpstream
 from gpuviz.analysis.replay import replay
@@ -18,46 +20,68 @@ from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 staging = pytest.importorskip("gpuviz.log._staging", reason="built only where a C compiler exists")
 
 
-def test_take_removes_and_returns_the_first_bytes_keeping_the_rest() -> None:
+def _address(view: memoryview) -> int:
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if len(view) else 0
+
+
+def test_take_hands_out_the_staged_bytes_where_they_were_written() -> None:
     arena = staging.Arena()
-    buffer = bytearray(b"0123456789")
-    first = arena.take(buffer, 4)
-    assert bytes(first) == b"0123" and first.readonly
-    assert buffer == bytearray(b"456789")
-    second = arena.take(buffer, 6)
-    assert bytes(second) == b"456789" and buffer == bytearray()
-    buffer.extend(b"ab")
-    assert bytes(arena.take(buffer, 0)) == b"" and buffer == bytearray(b"ab")
+    assert len(arena) == 0 and bytes(arena.take()) == b"" and arena.chunk_bytes() == (0, 0, 0)
+    arena.extend(b"0123")
+    assert len(arena) == 4
+    first = arena.take()
+    assert bytes(first) == b"0123" and first.readonly and len(arena) == 0
+    arena.extend(b"45")
+    arena.extend(bytearray(b"6789"))
+    second = arena.take()
+    assert bytes(second) == b"456789"
+    assert _address(second) == _address(first) + 4  # side by side in one chunk: no copy
+    assert bytes(arena.take()) == b"" and len(arena) == 0
     assert bytes(first) == b"0123" and bytes(second) == b"456789"  # views held keep their rows
-    assert arena.chunk_bytes() == (512 << 10, 10, 0)  # the first chunk, 10 bytes handed out, no next yet
-
-
-def test_take_keeps_the_allocation() -> None:
-    buffer = bytearray(1 << 20)
-    allocated = sys.getsizeof(buffer)
-    staging.Arena().take(buffer, 1 << 20)
-    assert len(buffer) == 0 and sys.getsizeof(buffer) == allocated
+    assert arena.chunk_bytes() == (512 << 10, 10, 0)  # the first chunk, 10 bytes written, no next yet
 
 
 def test_chunks_grow_from_512_kib_to_8_mib_and_a_chunk_no_view_holds_is_reused() -> None:
     arena = staging.Arena()
-    staged = bytearray()
     views = []
     sizes = []  # KiB, of each new chunk
     for _ in range(200):  # 50 MiB held
-        staged.extend(bytes(256 << 10))
-        views.append(arena.take(staged, 256 << 10))
+        arena.extend(bytes(256 << 10))
+        views.append(arena.take())
         size, used, _ = arena.chunk_bytes()
         if used == 256 << 10:
             sizes.append(size >> 10)
     assert sizes == [512, 2048, 4096] + [8192] * 6
-    size = arena.chunk_bytes()[0]
+    size, used, _ = arena.chunk_bytes()
+    start = _address(views[-1]) - (used - (256 << 10))  # the current chunk's start
     views.clear()  # no view of the current chunk is alive: the next take starts it again
-    staged.extend(b"x" * 10)
-    kept = arena.take(staged, 10)
-    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes()[:2] == (size, 10)
-    held = arena.take(bytearray(b"abc"), 3)
+    arena.extend(b"x" * 10)
+    kept = arena.take()
+    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes()[:2] == (size, 10) and _address(kept) == start
+    arena.extend(b"abc")
+    held = arena.take()
     assert arena.chunk_bytes()[:2] == (size, 13) and bytes(held) == b"abc" and bytes(kept) == b"x" * 10  # no rewind
+
+
+def test_staged_rows_move_to_the_next_chunk_when_the_current_one_is_full() -> None:
+    arena = staging.Arena()
+    arena.extend(b"a" * (500 << 10))
+    held = arena.take()  # keeps the first chunk from being reused
+    arena.extend(b"b" * (10 << 10))  # staged, 2 KiB left
+    arena.extend(b"c" * (4 << 10))  # does not fit: the staged rows move along
+    assert len(arena) == 14 << 10 and arena.chunk_bytes()[:2] == (2048 << 10, 14 << 10)
+    moved = arena.take()
+    assert bytes(moved) == b"b" * (10 << 10) + b"c" * (4 << 10) and bytes(held) == b"a" * (500 << 10)
+
+
+def test_staged_rows_move_to_the_start_of_a_chunk_no_view_holds() -> None:
+    arena = staging.Arena()
+    arena.extend(b"a" * (500 << 10))
+    arena.take()  # dropped at once: nothing holds the chunk (the take, past half, prepared the next one)
+    arena.extend(b"b" * (10 << 10))
+    arena.extend(b"c" * (4 << 10))  # no room at the end: the staged rows go to the start, same chunk
+    assert arena.chunk_bytes() == (512 << 10, 14 << 10, 2048 << 10)
+    assert bytes(arena.take()) == b"b" * (10 << 10) + b"c" * (4 << 10)
 
 
 def _resident_pages(view: memoryview) -> tuple[int, int]:
@@ -82,7 +106,8 @@ def test_the_next_chunk_is_prepared_at_half_and_populated_off_the_recording_thre
     views = []
     for kib, expected in ((255, (512, 255, 0)), (1, (512, 256, 2048)), (300, (2048, 300, 0)), (800, (2048, 1100, 4096)),
                           (1000, (4096, 1000, 0))):  # fmt: skip
-        views.append(arena.take(bytearray(b"r" * (kib << 10)), kib << 10))
+        arena.extend(b"r" * (kib << 10))
+        views.append(arena.take())
         assert tuple(value >> 10 for value in arena.chunk_bytes()) == expected
     assert [len(view) >> 10 for view in views] == [255, 1, 300, 800, 1000]
     assert all(bytes(view) == b"r" * len(view) for view in views)
@@ -95,30 +120,37 @@ def test_the_next_chunk_is_prepared_at_half_and_populated_off_the_recording_thre
 
 def test_a_take_larger_than_a_chunk_gets_a_chunk_of_its_own() -> None:
     arena = staging.Arena()
-    big = bytearray(b"r" * (5 << 20))
-    view = arena.take(big, 5 << 20)
+    arena.extend(b"r" * (5 << 20))
+    view = arena.take()
     assert len(view) == 5 << 20 and arena.chunk_bytes() == (6 << 20, 5 << 20, 2 << 20)  # whole huge pages
 
 
-def test_bad_takes_are_refused_and_change_nothing() -> None:
+def test_bad_input_is_refused_and_changes_nothing() -> None:
     arena = staging.Arena()
-    buffer = bytearray(b"abc")
-    with pytest.raises(ValueError, match="cannot take 4 bytes of 3"):
-        arena.take(buffer, 4)
-    with pytest.raises(ValueError, match="cannot take -1 bytes of 3"):
-        arena.take(buffer, -1)
-    view = memoryview(buffer)
-    with pytest.raises(BufferError, match="exported"):
-        arena.take(buffer, 1)
-    view.release()
-    with pytest.raises(TypeError, match="take"):
-        arena.take(b"abc", 1)
+    arena.extend(b"abc")
+    with pytest.raises(TypeError, match="bytes-like"):
+        arena.extend("abc")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        arena.take(3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="no arguments"):
         staging.Arena(1)
-    assert buffer == bytearray(b"abc") and arena.chunk_bytes() == (0, 0, 0)
-    block = arena.take(buffer, 3)
+    assert len(arena) == 3 and arena.chunk_bytes() == (512 << 10, 3, 0)
+    block = arena.take()
     with pytest.raises(TypeError):
         block[0] = 1  # type: ignore[index]  # blocks are read-only
+    assert bytes(block) == b"abc"
+
+
+def test_c_recorders_refuse_a_staging_object_that_is_neither_a_bytearray_nor_an_arena() -> None:
+    from gpuviz.capture.recorder import _RowWriter
+
+    if _RowWriter is None:
+        pytest.skip("the C row writer is not built")
+    for wrong in ([], b"rows", None):
+        with pytest.raises(TypeError, match=r"bytearray or .*Arena"):
+            _RowWriter(wrong, 100, lambda: None, 0)
+    writer = _RowWriter(staging.Arena(), 78, lambda: None, 0)
+    writer.emit(2, 1 << 40, 256, 200, 1 << 40, 0, -1, -1)  # an alloc row, written in place
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -164,3 +196,57 @@ def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeyp
             if name not in ("time_ns", "thread"):
                 np.testing.assert_array_equal(with_arena[name], other.columns[name], err_msg=name)
         np.testing.assert_array_equal(logs[0].rows_since(100)["address"], other.rows_since(100)["address"])
+
+
+def test_a_log_recording_to_a_file_reuses_its_first_chunk(tmp_path: os.PathLike[str]) -> None:
+    """Its blocks go to the file and into columns at every flush: no view holds the chunk, the
+    rows of each flush are written at its start again, and no second chunk is ever mapped."""
+    log = EventLog(os.path.join(tmp_path, "run.arrow"))
+    alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
+    live = [alloc.allocate(256) for _ in range(100)]
+    for i in range(20000):  # ~40,000 rows: 3 MB, six times the first chunk
+        alloc.free(live[i % 100])
+        live[i % 100] = alloc.allocate(512 * (i % 5 + 1))
+    log.flush()
+    size, used, following = log._arena.chunk_bytes()
+    assert (size, following) == (512 << 10, 0) and used <= 4096 // 2 * 78
+    log.close()
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("extend"), st.integers(0, 300_000)),
+            st.tuples(st.just("take"), st.booleans()),  # keep the view, or drop it at once
+            st.tuples(st.just("drop"), st.integers(0, 10)),
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_every_byte_staged_is_taken_once_in_order_and_kept_while_its_view_lives(ops: list[tuple[str, int]]) -> None:
+    """Against a model (the bytes staged, in order): takes return exactly the bytes staged since
+    the last one, a view held keeps its bytes whatever comes after (moves, rewinds, new chunks),
+    and the window's invariants hold after every step."""
+    arena = staging.Arena()
+    staged = bytearray()
+    held: list[tuple[memoryview, bytes]] = []
+    counter = 0
+    for op, value in ops:
+        if op == "extend":
+            data = bytes((counter + i) % 251 for i in range(value % 997)) * (value // 997 + 1)
+            data = data[:value]
+            counter += 1
+            arena.extend(data)
+            staged += data
+        elif op == "take":
+            view = arena.take()
+            assert bytes(view) == bytes(staged)
+            if value:
+                held.append((view, bytes(staged)))
+            staged.clear()
+        elif held:
+            del held[value % len(held)]
+        assert len(arena) == len(staged)
+        assert arena.check() is None
+        assert all(bytes(view) == expected for view, expected in held)

@@ -1,5 +1,6 @@
 /* gpuviz's BFC allocator core in plain C: see _bfc_core.h. */
 #include "_bfc_core.h"
+#include "_rows.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,7 @@ static void treap_insert(bfc_t *b, int32_t n) {
     treap_split(b, *slot, node, &node->left, &node->right);
     *slot = n;
     b->free_count++;
+    if (b->largest < 0 || key_less(&C(b->largest), node)) b->largest = n;
 }
 
 static void treap_remove(bfc_t *b, int32_t n) {
@@ -179,14 +181,15 @@ static void treap_remove(bfc_t *b, int32_t n) {
     *slot = treap_merge(b, node->left, node->right);
     node->left = node->right = -1;
     b->free_count--;
+    if (n == b->largest) { /* the next largest: the rightmost again */
+        int32_t t = b->root;
+        if (t >= 0)
+            while (C(t).right >= 0) t = C(t).right;
+        b->largest = t;
+    }
 }
 
-int64_t bfc_largest_free(const bfc_t *b) {
-    int32_t t = b->root;
-    if (t < 0) return 0;
-    while (b->chunks[t].right >= 0) t = b->chunks[t].right;
-    return b->chunks[t].size;
-}
+int64_t bfc_largest_free(const bfc_t *b) { return b->largest < 0 ? 0 : b->chunks[b->largest].size; }
 
 int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded) {
     int32_t t = b->root, best = -1;
@@ -223,7 +226,7 @@ int bfc_visit_free(const bfc_t *b, int (*visit)(void *ctx, const bfc_chunk *chun
 int bfc_init(bfc_t *b) {
     memset(b, 0, sizeof(*b));
     b->free_slot = -1;
-    b->root = -1;
+    b->root = b->largest = -1;
     b->random = 0x2545F4914F6CDD1Dull;
     return hash_resize(b, 1024);
 }
@@ -239,6 +242,30 @@ void bfc_destroy(bfc_t *b) {
 
 /* ------------------------------------------------------------- decisions */
 static inline int64_t at_least(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Report one decision (largest_free: the largest free chunk after it, at least ``floor`` bytes):
+ * its row written in place, or through the emit callback, or not at all (no callback). */
+static inline void emit(bfc_t *b, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
+                        int64_t floor, int32_t tag, int32_t stack) {
+    gv_window *w = b->rows;
+    if (w == NULL || b->row_time == 0) {
+        if (b->emit != NULL)
+            b->emit(b->emit_ctx, kind, address, size, requested, segment, at_least(floor, bfc_largest_free(b)), tag,
+                    stack);
+        return;
+    }
+    int64_t largest_free = at_least(floor, bfc_largest_free(b));
+    if (b->rows_failed) return;
+    if (w->end - w->write < ROW_BYTES && b->room_for_row(b->emit_ctx) < 0) {
+        b->rows_failed = 1;
+        return;
+    }
+    row_t r = {.time_ns = b->row_time, .thread = b->row_thread, .address = address, .size = size,
+               .requested = requested, .segment = segment, .largest = largest_free, .tag = tag, .stack = stack,
+               .device = b->row_device, .peer = -1, .kind = (uint8_t)kind};
+    pack_row((unsigned char *)w->write, &r);
+    w->write += ROW_BYTES;
+}
 
 int bfc_split(bfc_t *b, int32_t slot, int64_t rounded, int32_t stack) {
     int64_t size = C(slot).size;
@@ -258,8 +285,7 @@ int bfc_split(bfc_t *b, int32_t slot, int64_t rounded, int32_t stack) {
     if (hash_put(b, rest->address, r) < 0) return -1;
     treap_insert(b, r);
     /* as replay sees it, the part split off stays free until the alloc event */
-    b->emit(b->emit_ctx, BFC_SPLIT, address, rounded, 0, C(slot).segment, at_least(rounded, bfc_largest_free(b)), -1,
-            stack);
+    emit(b, BFC_SPLIT, address, rounded, 0, C(slot).segment, rounded, -1, stack);
     return 0;
 }
 
@@ -274,7 +300,7 @@ void bfc_mark_allocated(bfc_t *b, int32_t slot, int64_t requested, void *tag, in
     b->bytes_in_use += size;
     if (b->bytes_in_use > b->peak_bytes_in_use) b->peak_bytes_in_use = b->bytes_in_use;
     if (size > b->largest_alloc_size) b->largest_alloc_size = size;
-    b->emit(b->emit_ctx, BFC_ALLOC, chunk->address, size, requested, chunk->segment, bfc_largest_free(b), tag_id, stack);
+    emit(b, BFC_ALLOC, chunk->address, size, requested, chunk->segment, 0, tag_id, stack);
 }
 
 void bfc_release_chunk(bfc_t *b, int32_t slot, int32_t stack, void **tag) {
@@ -288,8 +314,7 @@ void bfc_release_chunk(bfc_t *b, int32_t slot, int32_t stack, void **tag) {
     chunk->requested = 0;
     chunk->tag = NULL;
     chunk->tag_id = -1;
-    b->emit(b->emit_ctx, BFC_FREE, address, size, requested, segment, at_least(size, bfc_largest_free(b)), tag_id,
-            stack);
+    emit(b, BFC_FREE, address, size, requested, segment, size, tag_id, stack);
     int32_t following = chunk->next;
     if (following >= 0 && !C(following).in_use) {
         treap_remove(b, following);
@@ -298,7 +323,7 @@ void bfc_release_chunk(bfc_t *b, int32_t slot, int32_t stack, void **tag) {
         if (after >= 0) C(after).prev = slot;
         hash_remove(b, C(following).address);
         slot_delete(b, following);
-        b->emit(b->emit_ctx, BFC_MERGE, address, size, 0, segment, at_least(size, bfc_largest_free(b)), -1, stack);
+        emit(b, BFC_MERGE, address, size, 0, segment, size, -1, stack);
     }
     int32_t previous = chunk->prev;
     if (previous >= 0 && !C(previous).in_use) {
@@ -310,8 +335,7 @@ void bfc_release_chunk(bfc_t *b, int32_t slot, int32_t stack, void **tag) {
         hash_remove(b, address);
         slot_delete(b, slot);
         slot = previous;
-        b->emit(b->emit_ctx, BFC_MERGE, before->address, size, 0, segment, at_least(size, bfc_largest_free(b)), -1,
-                stack);
+        emit(b, BFC_MERGE, before->address, size, 0, segment, size, -1, stack);
     }
     treap_insert(b, slot);
 }
@@ -343,7 +367,7 @@ int bfc_add_segment(bfc_t *b, int64_t base, int64_t size, int32_t stack) {
     chunk->size = size;
     chunk->segment = base;
     treap_insert(b, slot);
-    b->emit(b->emit_ctx, BFC_SEGMENT_ALLOC, base, size, 0, base, bfc_largest_free(b), -1, stack);
+    emit(b, BFC_SEGMENT_ALLOC, base, size, 0, base, 0, -1, stack);
     return 0;
 }
 
@@ -365,7 +389,7 @@ int bfc_release_segment(bfc_t *b, int64_t base, int32_t stack) {
     memmove(&b->segment_sizes[i], &b->segment_sizes[i + 1], (b->segments - i - 1) * sizeof(int64_t));
     b->segments--;
     b->pool_bytes -= size;
-    b->emit(b->emit_ctx, BFC_SEGMENT_FREE, base, size, 0, base, bfc_largest_free(b), -1, stack);
+    emit(b, BFC_SEGMENT_FREE, base, size, 0, base, 0, -1, stack);
     return 0;
 }
 

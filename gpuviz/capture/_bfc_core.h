@@ -8,7 +8,9 @@
  *
  * Every decision is reported through the emit callback with the columns of
  * gpuviz.log.schema (kind, address, size, requested, segment, largest_free, tag, stack);
- * the caller stamps time and thread. All sizes are bytes. Not thread-safe: the caller
+ * the caller stamps time and thread. Or, while the caller has set ``rows`` and ``row_time``,
+ * the core writes each decision's row itself, in place, into an EventLog's staging arena
+ * (gpuviz/log/_window.h; no call per row). All sizes are bytes. Not thread-safe: the caller
  * holds a lock around every call.
  *
  * The free index is a treap (a binary search tree, heap-ordered by a deterministic
@@ -20,6 +22,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "../log/_window.h"
 
 #define BFC_MIN_ALLOCATION 256
 #define BFC_MAX_INTERNAL_FRAGMENTATION ((int64_t)128 << 20)
@@ -47,6 +51,7 @@ typedef struct {
     bfc_chunk *chunks; /* slots; a free slot links to the next free one through .next */
     int32_t capacity, free_slot, live; /* live: slots in use (chunks) */
     int32_t root;                    /* treap of free chunks */
+    int32_t largest;                 /* its rightmost (largest) chunk, -1 when empty */
     int32_t free_count;              /* chunks in the treap */
     int64_t *hash_keys;              /* address, or BFC_EMPTY */
     int32_t *hash_values;            /* slot */
@@ -56,8 +61,15 @@ typedef struct {
     uint64_t random;
     /* stats (bytes) */
     int64_t num_allocs, bytes_in_use, peak_bytes_in_use, largest_alloc_size, pool_bytes, peak_pool_bytes;
-    bfc_emit_fn emit;
+    bfc_emit_fn emit; /* NULL: decisions are not reported (nothing is recorded) */
     void *emit_ctx;
+    /* rows written in place while rows != NULL and row_time != 0 (the running decision's time, ns,
+     * and thread); room_for_row(emit_ctx) makes room for one more (-1: none, rows_failed is set) */
+    gv_window *rows;
+    int (*room_for_row)(void *ctx);
+    int64_t row_time, row_thread;
+    int16_t row_device;
+    int rows_failed;
 } bfc_t;
 
 int bfc_init(bfc_t *b); /* 0, or -1 when out of memory */

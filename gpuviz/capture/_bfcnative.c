@@ -26,6 +26,7 @@
 #include "_bfc_core.h"
 #include "_clock.h"
 #include "_rows.h"
+#include "../log/_rowsink.h"
 
 #ifdef Py_GIL_DISABLED
 #error "the native allocator relies on the GIL; the Python allocator is used instead"
@@ -34,8 +35,9 @@
 typedef struct {
     PyObject_HEAD
     bfc_t bfc;
-    /* recording sink: staged is None when recording is off */
-    PyObject *staged, *flush, *tag_fn, *stack_fn;
+    /* recording sink: sink.obj is None when recording is off */
+    row_sink sink;
+    PyObject *flush, *tag_fn, *stack_fn;
     Py_ssize_t limit;
     int16_t device_index;
     int need_flush, emit_failed;
@@ -51,22 +53,49 @@ typedef struct {
 
 
 /* ------------------------------------------------------------------ rows */
+
 static void write_row(Core *self, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
                       int64_t largest, int32_t tag, int32_t stack) {
-    if (self->staged == Py_None || self->emit_failed) return;
+    if (self->sink.obj == Py_None || self->emit_failed) return;
+    /* a stamp is set only while this thread's allocate or free decides (in C, owning the core) */
     row_t r = {.time_ns = self->stamp ? self->stamp : clock_ns(),
-               .thread = (int64_t)PyThread_get_thread_ident(), .address = address, .size = size,
-               .requested = requested, .segment = segment, .largest = largest, .tag = tag, .stack = stack,
-               .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
-    unsigned char row[ROW_BYTES];
-    pack_row(row, &r);
-    Py_ssize_t n = rows_append(self->staged, row);
-    if (n < 0) {
+               .thread = (int64_t)(self->stamp ? self->owner : PyThread_get_thread_ident()),
+               .address = address, .size = size, .requested = requested, .segment = segment, .largest = largest,
+               .tag = tag, .stack = stack, .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
+    unsigned char *slot = row_sink_claim(&self->sink);
+    if (slot == NULL) {
         PyErr_Clear();
         self->emit_failed = 1;
         return;
     }
-    if (n >= self->limit) self->need_flush = 1;
+    pack_row(slot, &r);
+    if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
+}
+
+/* Room for one more row in the arena's window, for the core's in-place rows. */
+static int room_for_row(void *ctx) {
+    Core *self = (Core *)ctx;
+    if (self->sink.make_room(self->sink.obj, ROW_BYTES) == 0) return 0;
+    PyErr_Clear(); /* reported as MemoryError at the end of the operation */
+    return -1;
+}
+
+/* A decision about to run: its rows get one time and this thread (the owner). */
+static inline void stamp_decision(Core *self) {
+    if (self->sink.obj == Py_None) return;
+    self->stamp = self->bfc.row_time = clock_ns();
+    self->bfc.row_thread = (int64_t)self->owner;
+}
+
+/* After it: a flush is due once the staged rows reach the limit (the callback path checks per row). */
+static inline void decision_done(Core *self) {
+    self->stamp = self->bfc.row_time = 0;
+    if (self->bfc.rows == NULL) return;
+    if (self->bfc.rows_failed) {
+        self->bfc.rows_failed = 0;
+        self->emit_failed = 1;
+    }
+    if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
 }
 
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
@@ -282,9 +311,9 @@ static int do_free(Core *self, PyObject *address) {
     int32_t stack;
     if (stack_id(self, &stack) < 0) return -1;
     void *tag;
-    if (self->staged != Py_None) self->stamp = clock_ns(); /* a free and its merges: one time */
+    stamp_decision(self); /* a free and its merges: one time */
     bfc_release_chunk(&self->bfc, slot, stack, &tag);
-    self->stamp = 0;
+    decision_done(self);
     Py_XDECREF((PyObject *)tag);
     return 0;
 }
@@ -393,17 +422,17 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
         bfc_put_back(&self->bfc, slot);
         goto done;
     }
-    if (self->staged != Py_None) self->stamp = clock_ns(); /* a split and its alloc: one time */
+    stamp_decision(self); /* a split and its alloc: one time */
     int split = bfc_split(&self->bfc, slot, rounded, stack);
     if (split < 0) {
-        self->stamp = 0;
+        decision_done(self);
         bfc_put_back(&self->bfc, slot);
         PyErr_NoMemory();
         goto done;
     }
     Py_INCREF(tag);
     bfc_mark_allocated(&self->bfc, slot, requested, tag == Py_None ? NULL : tag, tag_id, stack);
-    self->stamp = 0;
+    decision_done(self);
     if (tag == Py_None) Py_DECREF(tag);
     result = PyLong_FromLongLong(bfc_at(&self->bfc, slot)->address);
 done:
@@ -435,16 +464,15 @@ static PyObject *Core_set_sink(Core *self, PyObject *args) {
     Py_ssize_t limit;
     int device;
     if (!PyArg_ParseTuple(args, "OnOiOO", &staged, &limit, &flush, &device, &tag_fn, &stack_fn)) return NULL;
-    if (staged != Py_None && !PyByteArray_CheckExact(staged)) {
-        PyErr_SetString(PyExc_TypeError, "staged must be a bytearray or None");
-        return NULL;
-    }
     if (device < INT16_MIN || device > INT16_MAX) {
         PyErr_SetString(PyExc_OverflowError, "device index does not fit 16 bits");
         return NULL;
     }
-    Py_INCREF(staged);
-    Py_XSETREF(self->staged, staged);
+    if (row_sink_set(&self->sink, staged) < 0) return NULL;
+    self->bfc.emit = staged == Py_None ? NULL : emit_cb; /* off: the core reports nothing */
+    self->bfc.rows = self->sink.window; /* an arena: the core writes its rows in place */
+    self->bfc.room_for_row = room_for_row;
+    self->bfc.row_device = (int16_t)device;
     Py_INCREF(flush);
     Py_XSETREF(self->flush, flush);
     Py_INCREF(tag_fn);
@@ -628,6 +656,8 @@ static PyObject *Core_check_links(Core *self, PyObject *unused) {
     if (k.error) return PyUnicode_FromString(k.error);
     if (k.count != free_chunks || k.count != b->free_count)
         return PyUnicode_FromFormat("%d free chunks, %d in the free index", free_chunks, k.count);
+    if (k.last != (b->largest < 0 ? NULL : bfc_at(b, b->largest))) /* the cached largest: the index's last */
+        return PyUnicode_FromString("the free index's largest chunk is not its last");
     if (PyList_GET_SIZE(self->pending))
         return PyUnicode_FromFormat("%zd deferred frees were never applied", PyList_GET_SIZE(self->pending));
     Py_RETURN_NONE;
@@ -664,7 +694,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
-    self->bfc.emit = emit_cb;
+    self->bfc.emit = NULL; /* recording off until set_sink */
     self->bfc.emit_ctx = self;
     self->gate = PyThread_allocate_lock();
     self->pending = PyList_New(0);
@@ -678,8 +708,9 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
         Py_INCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
-    PyObject **sink[] = {&self->staged, &self->flush, &self->tag_fn, &self->stack_fn};
-    for (int i = 0; i < 4; i++) {
+    if (row_sink_set(&self->sink, Py_None) < 0) return -1;
+    PyObject **sink[] = {&self->flush, &self->tag_fn, &self->stack_fn};
+    for (int i = 0; i < 3; i++) {
         Py_INCREF(Py_None);
         Py_XSETREF(*sink[i], Py_None);
     }
@@ -687,7 +718,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
 }
 
 static int Core_traverse(Core *self, visitproc visit, void *arg) {
-    Py_VISIT(self->staged);
+    Py_VISIT(self->sink.obj);
     Py_VISIT(self->flush);
     Py_VISIT(self->tag_fn);
     Py_VISIT(self->stack_fn);
@@ -701,7 +732,8 @@ static int Core_traverse(Core *self, visitproc visit, void *arg) {
 }
 
 static int Core_clear(Core *self) {
-    Py_CLEAR(self->staged);
+    Py_CLEAR(self->sink.obj);
+    self->sink.window = NULL;
     Py_CLEAR(self->flush);
     Py_CLEAR(self->tag_fn);
     Py_CLEAR(self->stack_fn);
@@ -732,7 +764,8 @@ static PyMethodDef Core_methods[] = {
     {"emit", (PyCFunction)(void (*)(void))Core_emit, METH_FASTCALL,
      "emit(kind, address, size, requested, segment, largest_free, tag, stack): record one row"},
     {"set_sink", (PyCFunction)Core_set_sink, METH_VARARGS,
-     "set_sink(staged, limit, flush, device, tag_fn, stack_fn): where rows go (staged None: nowhere)"},
+     "set_sink(staged, limit, flush, device, tag_fn, stack_fn): where rows go (EventLog.row_sink()'s bytearray or "
+     "Arena; None: nowhere)"},
     {"add_segment", (PyCFunction)Core_add_segment, METH_VARARGS, "add_segment(base, size, stack)"},
     {"release_segment", (PyCFunction)Core_release_segment, METH_VARARGS, "release_segment(base, stack)"},
     {"segments", (PyCFunction)Core_segments, METH_NOARGS, "[(base, size, wholly_free)] in the order added"},

@@ -2,12 +2,13 @@
  *
  * RowWriter(staged, limit, flush, device).emit(kind, address, size, requested, segment,
  * largest_free, tag, stack) appends one row laid out as gpuviz.log.schema.ROW_STRUCT
- * ("<qBbhhqqqqqqqii", 78 bytes, little-endian, packed) to the bytearray ``staged``,
+ * ("<qBbhhqqqqqqqii", 78 bytes, little-endian, packed) to ``staged``, the log's staging
+ * bytearray or Arena (gpuviz/log/_rowsink.h),
  * stamped with time.perf_counter_ns()'s clock (_clock.h) and threading.get_ident(), and calls ``flush()``
  * once ``staged`` holds ``limit`` bytes or more. It writes exactly the bytes that the
  * pure-Python recorder (gpuviz.capture.recorder) writes; tests hold the two together.
  *
- * The row is added by one copy (rows_append) while holding the GIL, so concurrent appends are
+ * The row is written in one step while holding the GIL, so concurrent appends are
  * never torn (as with the Python recorder's single bytearray.extend). Builds that cannot
  * guarantee that (free-threaded CPython) or hosts that are not little-endian do not build
  * this module; gpuviz then records with the Python recorder.
@@ -22,10 +23,11 @@
 #endif
 #include "_clock.h"
 #include "_rows.h"
+#include "../log/_rowsink.h"
 
 typedef struct {
     PyObject_HEAD
-    PyObject *staged; /* bytearray */
+    row_sink sink;    /* the log's staging bytearray or Arena */
     Py_ssize_t limit; /* flush threshold, bytes */
     PyObject *flush;  /* callable */
     int16_t device;
@@ -68,11 +70,10 @@ static PyObject *RowWriter_emit(RowWriter *self, PyObject *const *args, Py_ssize
     row_t r = {.time_ns = clock_ns(), .thread = (int64_t)PyThread_get_thread_ident(), .address = address,
                .size = size, .requested = requested, .segment = segment, .largest = largest, .tag = tag,
                .stack = stack, .device = self->device, .peer = -1, .kind = (uint8_t)kind};
-    unsigned char row[ROW_BYTES];
-    pack_row(row, &r);
-    Py_ssize_t n = rows_append(self->staged, row);
-    if (n < 0) return NULL;
-    if (n >= self->limit) return PyObject_CallNoArgs(self->flush);
+    unsigned char *slot = row_sink_claim(&self->sink);
+    if (slot == NULL) return NULL;
+    pack_row(slot, &r);
+    if (row_sink_staged(&self->sink) >= self->limit) return PyObject_CallNoArgs(self->flush);
     Py_RETURN_NONE;
 }
 
@@ -81,9 +82,11 @@ static int RowWriter_init(RowWriter *self, PyObject *args, PyObject *kwds) {
     PyObject *staged, *flush;
     Py_ssize_t limit;
     int device;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!nOi", names, &PyByteArray_Type, &staged, &limit, &flush,
-                                     &device))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOi", names, &staged, &limit, &flush, &device)) return -1;
+    if (staged == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "staged must be a bytearray or an Arena, not None");
         return -1;
+    }
     if (!PyCallable_Check(flush)) {
         PyErr_SetString(PyExc_TypeError, "flush must be callable");
         return -1;
@@ -92,8 +95,7 @@ static int RowWriter_init(RowWriter *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_OverflowError, "device index does not fit 16 bits");
         return -1;
     }
-    Py_INCREF(staged);
-    Py_XSETREF(self->staged, staged);
+    if (row_sink_set(&self->sink, staged) < 0) return -1;
     Py_INCREF(flush);
     Py_XSETREF(self->flush, flush);
     self->limit = limit;
@@ -102,13 +104,14 @@ static int RowWriter_init(RowWriter *self, PyObject *args, PyObject *kwds) {
 }
 
 static int RowWriter_traverse(RowWriter *self, visitproc visit, void *arg) {
-    Py_VISIT(self->staged);
+    Py_VISIT(self->sink.obj);
     Py_VISIT(self->flush);
     return 0;
 }
 
 static int RowWriter_clear(RowWriter *self) {
-    Py_CLEAR(self->staged);
+    Py_CLEAR(self->sink.obj);
+    self->sink.window = NULL;
     Py_CLEAR(self->flush);
     return 0;
 }

@@ -30,7 +30,7 @@ from gpuviz.capture.arguments import address_argument, allocation_size, log_int
 from gpuviz.capture.bfc import AllocatorStats, BFCAllocator
 from gpuviz.capture.chunks import NUM_BINS, bin_for_size, rounded_bytes
 from gpuviz.capture.recorder import Observer, Recorder
-from gpuviz.log.eventlog import EventLog
+from gpuviz.log.eventlog import EventLog, RowStaging
 from gpuviz.log.schema import Kind
 
 __all__ = ["NativeBFCAllocator", "allocator_class", "allocator_description", "native_core_available"]
@@ -51,7 +51,7 @@ class _Core(Protocol):
     def free(self, address: int) -> None: ...
     def emit(self, kind: int, address: int, size: int, requested: int, segment: int, largest: int, tag: int,
              stack: int) -> None: ...  # fmt: skip
-    def set_sink(self, staged: bytearray | None, limit: int, flush: Any, device: int, tag_fn: Any,
+    def set_sink(self, staged: RowStaging | None, limit: int, flush: Any, device: int, tag_fn: Any,
                  stack_fn: Any) -> None: ...  # fmt: skip
     def add_segment(self, base: int, size: int, stack: int) -> None: ...
     def release_segment(self, base: int, stack: int) -> None: ...

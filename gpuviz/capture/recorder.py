@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
+from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame, RowStaging
 from gpuviz.log.schema import ROW_STRUCT
 
 __all__ = [
@@ -51,13 +51,13 @@ class _NativeWriter(Protocol):
     ) -> None: ...
 
 
-def _load_row_writer() -> Callable[[bytearray, int, Callable[[], object], int], _NativeWriter] | None:
+def _load_row_writer() -> Callable[[RowStaging, int, Callable[[], object], int], _NativeWriter] | None:
     # importlib: a compiled module has no imports of its own for the layering check to follow
     try:
         module = importlib.import_module("gpuviz.capture._rowwriter")
     except ImportError:  # built without a C compiler: record with the Python recorder
         return None
-    writer: Callable[[bytearray, int, Callable[[], object], int], _NativeWriter] = module.RowWriter
+    writer: Callable[[RowStaging, int, Callable[[], object], int], _NativeWriter] = module.RowWriter
     return writer
 
 

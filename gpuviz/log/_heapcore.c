@@ -3,8 +3,9 @@
  * Core(staged, limit, flush, device, conflict) keeps one device's segments and chunks exactly
  * as gpuviz.log.heapbuilder.PythonHeapBuilder does -- same decisions, same rows, same
  * HeapConflict messages, nothing changed when one is raised -- and appends each event as a
- * row laid out as gpuviz.log.schema.ROW_STRUCT ("<qBbhhqqqqqqqii", 78 bytes) to the bytearray
- * ``staged``, calling ``flush()`` once it holds ``limit`` bytes (as EventLog.append does).
+ * row laid out as gpuviz.log.schema.ROW_STRUCT ("<qBbhhqqqqqqqii", 78 bytes) to ``staged``,
+ * the log's staging bytearray or Arena (_rowsink.h), calling ``flush()`` once it holds ``limit``
+ * bytes (as EventLog.append does).
  * ``conflict`` is the HeapConflict class. Tests hold the two builders together.
  */
 #define PY_SSIZE_T_CLEAN
@@ -19,7 +20,9 @@
 #error "rows are copied as native little-endian integers"
 #endif
 
-#define ROW_BYTES 78
+#include "_rowsink.h"
+
+#define ROW_BYTES GV_ROW_BYTES
 enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6, SEGMENT_MAP = 10,
        SEGMENT_UNMAP = 11 };
 
@@ -164,7 +167,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *staged, *flush, *conflict;
+    row_sink sink; /* the log's staging bytearray or Arena (_rowsink.h) */
+    PyObject *flush, *conflict;
     Py_ssize_t limit;
     int16_t device;
     Segment *segs; /* sorted by base */
@@ -343,10 +347,10 @@ static int emit(Core *c, int64_t time_ns, uint8_t kind, int64_t thread, int64_t 
     PUT(tag);
     PUT(stack);
 #undef PUT
-    Py_ssize_t n = PyByteArray_GET_SIZE(c->staged);
-    if (PyByteArray_Resize(c->staged, n + ROW_BYTES) < 0) return -1;
-    memcpy(PyByteArray_AS_STRING(c->staged) + n, row, ROW_BYTES);
-    if (n + ROW_BYTES >= c->limit) {
+    unsigned char *slot = row_sink_claim(&c->sink);
+    if (slot == NULL) return -1;
+    memcpy(slot, row, ROW_BYTES);
+    if (row_sink_staged(&c->sink) >= c->limit) {
         PyObject *r = PyObject_CallNoArgs(c->flush);
         if (!r) return -1;
         Py_DECREF(r);
@@ -713,10 +717,13 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     PyObject *staged, *flush, *conflict_type;
     Py_ssize_t limit;
     int device;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!nOiO", names, &PyByteArray_Type, &staged, &limit, &flush, &device,
-                                     &conflict_type))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OnOiO", names, &staged, &limit, &flush, &device, &conflict_type))
         return -1;
-    Py_XSETREF(c->staged, Py_NewRef(staged));
+    if (staged == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "staged must be a bytearray or an Arena, not None");
+        return -1;
+    }
+    if (row_sink_set(&c->sink, staged) < 0) return -1;
     Py_XSETREF(c->flush, Py_NewRef(flush));
     Py_XSETREF(c->conflict, Py_NewRef(conflict_type));
     c->limit = limit;
@@ -725,7 +732,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
 }
 
 static int Core_traverse(Core *c, visitproc visit, void *arg) {
-    Py_VISIT(c->staged);
+    Py_VISIT(c->sink.obj);
     Py_VISIT(c->flush);
     Py_VISIT(c->conflict);
     Py_VISIT(Py_TYPE(c));
@@ -733,7 +740,8 @@ static int Core_traverse(Core *c, visitproc visit, void *arg) {
 }
 
 static int Core_clear(Core *c) {
-    Py_CLEAR(c->staged);
+    Py_CLEAR(c->sink.obj);
+    c->sink.window = NULL;
     Py_CLEAR(c->flush);
     Py_CLEAR(c->conflict);
     return 0;

@@ -1,11 +1,11 @@
-/* gpuviz.log._staging: where an EventLog's flushed rows live (optional; the log keeps them
- * as bytes objects in Python otherwise).
+/* gpuviz.log._staging: where an EventLog's rows are written and kept (optional; the log
+ * stages rows in a bytearray and keeps flushed ones as bytes objects otherwise).
  *
- * Arena().take(staged, nbytes) -> memoryview: the first nbytes of the staging bytearray
- * ``staged``, removed from it (the rest, rows appended meanwhile, moves to the front; the
- * bytearray keeps its allocation, see gpuviz/capture/_rows.h) and copied into the arena's
- * current chunk; the result is a read-only view of them there. Holding the GIL throughout,
- * it is one step for the recorders, as ``bytes(staged[:n]); del staged[:n]`` is not.
+ * Arena() is a log's staging object (EventLog.row_sink()): recorders write rows in place at the
+ * end of its current chunk (the window of gpuviz/log/_rowsink.h: C recorders through the capsule
+ * _api, Python ones with extend()), and take() -- the log's flush -- returns the rows staged
+ * since the last take as a read-only view of the chunk, without copying them. len() is the
+ * bytes staged. Holding the GIL throughout, each call is one step for the recorders.
  *
  * Why chunks: a log recorded in memory keeps every row, so each of its pages is touched
  * fresh once. One bytes object per flush (~160 KB) is one mmap by malloc and ~40 page
@@ -15,7 +15,9 @@
  * advised as transparent huge pages (MADV_HUGEPAGE; where the kernel gives none, plain
  * pages as before), so they fault once per 2 MiB. A chunk lives while any view of it does
  * (buffer exports); once none does (the log split its blocks into columns, as a log
- * recording to a file does at every flush), the arena rewinds and reuses it: warm memory.
+ * recording to a file does at every flush), the arena rewinds and reuses it (the staged rows,
+ * at most one flush's worth, move to its start): warm memory. When the current chunk is full the
+ * staged rows move to the next one.
  *
  * Even so, a page the process never touched costs the kernel (and, in a VM, the host) its
  * zeroing and mapping. Once the current chunk is half full, the arena maps the next one
@@ -32,8 +34,10 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "_rowsink.h"
+
 #ifdef Py_GIL_DISABLED
-#error "take relies on the GIL; EventLog empties the buffer in Python instead"
+#error "the arena relies on the GIL; EventLog stages rows in a bytearray instead"
 #endif
 
 #define HUGE_PAGE ((Py_ssize_t)2 << 20)     /* bytes; chunks are aligned to it */
@@ -147,9 +151,9 @@ static Chunk *chunk_new(Py_ssize_t size) {
 /* ------------------------------------------------------------------ Arena */
 typedef struct {
     PyObject_HEAD
-    Chunk *chunk; /* the chunk being filled, or NULL */
-    Chunk *next;  /* the one after it, being populated, or NULL */
-    Py_ssize_t used; /* bytes of it handed out */
+    Chunk *chunk;         /* the chunk being written, or NULL */
+    Chunk *next;          /* the one after it, being populated, or NULL */
+    gv_window window;     /* rows [start, write) of chunk are staged; all NULL while chunk is */
     Py_ssize_t next_size; /* bytes of the next chunk */
 } Arena;
 
@@ -175,30 +179,52 @@ static void arena_grow(Arena *self) { /* the size of the chunk after the next */
     self->next_size = size < CHUNK_LARGEST ? size : CHUNK_LARGEST;
 }
 
-/* Room for nbytes more in the current chunk (rewound when no view of it is alive), or the next. */
-static int arena_reserve(Arena *self, Py_ssize_t nbytes) {
-    if (self->chunk != NULL && self->chunk->exports == 0) self->used = 0;
-    if (self->chunk != NULL && nbytes <= CHUNK_SIZE(self->chunk) - self->used) return 0;
+/* Move the staged rows to the start of the chunk, when no view of it is alive. */
+static void arena_rewind(Arena *self) {
+    gv_window *w = &self->window;
+    if (self->chunk == NULL || self->chunk->exports > 0 || w->start == CHUNK_BASE(self->chunk)) return;
+    Py_ssize_t staged = w->write - w->start;
+    memmove(CHUNK_BASE(self->chunk), w->start, (size_t)staged);
+    w->start = CHUNK_BASE(self->chunk);
+    w->write = w->start + staged;
+}
+
+/* Room for nbytes more at the window's write end: in the current chunk, rewound if no view of it is
+ * alive, or in the next one, the staged rows moved there. 0, or -1 with MemoryError set. */
+static int arena_make_room(PyObject *obj, Py_ssize_t nbytes) {
+    Arena *self = (Arena *)obj;
+    gv_window *w = &self->window;
+    if (w->end - w->write >= nbytes) return 0;
+    arena_rewind(self);
+    if (w->end - w->write >= nbytes) return 0;
+    Py_ssize_t staged = w->write - w->start, need = staged + nbytes;
     Chunk *chunk = self->next;
     self->next = NULL;
-    if (chunk == NULL || CHUNK_SIZE(chunk) < nbytes) {
+    if (chunk == NULL || CHUNK_SIZE(chunk) < need) {
         Py_XDECREF(chunk);
         Py_ssize_t size = self->next_size;
-        if (nbytes > size) size = (nbytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        if (need > size) size = (need + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
         chunk = chunk_new(size);
         if (chunk == NULL) return -1;
         arena_grow(self);
     }
+    if (staged) memcpy(CHUNK_BASE(chunk), w->start, (size_t)staged);
     Py_XSETREF(self->chunk, chunk); /* the old one lives on in its views */
-    self->used = 0;
+    w->start = CHUNK_BASE(chunk);
+    w->write = w->start + staged;
+    w->end = w->start + CHUNK_SIZE(chunk);
     return 0;
 }
 
-/* Once the current chunk is half full, map the next one and populate it behind. */
+static gv_window *arena_window(PyObject *obj) { return &((Arena *)obj)->window; }
+
+static gv_staging_api staging_api = {NULL, arena_window, arena_make_room}; /* arena_type set at import */
+
+/* Once the current chunk is half written, map the next one and populate it behind. */
 static void arena_prepare(Arena *self) {
-    if (self->next != NULL || self->used < CHUNK_SIZE(self->chunk) / 2) return;
+    if (self->next != NULL || self->window.write - CHUNK_BASE(self->chunk) < CHUNK_SIZE(self->chunk) / 2) return;
     Chunk *next = chunk_new(self->next_size);
-    if (next == NULL) { /* no room now: arena_reserve tries again when it is needed */
+    if (next == NULL) { /* no room now: arena_make_room tries again when it is needed */
         PyErr_Clear();
         return;
     }
@@ -207,66 +233,92 @@ static void arena_prepare(Arena *self) {
     self->next = next;
 }
 
-static PyObject *Arena_take(PyObject *obj, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *Arena_take(PyObject *obj, PyObject *unused) {
+    (void)unused;
     Arena *self = (Arena *)obj;
-    if (nargs != 2 || !PyByteArray_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "take(staged: bytearray, nbytes: int)");
-        return NULL;
-    }
-    PyByteArrayObject *b = (PyByteArrayObject *)args[0];
-    Py_ssize_t nbytes = PyLong_AsSsize_t(args[1]);
-    if (nbytes == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t size = Py_SIZE(b);
-    if (nbytes < 0 || nbytes > size) {
-        PyErr_Format(PyExc_ValueError, "cannot take %zd bytes of %zd", nbytes, size);
-        return NULL;
-    }
-    if (b->ob_exports > 0) {
-        PyErr_SetString(PyExc_BufferError, "the staging buffer is exported");
-        return NULL;
-    }
-    if (arena_reserve(self, nbytes) < 0) return NULL;
+    gv_window *w = &self->window;
+    if (self->chunk == NULL) return PyMemoryView_FromMemory((char *)"", 0, PyBUF_READ);
+    arena_rewind(self); /* no view holds the chunk: these rows go to its start */
     PyObject *whole = PyMemoryView_FromObject((PyObject *)self->chunk);
     if (whole == NULL) return NULL;
-    PyObject *view = PySequence_GetSlice(whole, self->used, self->used + nbytes);
+    Py_ssize_t first = w->start - CHUNK_BASE(self->chunk);
+    PyObject *view = PySequence_GetSlice(whole, first, w->write - CHUNK_BASE(self->chunk));
     Py_DECREF(whole);
     if (view == NULL) return NULL;
-    memcpy(CHUNK_BASE(self->chunk) + self->used, b->ob_start, (size_t)nbytes);
-    self->used += nbytes;
+    w->start = w->write;
     arena_prepare(self);
-    memmove(b->ob_bytes, b->ob_start + nbytes, (size_t)(size - nbytes));
-    b->ob_start = b->ob_bytes;
-    Py_SET_SIZE(b, size - nbytes);
-    b->ob_start[size - nbytes] = '\0';
     return view;
+}
+
+static PyObject *Arena_extend(PyObject *obj, PyObject *data) {
+    Arena *self = (Arena *)obj;
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(data, &buffer, PyBUF_SIMPLE) < 0) return NULL;
+    int failed = arena_make_room(obj, buffer.len);
+    if (!failed) {
+        memcpy(self->window.write, buffer.buf, (size_t)buffer.len);
+        self->window.write += buffer.len;
+    }
+    PyBuffer_Release(&buffer);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t Arena_length(PyObject *obj) {
+    gv_window *w = &((Arena *)obj)->window;
+    return w->write - w->start;
 }
 
 static PyObject *Arena_chunk_bytes(PyObject *obj, PyObject *unused) {
     (void)unused;
     Arena *self = (Arena *)obj;
-    return Py_BuildValue("nnn", self->chunk ? CHUNK_SIZE(self->chunk) : 0, self->used,
+    return Py_BuildValue("nnn", self->chunk ? CHUNK_SIZE(self->chunk) : 0,
+                         self->chunk ? self->window.write - CHUNK_BASE(self->chunk) : 0,
                          self->next ? CHUNK_SIZE(self->next) : 0);
 }
 
+/* None, or what breaks the window's invariants (see _window.h). */
+static PyObject *Arena_check(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    Arena *self = (Arena *)obj;
+    gv_window *w = &self->window;
+    if (self->chunk == NULL) {
+        if (w->start || w->write || w->end) return PyUnicode_FromString("a window without a chunk");
+        Py_RETURN_NONE;
+    }
+    char *base = CHUNK_BASE(self->chunk);
+    if (w->end != base + CHUNK_SIZE(self->chunk)) return PyUnicode_FromString("the window does not end with its chunk");
+    if (!(base <= w->start && w->start <= w->write && w->write <= w->end))
+        return PyUnicode_FromString("the window is out of order: not base <= start <= write <= end");
+    if (self->next != NULL && self->next == self->chunk) return PyUnicode_FromString("the next chunk is the current one");
+    Py_RETURN_NONE;
+}
+
+static PySequenceMethods Arena_as_sequence = {.sq_length = Arena_length};
+
 static PyMethodDef Arena_methods[] = {
-    {"take", (PyCFunction)(void (*)(void))Arena_take, METH_FASTCALL,
-     "take(staged, nbytes) -> memoryview: remove the first nbytes of the bytearray staged (keeping its "
-     "allocation) and return a read-only view of them, copied into the arena"},
+    {"take", Arena_take, METH_NOARGS,
+     "take() -> memoryview: the bytes staged since the last take, read-only, where they were written "
+     "(no copy); len() is 0 after it"},
+    {"extend", Arena_extend, METH_O, "extend(data): stage the bytes of data (a bytes-like object)"},
+    {"check", Arena_check, METH_NOARGS, "check() -> None, or what breaks the window's invariants, in words"},
     {"chunk_bytes", Arena_chunk_bytes, METH_NOARGS,
-     "chunk_bytes() -> (size, used, next): the current chunk's size, the bytes of it handed out, "
-     "and the size of the next one (0: none prepared yet)"},
+     "chunk_bytes() -> (size, used, next): the current chunk's size, the bytes of it written (taken "
+     "or staged), and the size of the next one (0: none prepared yet)"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject ArenaType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "gpuviz.log._staging.Arena",
-    .tp_doc = "Arena(): huge-page chunks that flushed rows are copied into (see the module's doc).",
+    .tp_doc = "Arena(): an EventLog's staging object; rows are written into huge-page chunks and kept "
+              "there (see the module's doc).",
     .tp_basicsize = sizeof(Arena),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Arena_new,
     .tp_dealloc = Arena_dealloc,
     .tp_methods = Arena_methods,
+    .tp_as_sequence = &Arena_as_sequence,
 };
 
 static struct PyModuleDef module = {
@@ -280,9 +332,12 @@ PyMODINIT_FUNC PyInit__staging(void) {
     if (PyType_Ready(&ChunkType) < 0 || PyType_Ready(&ArenaType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    Py_INCREF(&ArenaType);
-    if (PyModule_AddObject(m, "Arena", (PyObject *)&ArenaType) < 0) {
-        Py_DECREF(&ArenaType);
+    staging_api.arena_type = &ArenaType;
+    PyObject *api = PyCapsule_New(&staging_api, GV_STAGING_API, NULL);
+    int failed = api == NULL || PyModule_AddObjectRef(m, "_api", api) < 0 ||
+                 PyModule_AddObjectRef(m, "Arena", (PyObject *)&ArenaType) < 0;
+    Py_XDECREF(api);
+    if (failed) {
         Py_DECREF(m);
         return NULL;
     }

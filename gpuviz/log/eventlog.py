@@ -35,17 +35,27 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
 from gpuviz.log.strings import StringTable
 
-try:  # flushed rows in huge-page chunks, the staging buffer emptied in place (gpuviz/log/_staging.c)
+try:  # rows written in place into huge-page chunks, flushed without a copy (gpuviz/log/_staging.c)
     _Arena: Callable[[], Any] | None = importlib.import_module("gpuviz.log._staging").Arena
-except ImportError:  # no compiler at install time: one bytes object per flush (the buffer is re-fitted)
+except ImportError:  # no compiler at install time: a bytearray, one bytes object per flush
     _Arena = None
+
+
+class RowStaging(Protocol):
+    """Where recorders put rows until a flush: a ``bytearray``, or ``gpuviz.log._staging.Arena``
+    (its rows written where they are kept; ``take()`` hands them out without a copy)."""
+
+    def extend(self, data: bytes, /) -> None: ...
+
+    def __len__(self) -> int: ...
+
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,16 +123,17 @@ class EventLog:
         meta: dict[str, Any] | None = None,
         arena: bool = True,
     ) -> None:
-        """``arena``: keep flushed rows in ``gpuviz.log._staging.Arena``'s chunks, sized and
-        populated ahead for a thread that records as it runs (the default); ``False`` for a log
-        built all at once and then read whole (an import), whose rows then sit in blocks of
-        exactly their size: up to two chunks (16 MiB) less at its peak."""
+        """``arena``: recorders write rows straight into ``gpuviz.log._staging.Arena``'s chunks,
+        sized and populated ahead for a thread that records as it runs, and a flush hands them
+        out where they are (the default); ``False`` for a log built all at once and then read
+        whole (an import): rows are staged in a bytearray and flushed into blocks of exactly
+        their size, up to two chunks (16 MiB) less at its peak."""
         if not isinstance(flush_rows, int) or flush_rows < 2:
             raise ValueError(f"flush_rows must be an int >= 2, got {flush_rows!r}")
         self._lock = threading.Lock()
-        self._staged = bytearray()
-        self._flush_len = flush_rows // 2 * _ROW  # see the crash bound above
         self._arena = _Arena() if _Arena is not None and arena else None
+        self._staged: RowStaging = self._arena if self._arena is not None else bytearray()
+        self._flush_len = flush_rows // 2 * _ROW  # see the crash bound above
         self._blocks: list[bytes | memoryview] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
         self._block_rows = 0
         # columns with spare capacity (doubling): rows [0, _n_columns) are valid
@@ -154,9 +165,10 @@ class EventLog:
         if len(staged) >= self._flush_len:
             self.flush()
 
-    def row_sink(self) -> tuple[bytearray, int]:
-        """The staging buffer and its flush threshold in bytes, for recorders that pack rows
-        themselves (``ROW_STRUCT``) and call ``flush()`` once the buffer reaches the threshold."""
+    def row_sink(self) -> tuple[RowStaging, int]:
+        """The staging object (``extend(rows)``, ``len()`` in bytes; C recorders write into it
+        through gpuviz/log/_rowsink.h) and its flush threshold in bytes, for recorders that pack
+        rows themselves (``ROW_STRUCT``) and call ``flush()`` once it reaches the threshold."""
         self._check_writable()
         return self._staged, self._flush_len
 
@@ -223,8 +235,9 @@ class EventLog:
             return
         block: bytes | memoryview
         if self._arena is not None:
-            block = self._arena.take(staged, nbytes)
+            block = self._arena.take()  # the rows where they were written
         else:
+            assert isinstance(staged, bytearray)
             block = bytes(staged[:nbytes])
             del staged[:nbytes]
         n = nbytes // _ROW

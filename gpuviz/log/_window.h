@@ -1,0 +1,16 @@
+/* The window over an EventLog's staging arena (gpuviz.log._staging.Arena) where rows are written
+ * in place, in plain C (no Python), for the recorders (gpuviz/log/_rowsink.h) and the BFC core
+ * (gpuviz/capture/_bfc_core.h), which writes its rows through it directly:
+ *
+ *     start <= write <= end        rows [start, write) are staged (written, not yet flushed)
+ *     write + ROW_BYTES <= end     there is room for a row; otherwise the arena makes room first
+ *                                  (the staged rows may move: read the window again after)
+ */
+#ifndef GPUVIZ_WINDOW_H
+#define GPUVIZ_WINDOW_H
+
+typedef struct {
+    char *start, *write, *end;
+} gv_window;
+
+#endif
