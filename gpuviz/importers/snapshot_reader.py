@@ -258,7 +258,7 @@ def traces_of(snapshot: Mapping[str, Any], stacks: Stacks) -> list[TraceColumns]
 def _read_streaming(source: Source, stacks: Stacks) -> tuple[dict[str, Any], list[TraceColumns]] | None:
     """The C reader's result, or None where it cannot tell (the caller reads the file again)."""
     read: Callable[[int], bytes]
-    with source.open(buffered=False) as stream:  # the C reader reads 1 MiB blocks into its own buffer
+    with source.open(buffered=False) as stream:  # the C reader reads 64 KiB blocks into its own buffer
         read = stream.read
         try:
             root, traces = _native.read(read, stacks.provisional)
