@@ -180,3 +180,48 @@ def test_a_cut_gzip_stream_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LogFormatError, match="the gzip stream is truncated or corrupt"):
         gpuviz.load(path)
     assert _assert_same(path).startswith("LogFormatError")
+
+
+def test_progress_moves_in_both_passes_and_fills_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streamed reading reads the file twice: each pass moves the bar half the file's bytes."""
+    seen: list[int] = []
+
+    class Counter:
+        def update(self, n: int) -> None:
+            seen.append(n)
+
+        def close(self) -> None:
+            pass
+
+    at_open: list[int] = []  # bytes reported when each pass opens the file
+    opened = Source.open
+
+    def open_counted(self: Source, **options: bool) -> object:
+        at_open.append(sum(seen))
+        return opened(self, **options)
+
+    monkeypatch.setattr(Source, "open", open_counted)
+    size = RAW.stat().st_size
+    log = torch_memory_timeline.read(Source(RAW, progress=Counter()), progress=NullProgress())
+    assert len(log) == 14670
+    assert at_open == [0, size // 2] and sum(seen) == size
+
+
+def test_passes_reports_each_byte_once_over_all_passes() -> None:
+    from gpuviz.importers.source import Passes
+
+    seen: list[int] = []
+
+    class Counter:
+        def update(self, n: int) -> None:
+            seen.append(n)
+
+        def close(self) -> None:
+            pass
+
+    passes = Passes(Counter(), 3)
+    for n in (1, 1, 1, 7, 0, 5, 30):  # 45 bytes read: 15 reported
+        passes.update(n)
+    assert sum(seen) == 15 and all(n > 0 for n in seen)
+    with pytest.raises(ValueError, match="passes must be >= 1"):
+        Passes(Counter(), 0)

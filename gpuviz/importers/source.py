@@ -20,7 +20,7 @@ from typing import IO, Any, Protocol
 
 from gpuviz.base.errors import LogFormatError
 
-__all__ = ["Source", "Progress", "NullProgress", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES"]
+__all__ = ["Source", "Progress", "NullProgress", "Passes", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES"]
 
 HEAD_BYTES = 1 << 16  # how much decompressed content the importers sniff
 PROGRESS_MIN_BYTES = 8 << 20  # files smaller than this import without a progress bar (auto mode)
@@ -44,6 +44,30 @@ class NullProgress:
 
     def close(self) -> None:
         return None
+
+
+class Passes:
+    """Progress for an import that reads the same file ``passes`` times: each byte read moves
+    ``progress`` by 1/``passes`` of a byte (rounded down, so a bar sized for the file fills
+    exactly once, and moves in every pass)."""
+
+    def __init__(self, progress: Progress, passes: int) -> None:
+        if passes < 1:
+            raise ValueError(f"passes must be >= 1, got {passes!r}")
+        self._progress = progress
+        self._passes = passes
+        self._read = 0  # bytes, over all passes
+        self._sent = 0  # bytes reported to progress
+
+    def update(self, n: int) -> None:
+        self._read += n
+        due = self._read // self._passes
+        if due > self._sent:
+            self._progress.update(due - self._sent)
+            self._sent = due
+
+    def close(self) -> None:
+        self._progress.close()
 
 
 def make_progress(total_bytes: int, description: str, enabled: bool | None = None) -> Progress:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.addressed import PREEXISTING, Unaddressed, unmatched_frees
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
-from gpuviz.importers.source import NullProgress, Progress, Source
+from gpuviz.importers.source import Passes, Progress, Source
 from gpuviz.log.eventlog import EventLog
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "CATEGORIES"]
@@ -95,16 +95,14 @@ class _Irregular(Exception):
     """The stream is not a plain list of valid rows: the file is read whole instead."""
 
 
-def _streamed_rows(source: Source, *, counted: bool) -> Iterator[Row]:
-    """The rows of ``source`` as they are read (``counted``: the reads advance the progress);
-    ``_Irregular`` where the content is not a complete JSON list of valid rows.
+def _streamed_rows(source: Source, *, progress: Progress) -> Iterator[Row]:
+    """The rows of ``source`` as they are read (the reads advance ``progress``); ``_Irregular``
+    where the content is not a complete JSON list of valid rows.
 
     The text read so far is cut after its last ``],`` (the end of a row: rows hold only
     numbers) and the rows before it are decoded at once (``json.loads`` of ``[`` + them + ``]``):
     pieces that each decode to valid rows, joined by the commas between them, are the list."""
-    progress = source.progress
-    if not counted:
-        source.progress = NullProgress()
+    progress, source.progress = source.progress, progress
     try:
         raw = source.open(buffered=False)
     finally:
@@ -152,7 +150,8 @@ def read(source: Source, *, progress: Progress, streamed: bool = True) -> EventL
     a plain list of valid rows gets, and the reference the streamed reading is tested against)."""
     try:
         if streamed:
-            return _build(source.name, lambda first: _streamed_rows(source, counted=not first), truncated=False)
+            passes = Passes(source.progress, 2)  # the file is read twice: each read moves the bar half way
+            return _build(source.name, lambda first: _streamed_rows(source, progress=passes), truncated=False)
     except _Irregular:
         pass
     rows, truncated = _rows(source.read_all(), source.name)
