@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from counting import ProgressCounter
 
 import gpuviz
 from gpuviz import LogFormatError, replay
@@ -182,19 +183,6 @@ def test_a_cut_gzip_stream_is_a_clear_error(tmp_path: Path) -> None:
     assert _assert_same(path).startswith("LogFormatError")
 
 
-class _Counter:
-    """A progress sink that keeps every ``update``'s bytes in ``seen``."""
-
-    def __init__(self, seen: list[int]) -> None:
-        self.seen = seen
-
-    def update(self, n: int) -> None:
-        self.seen.append(n)
-
-    def close(self) -> None:
-        pass
-
-
 def test_progress_moves_in_both_passes_and_fills_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The streamed reading reads the file twice: each pass moves the bar half the file's bytes."""
     seen: list[int] = []
@@ -208,7 +196,7 @@ def test_progress_moves_in_both_passes_and_fills_once(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(Source, "open", open_counted)
     size = RAW.stat().st_size
-    log = torch_memory_timeline.read(Source(RAW, progress=_Counter(seen)), progress=NullProgress())
+    log = torch_memory_timeline.read(Source(RAW, progress=ProgressCounter(seen)), progress=NullProgress())
     assert len(log) == 14670
     assert at_open == [0, size // 2] and sum(seen) == size
 
@@ -218,9 +206,9 @@ def test_passes_reports_each_byte_once_over_all_passes() -> None:
 
     seen: list[int] = []
 
-    passes = Passes(_Counter(seen), 3)
+    passes = Passes(ProgressCounter(seen), 3)
     for n in (1, 1, 1, 7, 0, 5, 30):  # 45 bytes read: 15 reported
         passes.update(n)
     assert sum(seen) == 15 and all(n > 0 for n in seen)
     with pytest.raises(ValueError, match="passes must be >= 1"):
-        Passes(_Counter(seen), 0)
+        Passes(ProgressCounter(seen), 0)

@@ -6,6 +6,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+from counting import ProgressCounter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,26 +147,13 @@ def test_unknown_files_name_what_they_are_not_and_the_formats_tried(tmp_path: Pa
         load(tmp_path)
 
 
-class _Counter:
-    """A progress sink that keeps every ``update``'s bytes in ``seen``."""
-
-    def __init__(self, seen: list[int]) -> None:
-        self.seen = seen
-
-    def update(self, n: int) -> None:
-        self.seen.append(n)
-
-    def close(self) -> None:
-        pass
-
-
 def test_source_sniffs_decompressed_content_and_counts_progress_in_disk_bytes(tmp_path: Path) -> None:
     payload = b"x" * (3 * HEAD_BYTES)
     path = tmp_path / "data.gz"
     path.write_bytes(gzip.compress(payload))
     seen: list[int] = []
 
-    source = Source(path, progress=_Counter(seen))
+    source = Source(path, progress=ProgressCounter(seen))
     assert source.compressed and source.head == payload[:HEAD_BYTES]
     assert source.read_all() == payload
     assert sum(seen) == path.stat().st_size
@@ -183,7 +171,7 @@ def test_a_gzip_file_is_mapped_from_a_spool_file_never_whole_in_memory(tmp_path:
     path.write_bytes(gzip.compress(payload))
     seen: list[int] = []
 
-    mapped = Source(path, progress=_Counter(seen)).mapped()
+    mapped = Source(path, progress=ProgressCounter(seen)).mapped()
     assert isinstance(mapped, mmap.mmap)
     assert len(mapped) == len(payload) and mapped[:] == payload
     mapped.close()
