@@ -1,20 +1,22 @@
 """EventLog: all events of a run, columnar, plus side tables (devices, strings, stacks).
 
-Rows are packed (``schema.ROW_STRUCT``) into one ``bytearray`` (no Python object per
-event). Every ``flush_rows // 2`` events, on ``flush()``, or, when recording to a file,
-every ``flush_interval_s / 2`` seconds (a background thread), staged rows move out of
-the staging buffer as one immutable block (a read-only view into the huge-page chunks of
-``gpuviz.log._staging.Arena``, populated ahead off the recording thread; a ``bytes``
-object without the C module); blocks are split into NumPy columns when the log is read (or
-at once when recording to a file, which then reuses one chunk), so recording pays one copy
-per row.
+Rows are packed (``schema.ROW_STRUCT``, no Python object per event) into the log's staging
+object, ``row_sink()``: ``gpuviz.log._staging.Arena``, whose huge-page chunks (populated ahead
+off the recording thread) the rows are written into where they stay, or a ``bytearray``
+without the C module and for logs built with ``arena=False``. Every ``flush_rows // 2``
+events, on ``flush()``, or, when recording to a file, every ``flush_interval_s / 2`` seconds
+(a background thread), the staged rows become one immutable block (a read-only view of the
+arena's chunk, no copy; a ``bytes`` object taken off a ``bytearray``); blocks are split into
+NumPy columns when the log is read (or at once when recording to a file, which then reuses
+one chunk).
 Columns grow by doubling their capacity, so a reader that comes back (a live view) pays
 only for the rows added since, and the arrays it got earlier never change.
 Readers see flushed and staged rows alike: every read flushes first.
 
-Appending takes no lock: a row is added by one ``bytearray.extend`` call, and a flush
-takes whole rows off the front with one slice and one ``del``; each of these is a single
-C-level operation on the bytearray, so concurrent appends are never lost or torn.
+Appending takes no lock: a row is added by one C-level call holding the GIL (``extend``, or
+a C recorder's write through gpuviz/log/_rowsink.h), and a flush takes the staged rows in
+one (``Arena.take()``; a slice and a ``del`` of a ``bytearray``), so concurrent appends are
+never lost or torn.
 Flushes are serialised by the log's lock.
 
 Crash bound when recording to a file: rows are on their way to the disk from the moment a
