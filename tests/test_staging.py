@@ -27,6 +27,8 @@ def _address(view: memoryview) -> int:
 def test_take_hands_out_the_staged_bytes_where_they_were_written() -> None:
     arena = staging.Arena()
     assert len(arena) == 0 and bytes(arena.take()) == b"" and arena.chunk_bytes() == (0, 0, 0)
+    arena.extend(b"")  # nothing to stage: no chunk yet
+    assert len(arena) == 0 and arena.chunk_bytes() == (0, 0, 0) and arena.check() is None
     arena.extend(b"0123")
     assert len(arena) == 4
     first = arena.take()

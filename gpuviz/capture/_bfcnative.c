@@ -733,7 +733,8 @@ static int Core_traverse(Core *self, visitproc visit, void *arg) {
 
 static int Core_clear(Core *self) {
     Py_CLEAR(self->sink.obj);
-    self->sink.window = NULL;
+    self->sink.window = self->bfc.rows = NULL; /* no pointer into the arena just let go of */
+    self->bfc.emit = NULL;
     Py_CLEAR(self->flush);
     Py_CLEAR(self->tag_fn);
     Py_CLEAR(self->stack_fn);

@@ -254,8 +254,8 @@ static PyObject *Arena_extend(PyObject *obj, PyObject *data) {
     Arena *self = (Arena *)obj;
     Py_buffer buffer;
     if (PyObject_GetBuffer(data, &buffer, PyBUF_SIMPLE) < 0) return NULL;
-    int failed = arena_make_room(obj, buffer.len);
-    if (!failed) {
+    int failed = buffer.len > 0 && arena_make_room(obj, buffer.len);
+    if (!failed && buffer.len > 0) {
         memcpy(self->window.write, buffer.buf, (size_t)buffer.len);
         self->window.write += buffer.len;
     }
