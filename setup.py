@@ -73,7 +73,7 @@ setup(
         Extension(  # what-if replays under every policy (gpuviz.scenarios.native)
             "gpuviz.scenarios._whatifcore",
             sources=["gpuviz/scenarios/_whatifcore.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_window.h"]
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h", "gpuviz/log/_window.h"]
             + [f"gpuviz/scenarios/_whatif_{part}.h" for part in WHATIF_PARTS],
             extra_compile_args=["-O2"],
             optional=True,

@@ -13,7 +13,9 @@
 #error "rows are written as native little-endian integers"
 #endif
 
-#define ROW_BYTES 78
+#include "../log/_window.h"
+
+#define ROW_BYTES GV_ROW_BYTES
 
 typedef struct {
     int64_t time_ns, thread, address, size, requested, segment, largest, duration;

@@ -22,11 +22,10 @@
 #endif
 #include <string.h>
 
-#define GV_ROW_BYTES 78                 /* gpuviz.log.schema.ROW_STRUCT.size */
+#include "_window.h" /* the arena's window over its current chunk (see above), GV_ROW_BYTES */
+
 #define GV_ROWS_MIN_ROOM (256 * GV_ROW_BYTES) /* first allocation of a staging bytearray, bytes */
 #define GV_STAGING_API "gpuviz.log._staging._api"
-
-#include "_window.h" /* the arena's window over its current chunk (see above) */
 
 typedef struct {
     PyTypeObject *arena_type;

@@ -9,6 +9,8 @@
 #ifndef GPUVIZ_WINDOW_H
 #define GPUVIZ_WINDOW_H
 
+#define GV_ROW_BYTES 78 /* gpuviz.log.schema.ROW_STRUCT.size: one row, bytes (the only C definition) */
+
 typedef struct {
     char *start, *write, *end;
 } gv_window;
