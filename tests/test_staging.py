@@ -252,3 +252,65 @@ def test_every_byte_staged_is_taken_once_in_order_and_kept_while_its_view_lives(
         assert len(arena) == len(staged)
         assert arena.check() is None
         assert all(bytes(view) == expected for view, expected in held)
+
+
+_OUT_OF_MEMORY_FOR_ROWS = """
+import json, resource
+from gpuviz import EventLog, SimUpstream
+from gpuviz.analysis.replay import replay
+from gpuviz.capture.native import NativeBFCAllocator
+
+def vm_size():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+def agree():
+    alloc.check()
+    logged = {(c.address, c.size, c.in_use) for c in replay(log).state_at(-1).chunks()}
+    assert logged == {(c.address, c.size, c.in_use) for c in alloc.state().chunks()}, "the log and the allocator differ"
+
+log = EventLog()
+alloc = NativeBFCAllocator(SimUpstream("64GiB"), growth=True, log=log)
+live = [alloc.allocate(256) for _ in range(100)]
+for i in range(200_000):  # the arena's chunks reach 8 MiB
+    alloc.free(live[i % 100])
+    live[i % 100] = alloc.allocate(256 * (i % 7 + 1))
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (4 << 20), hard))  # no room for another chunk
+errors, i = [], 0
+while len(errors) < 10 and i < 2_000_000:
+    try:
+        alloc.free(live[i % 100])
+        live[i % 100] = 0  # freed
+        live[i % 100] = alloc.allocate(256 * (i % 7 + 1))
+    except MemoryError as exc:
+        errors.append(str(exc))
+    i += 1
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+agree()
+for j in range(1000):  # memory again: recording goes on
+    alloc.free(live[j % 100])
+    live[j % 100] = alloc.allocate(512)
+agree()
+print(len(errors))
+print(json.dumps(sorted(set(errors))))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_no_memory_for_the_logs_rows_leaves_the_operation_unmade() -> None:
+    """When the arena cannot map a chunk for a decision's rows, the native core raises
+    MemoryError before deciding anything: the allocator and its log stay in step (a replay of
+    the log is the allocator's state), and recording goes on once memory is back."""
+    if not native_core_available():
+        pytest.skip("the native core is not built")
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY_FOR_ROWS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    count, messages = out.stdout.splitlines()
+    assert count == "10"
+    prefix = "gpuviz: no memory left for the event log's rows: this "
+    suffix = " was not made (the allocator and its log are as before it)"
+    assert set(json.loads(messages)) <= {prefix + "free" + suffix, prefix + "allocation" + suffix}

@@ -80,6 +80,21 @@ static int room_for_row(void *ctx) {
     return -1;
 }
 
+/* Before a decision changes anything: room for its rows (a free and its two merges, or a split
+ * and its alloc), so that the decision is either made and recorded, or not made. -1 with
+ * MemoryError set ("what": the operation, for the message). */
+#define DECISION_ROWS 3
+static int reserve_rows(Core *self, const char *what) {
+    if (self->sink.obj == Py_None || row_sink_reserve(&self->sink, DECISION_ROWS * ROW_BYTES) == 0) return 0;
+    if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_MemoryError,
+                     "gpuviz: no memory left for the event log's rows: this %s was not made (the allocator and its "
+                     "log are as before it)", what);
+    }
+    return -1;
+}
+
 /* A decision about to run: its rows get one time and this thread (the owner). */
 static inline void stamp_decision(Core *self) {
     if (self->sink.obj == Py_None) return;
@@ -156,9 +171,11 @@ static int leave(Core *self) {
                 Py_INCREF(address);
                 PyList_SetSlice(self->pending, n - 1, n, NULL);
                 int failed = do_free(self, address);
-                Py_DECREF(address);
                 if (failed) {
                     if (!PyErr_ExceptionMatches(self->invalid_free_error)) {
+                        /* not made (no memory for its rows): it stays due, for the next operation */
+                        if (PyErr_ExceptionMatches(PyExc_MemoryError)) PyList_Append(self->pending, address);
+                        Py_DECREF(address);
                         status = -1;
                         break;
                     }
@@ -170,11 +187,13 @@ static int leave(Core *self) {
                     Py_XDECREF(v);
                     Py_XDECREF(tb);
                     if (r == NULL) {
+                        Py_DECREF(address);
                         status = -1;
                         break;
                     }
                     Py_DECREF(r);
                 }
+                Py_DECREF(address);
                 continue;
             }
             if (self->need_flush) {
@@ -311,6 +330,7 @@ static int do_free(Core *self, PyObject *address) {
     int32_t stack;
     if (stack_id(self, &stack) < 0) return -1;
     void *tag;
+    if (reserve_rows(self, "free") < 0) return -1;
     stamp_decision(self); /* a free and its merges: one time */
     bfc_release_chunk(&self->bfc, slot, stack, &tag);
     decision_done(self);
@@ -419,6 +439,10 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
         }
     }
     if (tag != Py_None && self->tag_fn != Py_None && call_index(self, self->tag_fn, tag, &tag_id) < 0) {
+        bfc_put_back(&self->bfc, slot);
+        goto done;
+    }
+    if (reserve_rows(self, "allocation") < 0) {
         bfc_put_back(&self->bfc, slot);
         goto done;
     }

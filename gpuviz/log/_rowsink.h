@@ -96,6 +96,24 @@ static inline unsigned char *row_sink_claim(row_sink *sink) {
     return slot;
 }
 
+/* Room for ``nbytes`` more without another allocation, made now: a recorder reserves the rows
+ * of a decision before it changes anything, so that running out of memory for the log leaves
+ * the decision undone instead of done and unrecorded. 0, or -1 with MemoryError (or BufferError:
+ * an exported bytearray) set. */
+static inline int row_sink_reserve(row_sink *sink, Py_ssize_t nbytes) {
+    gv_window *w = sink->window;
+    if (w != NULL) return w->end - w->write >= nbytes ? 0 : sink->make_room(sink->obj, nbytes);
+    PyByteArrayObject *b = (PyByteArrayObject *)sink->obj;
+    Py_ssize_t n = Py_SIZE(b);
+    if (b->ob_exports == 0 && n + nbytes + (b->ob_start - b->ob_bytes) < b->ob_alloc) return 0;
+    Py_ssize_t room = n + nbytes > 2 * n ? n + nbytes : 2 * n;
+    if (room < GV_ROWS_MIN_ROOM) room = GV_ROWS_MIN_ROOM;
+    if (PyByteArray_Resize(sink->obj, room) < 0) return -1; /* keeps the first n bytes */
+    Py_SET_SIZE(b, n);
+    b->ob_start[n] = '\0';
+    return 0;
+}
+
 /* Bytes staged (written since the last flush). */
 static inline Py_ssize_t row_sink_staged(const row_sink *sink) {
     return sink->window != NULL ? sink->window->write - sink->window->start : PyByteArray_GET_SIZE(sink->obj);
