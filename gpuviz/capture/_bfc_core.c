@@ -255,8 +255,7 @@ static inline void emit(bfc_t *b, int kind, int64_t address, int64_t size, int64
         return;
     }
     int64_t largest_free = at_least(floor, bfc_largest_free(b));
-    if (b->rows_failed) return;
-    if (w->end - w->write < ROW_BYTES && b->room_for_row(b->emit_ctx) < 0) {
+    if (w->end - w->write < ROW_BYTES) { /* the caller reserved too little: refuse, never overrun */
         b->rows_failed = 1;
         return;
     }

@@ -64,9 +64,9 @@ typedef struct {
     bfc_emit_fn emit; /* NULL: decisions are not reported (nothing is recorded) */
     void *emit_ctx;
     /* rows written in place while rows != NULL and row_time != 0 (the running decision's time, ns,
-     * and thread); room_for_row(emit_ctx) makes room for one more (-1: none, rows_failed is set) */
+     * and thread); the caller has made room for the decision's rows beforehand, and a row that
+     * finds none is not written (rows_failed is set) */
     gv_window *rows;
-    int (*room_for_row)(void *ctx);
     int64_t row_time, row_thread;
     int16_t row_device;
     int rows_failed;

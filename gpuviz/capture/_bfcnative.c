@@ -72,14 +72,6 @@ static void write_row(Core *self, int kind, int64_t address, int64_t size, int64
     if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
 }
 
-/* Room for one more row in the arena's window, for the core's in-place rows. */
-static int room_for_row(void *ctx) {
-    Core *self = (Core *)ctx;
-    if (self->sink.make_room(self->sink.obj, ROW_BYTES) == 0) return 0;
-    PyErr_Clear(); /* reported as MemoryError at the end of the operation */
-    return -1;
-}
-
 /* Before a decision changes anything: room for its rows (a free and its two merges, or a split
  * and its alloc), so that the decision is either made and recorded, or not made. -1 with
  * MemoryError set ("what": the operation, for the message). */
@@ -495,7 +487,6 @@ static PyObject *Core_set_sink(Core *self, PyObject *args) {
     if (row_sink_set(&self->sink, staged) < 0) return NULL;
     self->bfc.emit = staged == Py_None ? NULL : emit_cb; /* off: the core reports nothing */
     self->bfc.rows = self->sink.window; /* an arena: the core writes its rows in place */
-    self->bfc.room_for_row = room_for_row;
     self->bfc.row_device = (int16_t)device;
     Py_INCREF(flush);
     Py_XSETREF(self->flush, flush);

@@ -8,7 +8,7 @@
  *     chunk at every flush cost a recorded allocate+free pair about twice what writing them once
  *     where they stay does (benchmarks/bench_core.py; README, "Native core").
  *   - a bytearray (a log without the arena: an import, or no compiler): rows are appended to it
- *     (rows_append, below) and copied out at every flush.
+ *     (bytearray_room, below) and copied out at every flush.
  *
  * Both hold the GIL throughout: a row is claimed and written within one C call, so rows from
  * several threads never interleave. The arena's C entry points come from the capsule
@@ -41,23 +41,22 @@ typedef struct {
     int (*make_room)(PyObject *, Py_ssize_t);
 } row_sink;
 
-/* Append one row-sized slot to the bytearray ``staged``: writes in place while the allocation has
- * room and grows it geometrically otherwise (PyByteArray_Resize re-fits a buffer whose contents
- * are below half its allocation, so growing it row by row would copy it about every eighth of
- * its size). Touches only the public fields of PyByteArrayObject, keeping its invariants:
- * ob_start[size] == 0 and size + (ob_start - ob_bytes) < ob_alloc. Returns the slot, or NULL with an
- * exception set (out of memory, or the buffer is exported). */
-static inline unsigned char *rows_append(PyObject *staged) {
+/* Room for ``nbytes`` more in the bytearray ``staged`` without another allocation: grown
+ * geometrically where it lacks it (PyByteArray_Resize re-fits a buffer whose contents are below
+ * half its allocation, so growing it row by row would copy it about every eighth of its size).
+ * Touches only the public fields of PyByteArrayObject, keeping its invariants: ob_start[size] == 0
+ * and size + (ob_start - ob_bytes) < ob_alloc. 0, or -1 with an exception set (out of memory, or
+ * the buffer is exported). */
+static inline int bytearray_room(PyObject *staged, Py_ssize_t nbytes) {
     PyByteArrayObject *b = (PyByteArrayObject *)staged;
     Py_ssize_t n = Py_SIZE(b);
-    if (b->ob_exports > 0 || n + GV_ROW_BYTES + (b->ob_start - b->ob_bytes) >= b->ob_alloc) {
-        Py_ssize_t room = n + GV_ROW_BYTES > 2 * n ? n + GV_ROW_BYTES : 2 * n;
-        if (room < GV_ROWS_MIN_ROOM) room = GV_ROWS_MIN_ROOM;
-        if (PyByteArray_Resize(staged, room) < 0) return NULL; /* keeps the first n bytes */
-    }
-    Py_SET_SIZE(b, n + GV_ROW_BYTES);
-    b->ob_start[n + GV_ROW_BYTES] = '\0';
-    return (unsigned char *)b->ob_start + n;
+    if (b->ob_exports == 0 && n + nbytes + (b->ob_start - b->ob_bytes) < b->ob_alloc) return 0;
+    Py_ssize_t room = n + nbytes > 2 * n ? n + nbytes : 2 * n;
+    if (room < GV_ROWS_MIN_ROOM) room = GV_ROWS_MIN_ROOM;
+    if (PyByteArray_Resize(staged, room) < 0) return -1; /* keeps the first n bytes */
+    Py_SET_SIZE(b, n);
+    b->ob_start[n] = '\0';
+    return 0;
 }
 
 /* Point ``sink`` at ``obj`` (a bytearray, an Arena, or None: nowhere). 0, or -1 with TypeError. */
@@ -85,33 +84,33 @@ static inline int row_sink_set(row_sink *sink, PyObject *obj) {
     return 0;
 }
 
-/* A slot for one row, counted as staged; the caller writes the row into it before anything else
- * runs (the GIL held). NULL with an exception set where no room can be made. */
-static inline unsigned char *row_sink_claim(row_sink *sink) {
-    gv_window *w = sink->window;
-    if (w == NULL) return rows_append(sink->obj);
-    if (w->end - w->write < GV_ROW_BYTES && sink->make_room(sink->obj, GV_ROW_BYTES) < 0) return NULL;
-    unsigned char *slot = (unsigned char *)w->write;
-    w->write += GV_ROW_BYTES;
-    return slot;
-}
-
 /* Room for ``nbytes`` more without another allocation, made now: a recorder reserves the rows
  * of a decision before it changes anything, so that running out of memory for the log leaves
  * the decision undone instead of done and unrecorded. 0, or -1 with MemoryError (or BufferError:
  * an exported bytearray) set. */
 static inline int row_sink_reserve(row_sink *sink, Py_ssize_t nbytes) {
     gv_window *w = sink->window;
-    if (w != NULL) return w->end - w->write >= nbytes ? 0 : sink->make_room(sink->obj, nbytes);
-    PyByteArrayObject *b = (PyByteArrayObject *)sink->obj;
-    Py_ssize_t n = Py_SIZE(b);
-    if (b->ob_exports == 0 && n + nbytes + (b->ob_start - b->ob_bytes) < b->ob_alloc) return 0;
-    Py_ssize_t room = n + nbytes > 2 * n ? n + nbytes : 2 * n;
-    if (room < GV_ROWS_MIN_ROOM) room = GV_ROWS_MIN_ROOM;
-    if (PyByteArray_Resize(sink->obj, room) < 0) return -1; /* keeps the first n bytes */
-    Py_SET_SIZE(b, n);
-    b->ob_start[n] = '\0';
-    return 0;
+    if (w == NULL) return bytearray_room(sink->obj, nbytes);
+    return w->end - w->write >= nbytes ? 0 : sink->make_room(sink->obj, nbytes);
+}
+
+/* A slot for one row, counted as staged; the caller writes the row into it before anything else
+ * runs (the GIL held). NULL with an exception set where no room can be made. */
+static inline unsigned char *row_sink_claim(row_sink *sink) {
+    if (row_sink_reserve(sink, GV_ROW_BYTES) < 0) return NULL;
+    gv_window *w = sink->window;
+    unsigned char *slot;
+    if (w == NULL) { /* a bytearray: one row longer */
+        PyByteArrayObject *b = (PyByteArrayObject *)sink->obj;
+        Py_ssize_t n = Py_SIZE(b);
+        Py_SET_SIZE(b, n + GV_ROW_BYTES);
+        b->ob_start[n + GV_ROW_BYTES] = '\0';
+        slot = (unsigned char *)b->ob_start + n;
+    } else {
+        slot = (unsigned char *)w->write;
+        w->write += GV_ROW_BYTES;
+    }
+    return slot;
 }
 
 /* Bytes staged (written since the last flush). */
