@@ -153,6 +153,8 @@ class EventLog:
         self.corrupt = False  # ... because of damage (a checksum or content check failed)
         self.problems: list[str] = []  # what loading found wrong, in words
         self._writer: LogWriter | None = None
+        self.file_error: str | None = None  # why recording to the file stopped (a write failed), else None
+        self._file_error_due = False  # close() has not raised file_error yet
         self._stop_flusher: threading.Event | None = None
         if path is not None:
             self.record_to(path, flush_interval_s=flush_interval_s)
@@ -247,8 +249,32 @@ class EventLog:
         self._block_rows += n
         self._n_flushed += n
         if self._writer is not None:
-            for batch in self._split_blocks_locked():
-                self._writer.write(self, batch)
+            try:
+                for batch in self._split_blocks_locked():  # the rows are in the columns from here on
+                    self._writer.write(self, batch)
+            except OSError as exc:
+                self._file_failed_locked(exc)
+
+    def _file_failed_locked(self, exc: OSError) -> None:
+        """A write to the file failed (a full disk, a file-size limit): the file is left as it
+        is (it loads flagged truncated) and this log goes on recording in memory, so that the
+        recorders' callers (an allocation that flushed) never see the file's error."""
+        writer = self._writer
+        assert writer is not None
+        self._writer = None
+        writer.abandon()
+        self.file_error = (
+            f"writing the event log to {writer.path} failed after {writer.events} events ({exc}); the file "
+            f"stops there and loads flagged truncated, and recording goes on in memory: every event is "
+            f"still in the log (log.save(path) writes it whole)"
+        )
+        self._file_error_due = True
+        if self._stop_flusher is not None:
+            self._stop_flusher.set()
+        _recording.discard(self)
+        import logging
+
+        logging.getLogger("gpuviz").error("gpuviz: %s", self.file_error)
 
     def _split_blocks_locked(self) -> list[dict[str, np.ndarray]]:
         """Split each flushed block into the columns; returns the new rows of each block."""
@@ -299,10 +325,15 @@ class EventLog:
             if self._blocks:
                 self._split_blocks_locked()
             step = self._flush_len // _ROW  # the rows so far, in batches of flush_rows // 2
-            for start in range(0, self._n_columns, step):
-                end = min(start + step, self._n_columns)
-                writer.write(self, {name: column[start:end] for name, column in self._columns.items()})
+            try:
+                for start in range(0, self._n_columns, step):
+                    end = min(start + step, self._n_columns)
+                    writer.write(self, {name: column[start:end] for name, column in self._columns.items()})
+            except OSError:
+                writer.abandon()
+                raise
             self._writer = writer
+            self.file_error, self._file_error_due = None, False
         stop = threading.Event()
         self._stop_flusher = stop
         ref = weakref.ref(self)
@@ -318,17 +349,31 @@ class EventLog:
         Flushes, writes the end-of-log marker and replaces the file by its random-access
         form (the whole log as one batch, memory-mapped by ``load``). A log still recording
         when the interpreter exits is closed then.
+
+        Raises ``OSError`` with ``file_error`` (once) when writing the file failed while
+        recording; the log in memory holds every event all the same.
         """
         if self._stop_flusher is not None:
             self._stop_flusher.set()
         with self._lock:
             self._flush_locked()
+            if self._file_error_due:
+                self._file_error_due = False
+                raise OSError(f"the event log's file was not finished: {self.file_error}")
             if self._writer is not None:
                 if self._blocks:
                     self._split_blocks_locked()
                 n = self._n_columns
                 writer, self._writer = self._writer, None
-                writer.close(self, {name: column[:n] for name, column in self._columns.items()})
+                try:
+                    writer.close(self, {name: column[:n] for name, column in self._columns.items()})
+                except OSError as exc:
+                    writer.abandon()
+                    self.file_error = (
+                        f"finishing the event log's file {writer.path} failed ({exc}); every event is still in "
+                        f"the log in memory (log.save(path) writes it whole)"
+                    )
+                    raise OSError(f"the event log's file was not finished: {self.file_error}") from exc
         _recording.discard(self)
 
     def __del__(self) -> None:

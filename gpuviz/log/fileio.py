@@ -27,6 +27,7 @@ are views of the old file's mapping, stays valid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -150,6 +151,18 @@ class LogWriter:
         self._meta = meta
         self._events += len(columns[0])
         self._batches += 1
+
+    @property
+    def events(self) -> int:
+        """Events written to the file so far."""
+        return self._events
+
+    def abandon(self) -> None:
+        """Close the file as it is, after a write failed: no end-of-log marker, so it loads
+        flagged ``truncated`` with the batches written whole before the failure."""
+        for close in (self._stream.close, self._file.close):
+            with contextlib.suppress(OSError, ValueError):  # the failure that made us abandon it, again; closed
+                close()
 
     def close(self, log: EventLog | None = None, columns: dict[str, np.ndarray] | None = None) -> None:
         """Write the end-of-log marker and close the file; given the ``log`` and all its
