@@ -303,6 +303,87 @@ def test_a_failed_deferred_free_is_logged_and_the_allocation_still_succeeds(capl
     alloc.check()
 
 
+_DEFERRED_FREE_WITHOUT_ROOM = """
+import json, logging, resource
+from gpuviz import EventLog, SimUpstream
+from gpuviz.analysis.replay import replay
+from gpuviz.base.units import MiB
+from gpuviz.capture.native import NativeBFCAllocator
+
+class FreeingUpstream(SimUpstream):  # frees a chunk of its allocator inside allocate, as a finalizer would
+    victim = None
+    address = 0
+    def allocate(self, nbytes):
+        if self.address:
+            address, self.address = self.address, 0
+            self.victim.free(address)
+        return super().allocate(nbytes)
+
+def setup():
+    log = EventLog(arena=False, flush_rows=1 << 24)  # rows staged in one bytearray, no flush meanwhile
+    upstream = FreeingUpstream("1GiB")
+    alloc = NativeBFCAllocator(upstream, growth=True, log=log)
+    victim = alloc.allocate(256)
+    upstream.victim, upstream.address = alloc, victim
+    return log, alloc, victim
+
+def vm_size():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+twin_log, twin, _ = setup()  # how many rows the allocation itself writes, before the free's
+before = len(twin_log)
+twin.allocate(64 * MiB)
+rows = [event.kind for event in twin_log[before:]].index("free")
+log, alloc, victim = setup()
+staged = log.row_sink()[0]
+room = lambda: staged.__alloc__() - len(staged) - 1
+while len(staged) < (8 << 20) or not 4 * 78 <= room() < (rows + 3) * 78:
+    log.mark("fill")  # room for the segment's row and the allocation's 3 reserved, not the free's 3 after
+messages = []
+logging.getLogger("gpuviz").addHandler(logging.Handler())
+logging.getLogger("gpuviz").handlers[-1].emit = lambda record: messages.append(record.getMessage())
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (4 << 20), hard))  # the bytearray cannot grow
+start = len(log)
+address = alloc.allocate(64 * MiB)
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+made = [(e.kind, e.address) for e in log[start:] if e.kind != "mark"]  # reading the log is no operation
+alloc.free(address)  # the next operation: the due free is made after it
+then = [(e.kind, e.address) for e in log[start:] if e.kind != "mark"][len(made):]
+alloc.check()
+state = {(c.address, c.size, c.in_use) for c in alloc.state().chunks()}
+print(json.dumps({"rows": rows, "address": address, "victim": victim, "made": made, "then": then,
+                  "replayed": {(c.address, c.size, c.in_use) for c in replay(log).state_at(-1).chunks()} == state,
+                  "in_use": [c for c in state if c[2]], "messages": messages}))
+"""
+
+
+@needs_core
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_a_deferred_free_without_room_for_its_rows_stays_due_and_the_allocation_stands() -> None:
+    """A free arriving inside an allocation (a finalizer) that finds no memory for its rows
+    when the allocation ends is not made and stays due: the allocation returns its address
+    (before, it raised MemoryError and the address was lost), the failure is logged, and the
+    next operation makes the free. The log replays to the allocator's state."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _DEFERRED_FREE_WITHOUT_ROOM], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["rows"] == 2  # segment_alloc, alloc
+    address, victim = result["address"], result["victim"]
+    assert address == (1 << 40) + 2 * MiB  # the allocation returned its address
+    assert result["made"] == [["segment_alloc", address], ["alloc", address]]  # and no free of the victim
+    # the next operation: its own free, then the due one (each merging with the free chunks)
+    assert [kind for kind, _ in result["then"]] == ["free", "free", "merge"]
+    assert [a for kind, a in result["then"] if kind == "free"] == [address, victim]
+    assert result["in_use"] == [] and result["replayed"] is True
+    assert result["messages"] == ["GPU:0: a deferred free could not be made now; it stays due, for the next operation"]
+
+
 @needs_core
 def test_tags_are_released_with_their_chunks() -> None:
     log = EventLog()

@@ -150,40 +150,60 @@ static PyObject *call_out(Core *self, PyObject *fn, PyObject *arg) {
 
 static int do_free(Core *self, PyObject *address);
 
-/* End of an operation: apply deferred frees, flush, drop the lock. Returns -1 on error. */
+/* Report what went wrong after an operation was decided (``report(what, error)``, logged by
+ * gpuviz.capture.native): the exception set now, or a MemoryError with ``what`` when none is.
+ * 0, or -1 with the report callback's own error set. */
+static int report_after(Core *self, const char *what) {
+    PyObject *t = NULL, *v = NULL, *tb = NULL;
+    PyObject *text = PyUnicode_FromString(what);
+    if (text == NULL) return -1;
+    if (PyErr_Occurred()) {
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+    } else {
+        v = PyObject_CallOneArg(PyExc_MemoryError, text);
+    }
+    PyObject *args = v != NULL ? PyTuple_Pack(2, text, v) : NULL;
+    Py_DECREF(text);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    if (args == NULL) return -1;
+    gate_close(self);
+    PyObject *r = PyObject_Call(self->report, args, NULL);
+    gate_open(self);
+    Py_DECREF(args);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* End of an operation: apply deferred frees, flush, drop the lock. Whatever fails here comes
+ * after the operation was decided, so it never takes the operation's place (an allocation
+ * made and then reported as an error would lose its address): a deferred free that could not
+ * be made (no room for its rows) stays due, for the next operation; an invalid one, a failed
+ * flush (tried again once rows reach the limit) and rows that could not be staged are
+ * reported. The caller then sees its operation's own outcome. -1 only when reporting failed. */
 static int leave(Core *self) {
     int status = 0;
     if (self->depth == 1) {
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb); /* the operation's own error, if any */
-        for (;;) {
-            Py_ssize_t n = PyList_GET_SIZE(self->pending);
+        int frees = 1;
+        while (status == 0) {
+            Py_ssize_t n = frees ? PyList_GET_SIZE(self->pending) : 0;
             if (n) {
                 PyObject *address = PyList_GET_ITEM(self->pending, n - 1);
                 Py_INCREF(address);
                 PyList_SetSlice(self->pending, n - 1, n, NULL);
-                int failed = do_free(self, address);
-                if (failed) {
-                    if (!PyErr_ExceptionMatches(self->invalid_free_error)) {
-                        /* not made (no memory for its rows): it stays due, for the next operation */
-                        if (PyErr_ExceptionMatches(PyExc_MemoryError)) PyList_Append(self->pending, address);
-                        Py_DECREF(address);
-                        status = -1;
-                        break;
+                if (do_free(self, address) < 0) {
+                    const char *what = "a deferred free failed";
+                    if (!PyErr_ExceptionMatches(self->invalid_free_error)) { /* not made: nothing changed */
+                        what = "a deferred free could not be made now; it stays due, for the next operation";
+                        if (PyList_Append(self->pending, address) < 0) what = "a deferred free was lost";
+                        frees = 0; /* the others wait too */
                     }
-                    PyObject *t, *v, *tb;
-                    PyErr_Fetch(&t, &v, &tb);
-                    PyErr_NormalizeException(&t, &v, &tb);
-                    PyObject *r = call_out(self, self->report, v);
-                    Py_XDECREF(t);
-                    Py_XDECREF(v);
-                    Py_XDECREF(tb);
-                    if (r == NULL) {
-                        Py_DECREF(address);
-                        status = -1;
-                        break;
-                    }
-                    Py_DECREF(r);
+                    status = report_after(self, what);
                 }
                 Py_DECREF(address);
                 continue;
@@ -191,30 +211,22 @@ static int leave(Core *self) {
             if (self->need_flush) {
                 self->need_flush = 0;
                 PyObject *r = call_out(self, self->flush, NULL);
-                if (r == NULL) {
-                    status = -1;
-                    break;
-                }
-                Py_DECREF(r);
+                if (r == NULL) status = report_after(self, "flushing the event log failed");
+                Py_XDECREF(r);
                 continue;
             }
             break;
         }
-        if (self->emit_failed) {
+        if (self->emit_failed && status == 0) {
             self->emit_failed = 0;
-            if (status == 0) {
-                PyErr_SetString(PyExc_MemoryError, "gpuviz: could not stage an event row");
-                status = -1;
-            }
+            status = report_after(self, "could not stage an event row: the log misses events of this operation");
         }
-        if (exc_type != NULL) {
-            if (status == 0) {
-                PyErr_Restore(exc_type, exc_value, exc_tb);
-            } else {
-                Py_XDECREF(exc_type);
-                Py_XDECREF(exc_value);
-                Py_XDECREF(exc_tb);
-            }
+        if (status == 0) {
+            PyErr_Restore(exc_type, exc_value, exc_tb);
+        } else {
+            Py_XDECREF(exc_type);
+            Py_XDECREF(exc_value);
+            Py_XDECREF(exc_tb);
         }
     }
     if (--self->depth == 0) self->owner = 0;

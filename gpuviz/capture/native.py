@@ -123,7 +123,7 @@ class NativeBFCAllocator(BFCAllocator):
         if _CoreClass is None:
             raise RuntimeError("the native allocator core is not built (gpuviz was installed without a C compiler)")
         super().__init__(*args, **kwargs)
-        core: _Core = _CoreClass(self.device, self._grow, allocation_size, self._deferred_free_failed, InvalidFreeError)
+        core: _Core = _CoreClass(self.device, self._grow, allocation_size, self._report, InvalidFreeError)
         self._core = core
         self._locked = _Locked(core)
         self._attach(self._observer)
@@ -140,8 +140,10 @@ class NativeBFCAllocator(BFCAllocator):
         else:
             self._core.set_sink(None, 0, None, 0, None, None)
 
-    def _deferred_free_failed(self, error: InvalidFreeError) -> None:
-        logger.error("%s: a deferred free failed", self.device, exc_info=error)
+    def _report(self, what: str, error: BaseException) -> None:
+        """What failed at the end of an operation, after it was decided (see ``leave`` in
+        _bfcnative.c): logged, never raised in place of the operation's outcome."""
+        logger.error("%s: %s", self.device, what, exc_info=error)
 
     # ----------------------------------------------------------- growth (rare)
     def _grow(self, nbytes: int, stack: int) -> None:
