@@ -153,7 +153,7 @@ static int do_free(Core *self, PyObject *address);
 /* Report what went wrong after an operation was decided (``report(what, error)``, logged by
  * gpuviz.capture.native): the exception set now, or a MemoryError with ``what`` when none is.
  * 0, or -1 with the report callback's own error set. */
-static int report_after(Core *self, const char *what) {
+static __attribute__((cold, noinline)) int report_after(Core *self, const char *what) {
     PyObject *t = NULL, *v = NULL, *tb = NULL;
     PyObject *text = PyUnicode_FromString(what);
     if (text == NULL) return -1;
@@ -221,12 +221,14 @@ static int leave(Core *self) {
             self->emit_failed = 0;
             status = report_after(self, "could not stage an event row: the log misses events of this operation");
         }
-        if (status == 0) {
-            PyErr_Restore(exc_type, exc_value, exc_tb);
-        } else {
-            Py_XDECREF(exc_type);
-            Py_XDECREF(exc_value);
-            Py_XDECREF(exc_tb);
+        if (exc_type != NULL) { /* a call per operation otherwise, for nothing */
+            if (status == 0) {
+                PyErr_Restore(exc_type, exc_value, exc_tb);
+            } else {
+                Py_XDECREF(exc_type);
+                Py_XDECREF(exc_value);
+                Py_XDECREF(exc_tb);
+            }
         }
     }
     if (--self->depth == 0) self->owner = 0;
