@@ -314,3 +314,79 @@ def test_no_memory_for_the_logs_rows_leaves_the_operation_unmade() -> None:
     prefix = "gpuviz: no memory left for the event log's rows: this "
     suffix = " was not made (the allocator and its log are as before it)"
     assert set(json.loads(messages)) <= {prefix + "free" + suffix, prefix + "allocation" + suffix}
+
+
+_NO_MEMORY_FOR_A_SEGMENTS_ROW = """
+import json, resource
+from gpuviz import EventLog, SimUpstream
+from gpuviz.analysis.replay import replay
+from gpuviz.base.units import GiB, MiB
+from gpuviz.capture.native import NativeBFCAllocator
+
+def vm_size():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+def chunks():
+    return {(c.address, c.size, c.in_use) for c in alloc.state().chunks()}
+
+log = EventLog()
+upstream = SimUpstream("64GiB")
+alloc = NativeBFCAllocator(upstream, growth=True, log=log)
+kept = alloc.allocate(MiB)
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (4 << 20), hard))  # no room for another chunk
+marks = 0
+try:
+    while True:  # fill the arena: the next row needs a chunk that cannot be mapped
+        log.mark("fill")
+        marks += 1
+except MemoryError:
+    pass
+before = (chunks(), upstream.reserved, alloc.stats())
+errors = []
+for _ in range(3):
+    try:
+        alloc.allocate(GiB)  # needs a new segment: its row finds no room
+    except MemoryError as exc:
+        errors.append(str(exc))
+after = (chunks(), upstream.reserved, alloc.stats())
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+big = alloc.allocate(GiB)  # memory again: the same request grows the pool as it would have
+alloc.free(big)
+released = alloc.release_free_segments()
+alloc.check()
+print(json.dumps({"marks": marks, "errors": errors, "unchanged": before == after, "released": released,
+                  "reserved": upstream.reserved, "pool": alloc.stats().pool_bytes,
+                  "replayed": {(c.address, c.size, c.in_use) for c in replay(log).state_at(-1).chunks()} == chunks()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_no_memory_for_a_segments_row_leaves_the_pool_and_the_device_as_before() -> None:
+    """A segment reservation whose row cannot be staged is undone before the core takes it:
+    MemoryError, the device memory handed back, the pool, its stats and the log as before,
+    and the same request succeeds once memory is back."""
+    if not native_core_available():
+        pytest.skip("the native core is not built")
+    import json
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_MEMORY_FOR_A_SEGMENTS_ROW], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["marks"] > 1000
+    assert (
+        result["errors"]
+        == [
+            "gpuviz: no memory left for the event log's rows: this segment reservation was not made (the allocator "
+            "and its log are as before it)"
+        ]
+        * 3
+    )
+    assert result["unchanged"] is True
+    assert result["released"] == 1 << 30  # the GiB segment; the first one still holds the kept MiB
+    assert result["reserved"] == result["pool"] == 2 << 20  # the device holds exactly the pool: nothing leaked
+    assert result["replayed"] is True

@@ -522,6 +522,7 @@ static PyObject *Core_add_segment(Core *self, PyObject *args) {
                      base, size);
         return NULL;
     }
+    if (reserve_rows(self, "segment reservation") < 0) return NULL; /* its row, before anything changes */
     if (bfc_add_segment(&self->bfc, base, size, stack) < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -530,6 +531,7 @@ static PyObject *Core_release_segment(Core *self, PyObject *args) {
     long long base;
     int stack;
     if (!PyArg_ParseTuple(args, "Li", &base, &stack)) return NULL;
+    if (reserve_rows(self, "segment release") < 0) return NULL; /* its row, before anything changes */
     if (bfc_release_segment(&self->bfc, base, stack) < 0) {
         PyErr_Format(PyExc_ValueError, "no wholly free segment at %lld", base);
         return NULL;

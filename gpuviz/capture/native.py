@@ -168,10 +168,16 @@ class NativeBFCAllocator(BFCAllocator):
 
     def _extend_pool(self, rounded: int, stack: int) -> bool:
         """Reserve one new segment that can hold ``rounded`` bytes (TF's Extend, ``_reserve_segment``)."""
+        step = self._next_segment_bytes
         reserved = self._reserve_segment(rounded, self._core.stats()[4])
         if reserved is None:
             return False
-        self._core.add_segment(*reserved, stack)
+        try:
+            self._core.add_segment(*reserved, stack)
+        except MemoryError:  # no memory for the log's row: the reservation is undone, as if never made
+            self.upstream.free(reserved[0])
+            self._next_segment_bytes = step
+            raise
         return True
 
     def _collect(self, rounded: int, stack: int) -> bool:
