@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -137,6 +140,68 @@ def test_threads_call_the_entry_points_at_once(lib: Library) -> None:
     assert len(log.filter(kind="alloc")) == len(log.filter(kind="free")) > 6 * 900
     assert len(set(log["thread"].tolist())) == 6
     gtorch.library().reset(0)
+
+
+_NO_HOST_MEMORY_FOR_ROWS = """import ctypes, json, resource
+from gpuviz import EventLog
+import gpuviz.torch.pluggable as gtorch
+from gpuviz.base.units import MiB
+
+lib = ctypes.CDLL(gtorch.library().__file__)
+malloc, free = lib.gpuviz_malloc, lib.gpuviz_free
+malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+free.restype, free.argtypes = None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+
+def vm_size():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+def run(limit_at):  # the row buffer keeps its size across runs: the run with a limit goes first
+    gtorch.library().drain()
+    log = EventLog()
+    device = gtorch.configure_device(0, log, memory_limit=256 * MiB, simulated_capacity=256 * MiB)
+    session = gtorch.TorchSession(log, {0: device})
+    sizes = [(i % 7 + 1) * 4096 for i in range(12_000)]
+    live = [0] * 8
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    for i, size in enumerate(sizes):
+        if i == limit_at:
+            resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (512 << 10), hard))
+        if live[i % 8]:
+            free(live[i % 8], 0, 0, None)
+        live[i % 8] = malloc(size, 0, None)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    for address in live:
+        free(address, 0, 0, None)
+    session.stop()
+    made = session.stats(0)
+    gtorch.library().reset(0)
+    return len(log), log.problems, made
+
+cut, cut_problems, cut_made = run(2000)
+whole, problems, made = run(None)
+print(json.dumps({"whole": whole, "cut": cut, "problems": cut_problems, "clean": problems, "same": made == cut_made}))
+"""
+
+
+@needs_library
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_rows_without_host_memory_are_counted_and_said_and_the_allocations_stand() -> None:
+    """PyTorch's hook cannot take an error: where the library finds no host memory for a row
+    (its buffer cannot grow under RLIMIT_AS), the allocation is made all the same, and the
+    next flush says how many rows the log misses (log.problems, and the gpuviz logger)."""
+    out = subprocess.run([sys.executable, "-c", _NO_HOST_MEMORY_FOR_ROWS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["same"] is True  # the same allocator state and counters with and without the limit
+    assert result["clean"] == [] and result["cut"] < result["whole"]
+    lost = result["whole"] - result["cut"]
+    message = (
+        f"{lost} events of PyTorch's allocations were not recorded: the allocator library found no host memory "
+        "for their rows (the allocations were made; the log misses them)"
+    )
+    assert result["problems"] == [message]
+    assert f"gpuviz: {message}" in out.stderr
 
 
 @needs_library

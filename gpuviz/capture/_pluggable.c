@@ -53,6 +53,7 @@ static pthread_mutex_t configure_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t rows_mutex = PTHREAD_MUTEX_INITIALIZER;
 static char *rows;
 static size_t rows_size, rows_room;
+static size_t rows_lost; /* rows that found no host memory since the last drain (the allocation stood) */
 static cuda_malloc_fn cuda_malloc;
 static cuda_free_fn cuda_free;
 static cuda_mem_info_fn cuda_mem_info;
@@ -73,7 +74,8 @@ static void emit_row(void *ctx, int kind, int64_t address, int64_t size, int64_t
     if (rows_size + ROW_BYTES > rows_room) {
         size_t room = rows_room ? rows_room * 2 : 1 << 20;
         char *grown = realloc(rows, room);
-        if (grown == NULL) { /* out of host memory: the row is lost, the allocation stands */
+        if (grown == NULL) { /* out of host memory: the row is lost and counted, the allocation stands */
+            rows_lost++;
             pthread_mutex_unlock(&rows_mutex);
             return;
         }
@@ -302,8 +304,9 @@ static PyObject *py_configure(PyObject *module, PyObject *args, PyObject *kwds) 
 
 static PyObject *py_drain(PyObject *module, PyObject *unused) {
     pthread_mutex_lock(&rows_mutex);
-    PyObject *out = PyBytes_FromStringAndSize(rows ? rows : "", (Py_ssize_t)rows_size);
-    if (out) rows_size = 0;
+    PyObject *rows_out = PyBytes_FromStringAndSize(rows ? rows : "", (Py_ssize_t)rows_size);
+    PyObject *out = rows_out ? Py_BuildValue("(Nn)", rows_out, (Py_ssize_t)rows_lost) : NULL;
+    if (out) rows_size = rows_lost = 0;
     pthread_mutex_unlock(&rows_mutex);
     return out;
 }
@@ -369,7 +372,9 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(device, log_device, memory_limit=0, growth=True, garbage_collection=False, simulated_capacity=0, "
      "simulated_base=1<<40): set up one device's allocator (memory_limit 0: the device's capacity)"},
-    {"drain", py_drain, METH_NOARGS, "the rows recorded since the last drain, as bytes (ROW_STRUCT rows)"},
+    {"drain", py_drain, METH_NOARGS,
+     "drain() -> (rows, lost): the rows recorded since the last drain, as bytes (ROW_STRUCT rows), and how many "
+     "rows found no host memory meanwhile (lost; their allocations stood)"},
     {"stats", py_stats, METH_O, "stats(device): the allocator's counters (bytes)"},
     {NULL, NULL, 0, NULL},
 };

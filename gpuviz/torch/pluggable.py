@@ -17,6 +17,7 @@ PyTorch is optional: importing this module never needs it.
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -48,8 +49,18 @@ class TorchSession:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def flush(self) -> None:
-        """Move the rows the library recorded since the last flush into ``log`` (thread-safe)."""
-        rows = library().drain()
+        """Move the rows the library recorded since the last flush into ``log`` (thread-safe).
+
+        Rows the library could not keep (no host memory for them; the allocations stood) are
+        counted: each flush that finds some says how many in ``log.problems`` and logs it."""
+        rows, lost = library().drain()
+        if lost:
+            problem = (
+                f"{lost} events of PyTorch's allocations were not recorded: the allocator library found no host "
+                f"memory for their rows (the allocations were made; the log misses them)"
+            )
+            self.log.problems.append(problem)
+            logging.getLogger("gpuviz").error("gpuviz: %s", problem)
         if rows:
             staged, limit = self.log.row_sink()
             staged.extend(rows)
