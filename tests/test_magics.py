@@ -137,3 +137,51 @@ def test_cell_magic_error_shows_the_users_traceback_only(shell: InteractiveShell
     assert "gpuviz" not in text.replace("# %%gpuviz --no-live", "") and "IPython" not in text
     assert "IndexError: list index out of range" in text
     assert len(shell.magics_manager.registry["GpuvizMagics"].last.filter(kind="mark")) == 2  # the cell span closed
+
+
+_STOP_WITH_A_FULL_DISK = """
+import resource, signal, sys
+import numpy as np
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+import gpuviz
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "gpuviz")
+shell.run_line_magic("gpuviz", f"start --no-live --run-dir {sys.argv[1]}")
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
+shell.run_cell("import numpy as np, gpuviz\\nfor _ in range(3000): a = gpuviz.asarray(np.ones(64)) + 1")
+try:
+    shell.run_line_magic("gpuviz", "stop")
+except UsageError as exc:
+    print("stop:", exc)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+shell.run_line_magic("gpuviz", "status")
+last = shell.magics_manager.registry["GpuvizMagics"].last
+print("events:", len(last), [e.tag for e in last.filter(kind="mark")])
+shell.run_line_magic("gpuviz", "start --no-live")
+shell.run_line_magic("gpuviz", "stop")
+print("again: ok")
+"""
+
+
+def test_stop_when_the_run_file_could_not_be_written(tmp_path: Path) -> None:
+    """A --run-dir file that stops being writable (a full disk): %gpuviz stop says so in one
+    line, the magic is no longer recording, the last log holds every event, and a new
+    recording starts."""
+    import subprocess
+    import sys
+
+    script = [sys.executable, "-c", _STOP_WITH_A_FULL_DISK, str(tmp_path / "run")]
+    out = subprocess.run(script, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    stop = next(line for line in lines if line.startswith("stop: "))
+    assert stop.startswith("stop: %gpuviz stop: the event log's file was not finished: writing the event log to ")
+    assert stop.endswith("; %gpuviz show and report still have every event")
+    assert "File too large" in stop
+    assert "gpuviz: not recording" in out.stdout
+    events = next(line for line in lines if line.startswith("events: "))
+    assert events.endswith("['gpuviz start', 'gpuviz stop']") and int(events.split()[1]) > 6000
+    assert lines[-1] == "again: ok"

@@ -288,8 +288,11 @@ class GpuvizMagics(Magics):
             if self.dashboard is not None and self.dashboard.event_log is self.recording:
                 self.dashboard.stop_live()
             record_into(EventLog())  # later work no longer lands in the stopped log
-            self.recording.close()  # finishes a --run-dir file; no-op otherwise
-            self.recording = None
+            recording, self.recording = self.recording, None
+            try:
+                recording.close()  # finishes a --run-dir file; no-op otherwise
+            except OSError as exc:  # the file could not be written: the log in memory has every event
+                raise UsageError(f"%gpuviz stop: {exc}; %gpuviz show and report still have every event") from exc
             return None
         if command == "status":
             print(self._status())
