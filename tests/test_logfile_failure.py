@@ -35,17 +35,24 @@ for i in range(20_000):
     except Exception as exc:
         errors.append(repr(exc))
 closing = []
+file_error = None
 for _ in range(2):
     try:
         log.close()
         closing.append(None)
     except OSError as exc:
         closing.append(str(exc))
+        file_error = log.file_error
 resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 log.save(saved)
+events = len(log)
+log.record_to(saved + ".again")  # recording to a new file: all events so far, then the new ones
+log.mark("after")
+cleared = log.file_error is None
+log.close()
 in_use = sorted(c.address for c in alloc.state().chunks() if c.in_use)
-print(json.dumps({"errors": errors, "live": len(live), "held": sorted(live) == in_use, "events": len(log),
-                  "closing": closing, "file_error": log.file_error}))
+print(json.dumps({"errors": errors, "live": len(live), "held": sorted(live) == in_use, "events": events,
+                  "closing": closing, "file_error": file_error, "cleared": cleared}))
 """
 
 
@@ -81,6 +88,9 @@ def test_a_file_that_cannot_be_written_leaves_the_allocations_and_the_log_whole(
     assert not whole.truncated
     for name in ("kind", "address", "size", "time_ns"):
         assert np.array_equal(partial[name], whole[name][:written])
+    again = load(str(saved) + ".again")  # a new file after the failure: the whole log and what came after
+    assert result["cleared"] is True
+    assert len(again) == result["events"] + 1 and not again.truncated and again[-1].tag == "after"
     kinds = whole["kind"]
     assert int(np.count_nonzero(kinds == kinds.dtype.type(2))) == 20_000  # Kind.ALLOC
 
