@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["EventLog", "Event", "DeviceInfo", "Frame", "NO_INDEX"]
 
 NO_INDEX = -1
+logger = logging.getLogger("gpuviz")
 _ROW = ROW_STRUCT.size
 _pack = ROW_STRUCT.pack
 _MARK = KIND_NAMES.index("mark")
@@ -272,9 +274,7 @@ class EventLog:
         if self._stop_flusher is not None:
             self._stop_flusher.set()
         _recording.discard(self)
-        import logging
-
-        logging.getLogger("gpuviz").error("gpuviz: %s", self.file_error)
+        logger.error("gpuviz: %s", self.file_error)
 
     def _split_blocks_locked(self) -> list[dict[str, np.ndarray]]:
         """Split each flushed block into the columns; returns the new rows of each block."""
@@ -628,9 +628,7 @@ def _close_recording_logs() -> None:
         try:
             log.close()
         except Exception:
-            import logging
-
-            logging.getLogger("gpuviz").exception("finishing the event-log file at exit failed")
+            logger.exception("finishing the event-log file at exit failed")
 
 
 def _flush_periodically(ref: weakref.ref[EventLog], stop: threading.Event, interval: float) -> None:
@@ -641,7 +639,5 @@ def _flush_periodically(ref: weakref.ref[EventLog], stop: threading.Event, inter
         try:
             log.flush()
         except Exception:  # the flusher must never kill the process; the next flush retries
-            import logging
-
-            logging.getLogger("gpuviz").exception("flushing the event log to its file failed")
+            logger.exception("flushing the event log to its file failed")
         del log
