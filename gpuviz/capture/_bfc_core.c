@@ -189,7 +189,8 @@ static void treap_remove(bfc_t *b, int32_t n) {
     }
 }
 
-int64_t bfc_largest_free(const bfc_t *b) { return b->largest < 0 ? 0 : b->chunks[b->largest].size; }
+static inline int64_t largest_free(const bfc_t *b) { return b->largest < 0 ? 0 : b->chunks[b->largest].size; }
+int64_t bfc_largest_free(const bfc_t *b) { return largest_free(b); }
 
 int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded) {
     int32_t t = b->root, best = -1;
@@ -254,13 +255,13 @@ static inline void emit(bfc_t *b, int kind, int64_t address, int64_t size, int64
                     stack);
         return;
     }
-    int64_t largest_free = at_least(floor, bfc_largest_free(b));
+    int64_t largest = at_least(floor, largest_free(b)); /* inline: no call through the PLT per row */
     if (w->end - w->write < ROW_BYTES) { /* the caller reserved too little: refuse, never overrun */
         b->rows_failed = 1;
         return;
     }
     row_t r = {.time_ns = b->row_time, .thread = b->row_thread, .address = address, .size = size,
-               .requested = requested, .segment = segment, .largest = largest_free, .tag = tag, .stack = stack,
+               .requested = requested, .segment = segment, .largest = largest, .tag = tag, .stack = stack,
                .device = b->row_device, .peer = -1, .kind = (uint8_t)kind};
     pack_row((unsigned char *)w->write, &r);
     w->write += ROW_BYTES;

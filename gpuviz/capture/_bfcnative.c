@@ -76,8 +76,7 @@ static void write_row(Core *self, int kind, int64_t address, int64_t size, int64
  * and its alloc), so that the decision is either made and recorded, or not made. -1 with
  * MemoryError set ("what": the operation, for the message). */
 #define DECISION_ROWS 3
-static int reserve_rows(Core *self, const char *what) {
-    if (self->sink.obj == Py_None || row_sink_reserve(&self->sink, DECISION_ROWS * ROW_BYTES) == 0) return 0;
+static __attribute__((cold, noinline)) int rows_refused(const char *what) {
     if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
         PyErr_Clear();
         PyErr_Format(PyExc_MemoryError,
@@ -85,6 +84,11 @@ static int reserve_rows(Core *self, const char *what) {
                      "log are as before it)", what);
     }
     return -1;
+}
+
+static inline int reserve_rows(Core *self, const char *what) {
+    if (self->sink.obj == Py_None || row_sink_reserve(&self->sink, DECISION_ROWS * ROW_BYTES) == 0) return 0;
+    return rows_refused(what);
 }
 
 /* A decision about to run: its rows get one time and this thread (the owner). */
@@ -97,12 +101,13 @@ static inline void stamp_decision(Core *self) {
 /* After it: a flush is due once the staged rows reach the limit (the callback path checks per row). */
 static inline void decision_done(Core *self) {
     self->stamp = self->bfc.row_time = 0;
-    if (self->bfc.rows == NULL) return;
+    const gv_window *w = self->bfc.rows; /* the sink's window, when the core writes its rows itself */
+    if (w == NULL) return;
     if (self->bfc.rows_failed) {
         self->bfc.rows_failed = 0;
         self->emit_failed = 1;
     }
-    if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
+    if (w->write - w->start >= self->limit) self->need_flush = 1;
 }
 
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,

@@ -9,6 +9,12 @@
  *
  *     ns = anchor_ns + (tsc - anchor_tsc) * ns_per_tick
  *
+ * in integers: ns_per_tick is held as mult = round(ns_per_tick * 2^32), and the product of the
+ * ticks since the anchor (at most span_ticks, ~10 ms of them) and mult is taken in 128 bits and
+ * shifted back, exact to well under 1 ns (through a double, an unsigned 64-bit integer's
+ * conversion alone took ~8 instructions). span_ticks is 0 unless converting, so the fast path's
+ * one comparison also sends every other state to the slow one (clock_slow).
+ *
  * An anchor is a pair (the clock, the midpoint of the narrowest of five pairs of counter reads
  * around it; none when even that is wider than ANCHOR_TICKS). ns_per_tick is measured from an
  * earlier anchor, the rate base, at least CALIBRATE_NS and up to RATE_NS back (so it follows
@@ -52,9 +58,10 @@ static int64_t perf_counter_ns(void) { /* time.perf_counter_ns() */
 
 static struct {
     int state; /* 0: not checked yet, -1: read the clock, 1: calibrating, 2: converting */
-    uint64_t anchor_tsc, rate_tsc, span_ticks;
+    uint64_t anchor_tsc, rate_tsc;
+    uint64_t span_ticks; /* converting: ticks past the anchor it extrapolates to; 0 otherwise */
+    uint64_t mult;       /* round(ns_per_tick * 2^32) */
     int64_t anchor_ns, rate_ns, last_ns;
-    double ns_per_tick;
 } gv_clock;
 
 static int tsc_usable(void) {
@@ -88,15 +95,17 @@ static int64_t clock_anchor(void) { /* read the clock, and anchor the counter to
     int64_t ticks = (int64_t)(tsc - gv_clock.rate_tsc);
     if (ticks <= 0 || (int64_t)(tsc - gv_clock.anchor_tsc) <= 0) { /* the counter went back: start again */
         gv_clock.state = 1;
+        gv_clock.span_ticks = 0;
         gv_clock.anchor_tsc = gv_clock.rate_tsc = tsc;
         gv_clock.anchor_ns = gv_clock.rate_ns = now;
         return now;
     }
     if (elapsed_ns < CALIBRATE_NS) return now; /* keep measuring */
-    gv_clock.ns_per_tick = (double)elapsed_ns / (double)ticks;
+    double ns_per_tick = (double)elapsed_ns / (double)ticks;
+    gv_clock.mult = (uint64_t)(ns_per_tick * 4294967296.0 + 0.5);
     /* extrapolate at most twice as far as the rate was measured over */
     double span_ns = elapsed_ns < RECALIBRATE_NS / 2 ? 2.0 * (double)elapsed_ns : (double)RECALIBRATE_NS;
-    gv_clock.span_ticks = (uint64_t)(span_ns / gv_clock.ns_per_tick);
+    gv_clock.span_ticks = (uint64_t)(span_ns / ns_per_tick);
     gv_clock.state = 2;
     gv_clock.anchor_tsc = tsc;
     gv_clock.anchor_ns = now;
@@ -107,24 +116,29 @@ static int64_t clock_anchor(void) { /* read the clock, and anchor the counter to
     return now;
 }
 
-static inline int64_t clock_ns(void) {
-    if (gv_clock.state <= 0) {
-        if (gv_clock.state < 0) return perf_counter_ns();
+/* Every state but converting within the span: the first read, the clock itself, a new anchor. */
+static __attribute__((noinline)) int64_t clock_slow(void) {
+    if (gv_clock.state < 0) return perf_counter_ns();
+    if (gv_clock.state == 0) {
         if (!tsc_usable()) {
             gv_clock.state = -1;
             return perf_counter_ns();
         }
         gv_clock.state = 1; /* the first anchor */
         gv_clock.anchor_tsc = gv_clock.rate_tsc = __rdtsc();
-        gv_clock.anchor_ns = gv_clock.rate_ns = gv_clock.last_ns = perf_counter_ns();
+        gv_clock.anchor_ns = gv_clock.rate_ns = perf_counter_ns();
         return gv_clock.anchor_ns;
     }
-    int64_t ns;
+    return clock_anchor();
+}
+
+static inline int64_t clock_ns(void) {
     uint64_t ticks = __rdtsc() - gv_clock.anchor_tsc;
-    if (gv_clock.state == 2 && ticks < gv_clock.span_ticks)
-        ns = gv_clock.anchor_ns + (int64_t)((double)ticks * gv_clock.ns_per_tick);
+    int64_t ns;
+    if (__builtin_expect(ticks < gv_clock.span_ticks, 1))
+        ns = gv_clock.anchor_ns + (int64_t)(((unsigned __int128)ticks * gv_clock.mult) >> 32);
     else
-        ns = clock_anchor();
+        ns = clock_slow();
     if (ns < gv_clock.last_ns) ns = gv_clock.last_ns;
     gv_clock.last_ns = ns;
     return ns;
