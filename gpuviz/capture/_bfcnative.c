@@ -41,7 +41,6 @@ typedef struct {
     Py_ssize_t limit;
     int16_t device_index;
     int need_flush, emit_failed;
-    int64_t stamp; /* time of the running decision's events, 0: read the clock per event */
     /* callbacks and names */
     PyObject *device, *grow, *validate_size, *report, *invalid_free_error;
     /* ownership (see the top of this file) */
@@ -57,9 +56,11 @@ typedef struct {
 static void write_row(Core *self, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
                       int64_t largest, int32_t tag, int32_t stack) {
     if (self->sink.obj == Py_None || self->emit_failed) return;
-    /* a stamp is set only while this thread's allocate or free decides (in C, owning the core) */
-    row_t r = {.time_ns = self->stamp ? self->stamp : clock_ns(),
-               .thread = (int64_t)(self->stamp ? self->owner : PyThread_get_thread_ident()),
+    /* bfc.row_time, the decision's time, is set only while this thread's allocate or free decides
+     * (in C, owning the core); 0 otherwise: read the clock per event */
+    int64_t stamp = self->bfc.row_time;
+    row_t r = {.time_ns = stamp ? stamp : clock_ns(),
+               .thread = (int64_t)(stamp ? self->owner : PyThread_get_thread_ident()),
                .address = address, .size = size, .requested = requested, .segment = segment, .largest = largest,
                .tag = tag, .stack = stack, .device = self->device_index, .peer = -1, .kind = (uint8_t)kind};
     unsigned char *slot = row_sink_claim(&self->sink);
@@ -94,13 +95,13 @@ static inline int reserve_rows(Core *self, const char *what) {
 /* A decision about to run: its rows get one time and this thread (the owner). */
 static inline void stamp_decision(Core *self) {
     if (self->sink.obj == Py_None) return;
-    self->stamp = self->bfc.row_time = clock_ns();
+    self->bfc.row_time = clock_ns();
     self->bfc.row_thread = (int64_t)self->owner;
 }
 
 /* After it: a flush is due once the staged rows reach the limit (the callback path checks per row). */
 static inline void decision_done(Core *self) {
-    self->stamp = self->bfc.row_time = 0;
+    self->bfc.row_time = 0;
     const gv_window *w = self->bfc.rows; /* the sink's window, when the core writes its rows itself */
     if (w == NULL) return;
     if (self->bfc.rows_failed) {
