@@ -171,7 +171,10 @@ static void treap_insert(bfc_t *b, int32_t n) {
     treap_split(b, *slot, node, &node->left, &node->right);
     *slot = n;
     b->free_count++;
-    if (b->largest < 0 || key_less(&C(b->largest), node)) b->largest = n;
+    if (b->largest < 0 || key_less(&C(b->largest), node)) {
+        b->largest = n;
+        b->largest_size = node->size;
+    }
 }
 
 static void treap_remove(bfc_t *b, int32_t n) {
@@ -186,10 +189,11 @@ static void treap_remove(bfc_t *b, int32_t n) {
         if (t >= 0)
             while (C(t).right >= 0) t = C(t).right;
         b->largest = t;
+        b->largest_size = t >= 0 ? C(t).size : 0;
     }
 }
 
-static inline int64_t largest_free(const bfc_t *b) { return b->largest < 0 ? 0 : b->chunks[b->largest].size; }
+static inline int64_t largest_free(const bfc_t *b) { return b->largest_size; }
 int64_t bfc_largest_free(const bfc_t *b) { return largest_free(b); }
 
 int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded) {
@@ -228,6 +232,7 @@ int bfc_init(bfc_t *b) {
     memset(b, 0, sizeof(*b));
     b->free_slot = -1;
     b->root = b->largest = -1;
+    b->largest_size = 0;
     b->random = 0x2545F4914F6CDD1Dull;
     return hash_resize(b, 1024);
 }

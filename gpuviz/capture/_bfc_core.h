@@ -52,6 +52,7 @@ typedef struct {
     int32_t capacity, free_slot, live; /* live: slots in use (chunks) */
     int32_t root;                    /* treap of free chunks */
     int32_t largest;                 /* its rightmost (largest) chunk, -1 when empty */
+    int64_t largest_size;            /* that chunk's size (a free chunk's size changes only out of the treap), 0 */
     int32_t free_count;              /* chunks in the treap */
     int64_t *hash_keys;              /* address, or BFC_EMPTY */
     int32_t *hash_values;            /* slot */

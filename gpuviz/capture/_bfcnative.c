@@ -695,6 +695,8 @@ static PyObject *Core_check_links(Core *self, PyObject *unused) {
         return PyUnicode_FromFormat("%d free chunks, %d in the free index", free_chunks, k.count);
     if (k.last != (b->largest < 0 ? NULL : bfc_at(b, b->largest))) /* the cached largest: the index's last */
         return PyUnicode_FromString("the free index's largest chunk is not its last");
+    if (b->largest_size != (b->largest < 0 ? 0 : bfc_at(b, b->largest)->size))
+        return PyUnicode_FromString("the free index's largest size is not its largest chunk's");
     if (PyList_GET_SIZE(self->pending))
         return PyUnicode_FromFormat("%zd deferred frees were never applied", PyList_GET_SIZE(self->pending));
     Py_RETURN_NONE;
