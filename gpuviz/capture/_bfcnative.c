@@ -103,12 +103,7 @@ static inline void stamp_decision(Core *self) {
 static inline void decision_done(Core *self) {
     self->bfc.row_time = 0;
     const gv_window *w = self->bfc.rows; /* the sink's window, when the core writes its rows itself */
-    if (w == NULL) return;
-    if (self->bfc.rows_failed) {
-        self->bfc.rows_failed = 0;
-        self->emit_failed = 1;
-    }
-    if (w->write - w->start >= self->limit) self->need_flush = 1;
+    if (w != NULL && w->write - w->start >= self->limit) self->need_flush = 1;
 }
 
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,
@@ -222,6 +217,10 @@ static int leave(Core *self) {
                 continue;
             }
             break;
+        }
+        if (self->bfc.rows_failed) { /* a row the core refused to write (too little reserved): never, but said */
+            self->bfc.rows_failed = 0;
+            self->emit_failed = 1;
         }
         if (self->emit_failed && status == 0) {
             self->emit_failed = 0;
