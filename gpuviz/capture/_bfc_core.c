@@ -193,7 +193,7 @@ static void treap_remove(bfc_t *b, int32_t n) {
     }
 }
 
-static inline int64_t largest_free(const bfc_t *b) { return b->largest_size; }
+static inline int64_t largest_free(const bfc_t *b) { return b->largest_size; } /* read here without a call */
 int64_t bfc_largest_free(const bfc_t *b) { return largest_free(b); }
 
 int32_t bfc_take_best_fit(bfc_t *b, int64_t rounded) {
@@ -256,11 +256,10 @@ static inline void emit(bfc_t *b, int kind, int64_t address, int64_t size, int64
     gv_window *w = b->rows;
     if (w == NULL || b->row_time == 0) {
         if (b->emit != NULL)
-            b->emit(b->emit_ctx, kind, address, size, requested, segment, at_least(floor, bfc_largest_free(b)), tag,
-                    stack);
+            b->emit(b->emit_ctx, kind, address, size, requested, segment, at_least(floor, largest_free(b)), tag, stack);
         return;
     }
-    int64_t largest = at_least(floor, largest_free(b)); /* inline: no call through the PLT per row */
+    int64_t largest = at_least(floor, largest_free(b));
     if (w->end - w->write < ROW_BYTES) { /* the caller reserved too little: refuse, never overrun */
         b->rows_failed = 1;
         return;
