@@ -15,7 +15,7 @@ setup(
             "gpuviz.capture._rowwriter",
             sources=["gpuviz/capture/_rowwriter.c"],
             depends=[
-                "gpuviz/capture/_rows.h",
+                "gpuviz/log/_rows.h",
                 "gpuviz/capture/_clock.h",
                 "gpuviz/log/_rowsink.h",
                 "gpuviz/log/_window.h",
@@ -25,7 +25,8 @@ setup(
         Extension(
             "gpuviz.log._staging",
             sources=["gpuviz/log/_staging.c"],
-            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_window.h"],
+            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
+            extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
@@ -33,7 +34,7 @@ setup(
             sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
             depends=[
                 "gpuviz/capture/_bfc_core.h",
-                "gpuviz/capture/_rows.h",
+                "gpuviz/log/_rows.h",
                 "gpuviz/capture/_clock.h",
                 "gpuviz/log/_rowsink.h",
                 "gpuviz/log/_window.h",
@@ -44,7 +45,7 @@ setup(
         Extension(  # the core with gpuviz_malloc/gpuviz_free, for PyTorch's pluggable allocator (POSIX)
             "gpuviz.capture._pluggable",
             sources=["gpuviz/capture/_pluggable.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_window.h", "gpuviz/capture/_rows.h"],
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_window.h", "gpuviz/log/_rows.h"],
             extra_compile_args=["-O2"],
             libraries=["dl", "pthread"],
             optional=True,
@@ -66,14 +67,14 @@ setup(
         Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
             "gpuviz.log._heapcore",
             sources=["gpuviz/log/_heapcore.c"],
-            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_window.h"],
+            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(  # what-if replays under every policy (gpuviz.scenarios.native)
             "gpuviz.scenarios._whatifcore",
             sources=["gpuviz/scenarios/_whatifcore.c", "gpuviz/capture/_bfc_core.c"],
-            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/capture/_rows.h", "gpuviz/log/_window.h"]
+            depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"]
             + [f"gpuviz/scenarios/_whatif_{part}.h" for part in WHATIF_PARTS],
             extra_compile_args=["-O2"],
             optional=True,

@@ -200,19 +200,109 @@ def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeyp
         np.testing.assert_array_equal(logs[0].rows_since(100)["address"], other.rows_since(100)["address"])
 
 
-def test_a_log_recording_to_a_file_reuses_its_first_chunk(tmp_path: os.PathLike[str]) -> None:
-    """Its blocks go to the file and into columns at every flush: no view holds the chunk, the
-    rows of each flush are written at its start again, and no second chunk is ever mapped."""
-    log = EventLog(os.path.join(tmp_path, "run.arrow"))
+def _columns_for(n: int) -> list[np.ndarray]:
+    from gpuviz.log.schema import DTYPES
+
+    return [np.full(n, 7, dtype=dt) for dt in DTYPES.values()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.binary(max_size=40 * 78).map(lambda b: b[: len(b) // 78 * 78]), first=st.integers(0, 1 << 40))
+def test_split_puts_each_field_of_each_row_into_its_column(rows: bytes, first: int) -> None:
+    """The C split (a flush's rows into the log's columns in one pass) reads exactly what NumPy's
+    view of the packed rows (``ROW_DTYPE``) reads, byte for byte, with seq counted from ``first``."""
+    from gpuviz.log.schema import DTYPES, ROW_DTYPE
+
+    n = len(rows) // 78
+    columns = _columns_for(n)
+    assert staging.split(rows, columns, first) is None
+    view = np.frombuffer(rows, dtype=ROW_DTYPE)
+    np.testing.assert_array_equal(columns[0], np.arange(first, first + n, dtype=np.int64))
+    for column, name in zip(columns[1:], list(DTYPES)[1:], strict=True):
+        np.testing.assert_array_equal(column, view[name], err_msg=name)
+
+
+def test_split_refuses_what_is_not_whole_rows_or_the_columns_and_writes_nothing() -> None:
+    rows = bytes(range(78)) * 3
+    good = _columns_for(3)
+    with pytest.raises(ValueError, match="77 bytes are not whole rows of 78 bytes"):
+        staging.split(rows[:77], _columns_for(1), 0)
+    with pytest.raises(ValueError, match="15 columns expected, got 14"):
+        staging.split(rows, good[:14], 0)
+    short = [*good[:13], np.full(2, 7, dtype=np.int32), good[14]]  # tag: 2 values for 3 rows
+    with pytest.raises(ValueError, match="column 13 holds 8 bytes of 4-byte values, not 3 values of 4 bytes"):
+        staging.split(rows, short, 0)
+    wide = [*good[:2], np.full(3, 7, dtype=np.int64), *good[3:]]  # kind: 8-byte values
+    with pytest.raises(ValueError, match="column 2 holds 24 bytes of 8-byte values, not 3 values of 1 bytes"):
+        staging.split(rows, wide, 0)
+    readonly = _columns_for(3)
+    readonly[5].flags.writeable = False
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        staging.split(rows, readonly, 0)
+    with pytest.raises(TypeError, match="split\\(rows, columns, first_seq\\)"):
+        staging.split(rows, good)
+    for column in (*good, *short, *wide, *readonly):
+        assert np.all(column == 7)  # nothing written by a refused split
+
+
+def test_a_log_splits_its_rows_into_the_same_columns_with_and_without_the_c_split(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
+) -> None:
+    """The two ways of splitting flushed rows into columns (C, and NumPy where the module was not
+    built) give equal columns for the same rows: in the log, and in the file it records to (whose
+    batches are split at every flush)."""
+    from gpuviz import load
+    from gpuviz.log import rows
+
+    logs = []
+    for native in (True, False):
+        if not native:
+            monkeypatch.setattr(rows, "_split", None)
+        log = EventLog(os.path.join(tmp_path, f"{native}.arrow"), flush_rows=64)
+        alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
+        live = [alloc.allocate(256 * (i % 7 + 1), tag=f"t{i % 3}") for i in range(20)]
+        for i in range(500):
+            alloc.free(live[i % 20])
+            live[i % 20] = alloc.allocate(512 * (i % 5 + 1))
+        log.mark("end")
+        log.close()
+        logs.append(log)
+        loaded = load(os.path.join(tmp_path, f"{native}.arrow"))
+        assert not loaded.truncated and not loaded.corrupt
+        for name, column in log.columns.items():
+            np.testing.assert_array_equal(loaded.columns[name], column, err_msg=name)
+    split_in_c, split_by_numpy = logs[0].columns, logs[1].columns
+    assert len(split_in_c["seq"]) == len(split_by_numpy["seq"]) > 1000
+    for name, column in split_in_c.items():
+        assert column.dtype == split_by_numpy[name].dtype
+        if name not in ("time_ns", "thread"):
+            np.testing.assert_array_equal(column, split_by_numpy[name], err_msg=name)
+    np.testing.assert_array_equal(split_in_c["seq"], np.arange(len(split_in_c["seq"])))
+
+
+def test_a_log_recording_to_a_file_writes_each_block_from_where_it_was_written(tmp_path: os.PathLike[str]) -> None:
+    """Each flushed block goes to the file (split into the writer's own columns, reused from
+    batch to batch) and stays in the arena as it is, like a log recorded in memory: the log's
+    columns are made only when it is read, and the rows reach the file in the same order."""
+    from gpuviz import load
+
+    path = os.path.join(tmp_path, "run.arrow")
+    log = EventLog(path)
     alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
     live = [alloc.allocate(256) for _ in range(100)]
     for i in range(20000):  # ~40,000 rows: 3 MB, six times the first chunk
         alloc.free(live[i % 100])
         live[i % 100] = alloc.allocate(512 * (i % 5 + 1))
     log.flush()
-    size, used, following = log._arena.chunk_bytes()
-    assert (size, following) == (512 << 10, 0) and used <= 4096 // 2 * 78
+    writer = log._writer
+    assert writer is not None and writer.events == len(log) > 40000
+    assert log._n_columns == 0 and sum(len(block) for block in log._blocks) == len(log) * 78  # not split yet
+    assert len(writer._scratch[0]) == 4096 // 2  # one flush's rows: the batch size, no more
+    assert log._arena.chunk_bytes()[0] > 512 << 10  # the blocks are kept: the arena went on to larger chunks
     log.close()
+    loaded = load(path)
+    for name, column in log.columns.items():
+        np.testing.assert_array_equal(loaded.columns[name], column, err_msg=name)
 
 
 @given(

@@ -1,6 +1,6 @@
 /* gpuviz's BFC allocator core in plain C: see _bfc_core.h. */
 #include "_bfc_core.h"
-#include "_rows.h"
+#include "../log/_rows.h"
 
 #include <stdlib.h>
 #include <string.h>

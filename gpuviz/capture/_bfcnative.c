@@ -25,7 +25,7 @@
 
 #include "_bfc_core.h"
 #include "_clock.h"
-#include "_rows.h"
+#include "../log/_rows.h"
 #include "../log/_rowsink.h"
 
 #ifdef Py_GIL_DISABLED

@@ -25,7 +25,7 @@
 #include <time.h>
 
 #include "_bfc_core.h"
-#include "_rows.h"
+#include "../log/_rows.h"
 
 #define MAX_DEVICES 64
 #define MIB ((int64_t)1 << 20)

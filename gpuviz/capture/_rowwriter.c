@@ -22,7 +22,7 @@
 #error "the row writer relies on the GIL; the pure-Python recorder is used instead"
 #endif
 #include "_clock.h"
-#include "_rows.h"
+#include "../log/_rows.h"
 #include "../log/_rowsink.h"
 
 typedef struct {

@@ -20,9 +20,9 @@
 #error "rows are copied as native little-endian integers"
 #endif
 
+#include "_rows.h" /* the row layout, pack_row */
 #include "_rowsink.h"
 
-#define ROW_BYTES GV_ROW_BYTES
 enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6, SEGMENT_MAP = 10,
        SEGMENT_UNMAP = 11 };
 
@@ -327,29 +327,12 @@ static Segment *segment_at(Core *c, int64_t base) {
 
 static int emit(Core *c, int64_t time_ns, uint8_t kind, int64_t thread, int64_t address, int64_t size,
                 int64_t requested, int64_t segment, int64_t duration_ns, int32_t tag, int32_t stack) {
-    char row[ROW_BYTES], *p = row;
-    int64_t largest_free = largest(c);
-    int8_t flags = 0;
-    int16_t peer = -1;
-#define PUT(x) (memcpy(p, &(x), sizeof(x)), p += sizeof(x))
-    PUT(time_ns);
-    PUT(kind);
-    PUT(flags);
-    PUT(c->device);
-    PUT(peer);
-    PUT(thread);
-    PUT(address);
-    PUT(size);
-    PUT(requested);
-    PUT(segment);
-    PUT(largest_free);
-    PUT(duration_ns);
-    PUT(tag);
-    PUT(stack);
-#undef PUT
+    row_t r = {.time_ns = time_ns, .kind = kind, .flags = 0, .device = c->device, .peer = -1, .thread = thread,
+               .address = address, .size = size, .requested = requested, .segment = segment,
+               .largest = largest(c), .duration = duration_ns, .tag = tag, .stack = stack};
     unsigned char *slot = row_sink_claim(&c->sink);
     if (slot == NULL) return -1;
-    memcpy(slot, row, ROW_BYTES);
+    pack_row(slot, &r);
     if (row_sink_staged(&c->sink) >= c->limit) {
         PyObject *r = PyObject_CallNoArgs(c->flush);
         if (!r) return -1;

@@ -10,12 +10,12 @@
  * Why chunks: a log recorded in memory keeps every row, so each of its pages is touched
  * fresh once. One bytes object per flush (~160 KB) is one mmap by malloc and ~40 page
  * faults, one per 4 KiB: on this project's VM most of a recorded allocate+free pair's
- * recording cost. Chunks are anonymous memory: the first 512 KiB (a log that records to a
- * file, or a small one, never needs more), then 2 MiB doubling to 8 MiB, aligned to and
+ * recording cost. Chunks are anonymous memory: the first 512 KiB (a small log never needs
+ * more), then 2 MiB doubling to 8 MiB, aligned to and
  * advised as transparent huge pages (MADV_HUGEPAGE; where the kernel gives none, plain
  * pages as before), so they fault once per 2 MiB. A chunk lives while any view of it does
- * (buffer exports); once none does (the log split its blocks into columns, as a log
- * recording to a file does at every flush), the arena rewinds and reuses it (the staged rows,
+ * (buffer exports); once none does (the log split its blocks into columns when it was read),
+ * the arena rewinds and reuses it (the staged rows,
  * at most one flush's worth, move to its start): warm memory. When the current chunk is full the
  * staged rows move to the next one.
  *
@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "_rows.h"
 #include "_rowsink.h"
 
 #ifdef Py_GIL_DISABLED
@@ -321,11 +322,86 @@ static PyTypeObject ArenaType = {
     .tp_as_sequence = &Arena_as_sequence,
 };
 
+/* ------------------------------------------------------------------ split */
+/* split(rows, columns, first_seq): the rows (a bytes-like object of whole ROW_BYTES rows) into
+ * columns, one pass: ``columns`` is a sequence of the 15 writable, C-contiguous buffers of
+ * gpuviz.log.schema.DTYPES in order (seq, then the row's fields: _rows.h's ROW_FIELDS), each of
+ * exactly as many values as there are rows, of the column's width; seq is first_seq, +1 per row.
+ * Nothing is written unless every buffer fits. (EventLog's flush without this module does the
+ * same with one NumPy copy per column; tests hold the two together.) */
+#define SPLIT_COLUMNS 15
+static const Py_ssize_t split_widths[SPLIT_COLUMNS] = {8, 8, 1, 1, 2, 2, 8, 8, 8, 8, 8, 8, 8, 4, 4};
+
+static PyObject *split(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "split(rows, columns, first_seq)");
+        return NULL;
+    }
+    long long first_seq = PyLong_AsLongLong(args[2]);
+    if (first_seq == -1 && PyErr_Occurred()) return NULL;
+    PyObject *columns = PySequence_Fast(args[1], "split: columns must be a sequence of buffers");
+    if (columns == NULL) return NULL;
+    Py_buffer rows, out[SPLIT_COLUMNS];
+    int held = 0, ok = 0;
+    if (PySequence_Fast_GET_SIZE(columns) != SPLIT_COLUMNS) {
+        PyErr_Format(PyExc_ValueError, "split: %d columns expected, got %zd", SPLIT_COLUMNS,
+                     PySequence_Fast_GET_SIZE(columns));
+        goto done;
+    }
+    if (PyObject_GetBuffer(args[0], &rows, PyBUF_SIMPLE) < 0) goto done;
+    if (rows.len % ROW_BYTES != 0) {
+        PyErr_Format(PyExc_ValueError, "split: %zd bytes are not whole rows of %d bytes", rows.len, ROW_BYTES);
+        goto release;
+    }
+    Py_ssize_t n = rows.len / ROW_BYTES;
+    for (; held < SPLIT_COLUMNS; held++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(columns, held), &out[held], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            goto release;
+        if (out[held].len != n * split_widths[held] || (out[held].itemsize != split_widths[held] && n > 0)) {
+            PyErr_Format(PyExc_ValueError, "split: column %d holds %zd bytes of %zd-byte values, not %zd values of %zd bytes",
+                         held, out[held].len, out[held].itemsize, n, split_widths[held]);
+            held++;
+            goto release;
+        }
+    }
+    int64_t *seq = out[0].buf, *time_ns = out[1].buf, *thread = out[6].buf, *address = out[7].buf, *size = out[8].buf,
+            *requested = out[9].buf, *segment = out[10].buf, *largest = out[11].buf, *duration = out[12].buf;
+    uint8_t *kind = out[2].buf;
+    int8_t *flags = out[3].buf;
+    int16_t *device = out[4].buf, *peer = out[5].buf;
+    int32_t *tag = out[13].buf, *stack = out[14].buf;
+    const unsigned char *p = rows.buf;
+    for (Py_ssize_t i = 0; i < n; i++, p += ROW_BYTES) {
+        row_t r;
+        unpack_row(&r, p);
+        seq[i] = (int64_t)first_seq + i;
+        time_ns[i] = r.time_ns, kind[i] = r.kind, flags[i] = r.flags, device[i] = r.device, peer[i] = r.peer;
+        thread[i] = r.thread, address[i] = r.address, size[i] = r.size, requested[i] = r.requested;
+        segment[i] = r.segment, largest[i] = r.largest, duration[i] = r.duration, tag[i] = r.tag, stack[i] = r.stack;
+    }
+    ok = 1;
+release:
+    while (held > 0) PyBuffer_Release(&out[--held]);
+    PyBuffer_Release(&rows);
+done:
+    Py_DECREF(columns);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
+     "split(rows, columns, first_seq): packed rows into the 15 column buffers (see the source)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "gpuviz.log._staging",
     .m_doc = "Where an EventLog's flushed rows live: huge-page chunks (optional).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__staging(void) {

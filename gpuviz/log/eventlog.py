@@ -7,8 +7,9 @@ without the C module and for logs built with ``arena=False``. Every ``flush_rows
 events, on ``flush()``, or, when recording to a file, every ``flush_interval_s / 2`` seconds
 (a background thread), the staged rows become one immutable block (a read-only view of the
 arena's chunk, no copy; a ``bytes`` object taken off a ``bytearray``); blocks are split into
-NumPy columns when the log is read (or at once when recording to a file, which then reuses
-one chunk).
+NumPy columns when the log is read (``rows.split_rows``). A log recording to a file writes
+each block at its flush, split into the writer's own columns, reused from batch to batch, and
+keeps the block as it is, like a log recorded in memory.
 Columns grow by doubling their capacity, so a reader that comes back (a live view) pays
 only for the rows added since, and the arrays it got earlier never change.
 Readers see flushed and staged rows alike: every read flushes first.
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from gpuviz.log.rows import split_rows
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
 from gpuviz.log.strings import StringTable
 
@@ -250,10 +252,9 @@ class EventLog:
         self._blocks.append(block)
         self._block_rows += n
         self._n_flushed += n
-        if self._writer is not None:
+        if self._writer is not None:  # the block stays as it is: columns are made when the log is read
             try:
-                for batch in self._split_blocks_locked():  # the rows are in the columns from here on
-                    self._writer.write(self, batch)
+                self._writer.write_rows(self, block, self._n_flushed - n)
             except OSError as exc:
                 self._file_failed_locked(exc)
 
@@ -276,8 +277,8 @@ class EventLog:
         _recording.discard(self)
         logger.error("gpuviz: %s", self.file_error)
 
-    def _split_blocks_locked(self) -> list[dict[str, np.ndarray]]:
-        """Split each flushed block into the columns; returns the new rows of each block."""
+    def _split_blocks_locked(self) -> None:
+        """Split each flushed block into the columns."""
         start = self._n_columns
         needed = start + self._block_rows
         capacity = len(self._columns["seq"])
@@ -288,19 +289,13 @@ class EventLog:
                 grown[name][:start] = old[:start]
             self._columns = grown
         cols = self._columns
-        new = []
         for block in self._blocks:
-            rows = np.frombuffer(block, dtype=ROW_DTYPE)
-            end = start + len(rows)
-            cols["seq"][start:end] = np.arange(start, end)
-            for name in ROW_COLUMNS:
-                cols[name][start:end] = rows[name]
-            new.append({name: cols[name][start:end] for name in DTYPES})
+            end = start + len(block) // _ROW
+            split_rows(block, [cols[name][start:end] for name in DTYPES], start)
             start = end
         self._n_columns = start
         self._blocks = []
         self._block_rows = 0
-        return new
 
     def _set_columns(self, columns: dict[str, np.ndarray]) -> None:
         """Make ``columns`` (all of ``DTYPES``, equal lengths) this log's rows (views and loaded files)."""
