@@ -16,11 +16,7 @@
 #ifdef Py_GIL_DISABLED
 #error "the heap core appends rows relying on the GIL; the Python HeapBuilder is used instead"
 #endif
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "rows are copied as native little-endian integers"
-#endif
-
-#include "_rows.h" /* the row layout, pack_row */
+#include "_rows.h" /* the row layout, pack_row (and its little-endian check) */
 #include "_rowsink.h"
 
 enum { SEGMENT_ALLOC = 0, SEGMENT_FREE = 1, ALLOC = 2, FREE = 3, SPLIT = 4, MERGE = 5, OOM = 6, SEGMENT_MAP = 10,
