@@ -29,6 +29,14 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension(  # the batches of a log recording to a file, written off the recording thread
+            "gpuviz.log._batchwriter",
+            sources=["gpuviz/log/_batchwriter.c"],
+            depends=["gpuviz/log/_rows.h", "gpuviz/log/_window.h", "gpuviz/log/_xxh3.h"],
+            extra_compile_args=["-O2"],
+            libraries=["pthread"],
+            optional=True,
+        ),
         Extension(
             "gpuviz.capture._bfcnative",
             sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],

@@ -136,7 +136,7 @@ class NativeBFCAllocator(BFCAllocator):
         if isinstance(observer, Recorder):
             staged, limit = observer.log.row_sink()
             stack_fn = observer.stack_id if observer.stacks else None
-            self._core.set_sink(staged, limit, observer.log.flush, observer.device, observer.tag_id, stack_fn)
+            self._core.set_sink(staged, limit, observer.log.flush_staged, observer.device, observer.tag_id, stack_fn)
         else:
             self._core.set_sink(None, 0, None, 0, None, None)
 

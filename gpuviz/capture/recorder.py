@@ -107,7 +107,7 @@ def recorder_description() -> str:
 def _make_emit(log: EventLog, device: int) -> EmitFn:
     staged, limit = log.row_sink()
     extend = staged.extend
-    flush = log.flush
+    flush = log.flush_staged
 
     def emit(
         kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
@@ -166,7 +166,7 @@ class Recorder:
         self.emit: EmitFn
         if self.native and _RowWriter is not None:
             staged, limit = log.row_sink()
-            self.emit = _RowWriter(staged, limit, log.flush, device).emit
+            self.emit = _RowWriter(staged, limit, log.flush_staged, device).emit
         else:
             self.emit = _make_emit(log, device)  # a closure: no attribute lookups per event
 

@@ -329,8 +329,7 @@ static PyTypeObject ArenaType = {
  * exactly as many values as there are rows, of the column's width; seq is first_seq, +1 per row.
  * Nothing is written unless every buffer fits. (EventLog's flush without this module does the
  * same with one NumPy copy per column; tests hold the two together.) */
-#define SPLIT_COLUMNS 15
-static const Py_ssize_t split_widths[SPLIT_COLUMNS] = {8, 8, 1, 1, 2, 2, 8, 8, 8, 8, 8, 8, 8, 4, 4};
+static const Py_ssize_t split_widths[SPLIT_COLUMNS] = SPLIT_WIDTHS;
 
 static PyObject *split(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -365,21 +364,9 @@ static PyObject *split(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             goto release;
         }
     }
-    int64_t *seq = out[0].buf, *time_ns = out[1].buf, *thread = out[6].buf, *address = out[7].buf, *size = out[8].buf,
-            *requested = out[9].buf, *segment = out[10].buf, *largest = out[11].buf, *duration = out[12].buf;
-    uint8_t *kind = out[2].buf;
-    int8_t *flags = out[3].buf;
-    int16_t *device = out[4].buf, *peer = out[5].buf;
-    int32_t *tag = out[13].buf, *stack = out[14].buf;
-    const unsigned char *p = rows.buf;
-    for (Py_ssize_t i = 0; i < n; i++, p += ROW_BYTES) {
-        row_t r;
-        unpack_row(&r, p);
-        seq[i] = (int64_t)first_seq + i;
-        time_ns[i] = r.time_ns, kind[i] = r.kind, flags[i] = r.flags, device[i] = r.device, peer[i] = r.peer;
-        thread[i] = r.thread, address[i] = r.address, size[i] = r.size, requested[i] = r.requested;
-        segment[i] = r.segment, largest[i] = r.largest, duration[i] = r.duration, tag[i] = r.tag, stack[i] = r.stack;
-    }
+    void *bufs[SPLIT_COLUMNS];
+    for (int k = 0; k < SPLIT_COLUMNS; k++) bufs[k] = out[k].buf;
+    split_rows_into(bufs, rows.buf, (size_t)n, (int64_t)first_seq);
     ok = 1;
 release:
     while (held > 0) PyBuffer_Release(&out[--held]);

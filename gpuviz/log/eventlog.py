@@ -7,9 +7,12 @@ without the C module and for logs built with ``arena=False``. Every ``flush_rows
 events, on ``flush()``, or, when recording to a file, every ``flush_interval_s / 2`` seconds
 (a background thread), the staged rows become one immutable block (a read-only view of the
 arena's chunk, no copy; a ``bytes`` object taken off a ``bytearray``); blocks are split into
-NumPy columns when the log is read (``rows.split_rows``). A log recording to a file writes
-each block at its flush, split into the writer's own columns, reused from batch to batch, and
-keeps the block as it is, like a log recorded in memory.
+NumPy columns when the log is read (``rows.split_rows``). A log recording to a file hands each
+block at its flush to the file's writer (``fileio.LogWriter``: with the C module, a thread of
+its own that holds no GIL splits, checksums and writes it while the recording goes on) and
+keeps the block as it is, like a log recorded in memory. ``flush()`` returns once the file
+holds every event so far; recorders and the background flusher call ``flush_staged()``,
+which does not wait for the write.
 Columns grow by doubling their capacity, so a reader that comes back (a live view) pays
 only for the rows added since, and the arrays it got earlier never change.
 Readers see flushed and staged rows alike: every read flushes first.
@@ -21,7 +24,8 @@ never lost or torn.
 Flushes are serialised by the log's lock.
 
 Crash bound when recording to a file: rows are on their way to the disk from the moment a
-flush takes them until its write returns, and meanwhile the recording thread stages up to
+flush takes them until their write returns (one block at a time: a flush while the last
+block is still being written waits for it), and meanwhile the recording thread stages up to
 one more half. Flushing at half of ``flush_rows`` keeps the rows not yet written to at most
 ``flush_rows`` (plus one per further recording thread), and flushing every half interval
 keeps their age under ``flush_interval_s``: a process killed at any moment loses at most
@@ -171,12 +175,12 @@ class EventLog:
         staged = self._staged
         staged.extend(_pack(*row))
         if len(staged) >= self._flush_len:
-            self.flush()
+            self.flush_staged()
 
     def row_sink(self) -> tuple[RowStaging, int]:
         """The staging object (``extend(rows)``, ``len()`` in bytes; C recorders write into it
         through gpuviz/log/_rowsink.h) and its flush threshold in bytes, for recorders that pack
-        rows themselves (``ROW_STRUCT``) and call ``flush()`` once it reaches the threshold."""
+        rows themselves (``ROW_STRUCT``) and call ``flush_staged()`` once it reaches the threshold."""
         self._check_writable()
         return self._staged, self._flush_len
 
@@ -232,7 +236,24 @@ class EventLog:
         self.append((now, _MARK, int(phase), NO_INDEX, NO_INDEX, threading.get_ident(), 0, 0, 0, -1, -1, 0, tag, -1))
 
     def flush(self) -> None:
-        """Move staged rows into column batches (and to the file when recording to one)."""
+        """Move the staged rows into a block, and when recording to a file, write them there:
+        once it returns, the file holds every event recorded so far."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.recheck()  # this batch carries any change of the devices' options or meta
+            self._flush_locked()
+            if self._writer is not None:
+                try:
+                    self._writer.wait()
+                except OSError as exc:
+                    self._file_failed_locked(exc)
+
+    def flush_staged(self) -> None:
+        """Move the staged rows into a block and hand it to the file's writer (when recording
+        to one) without waiting for the write: what recorders call when the staged rows reach
+        ``row_sink()``'s threshold, and the background flusher every half interval. The
+        writer's thread writes the block while the recording thread goes on (one block in
+        flight at a time: the next flush waits for it)."""
         with self._lock:
             self._flush_locked()
 
@@ -632,7 +653,7 @@ def _flush_periodically(ref: weakref.ref[EventLog], stop: threading.Event, inter
         if log is None:
             return
         try:
-            log.flush()
+            log.flush_staged()
         except Exception:  # the flusher must never kill the process; the next flush retries
             logger.exception("flushing the event log to its file failed")
         del log

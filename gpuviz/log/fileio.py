@@ -15,7 +15,9 @@ Layout (format version 2):
 
 Two forms share that layout. While recording (``LogWriter``) the file is an Arrow IPC
 *stream*, one batch per flush, each self-contained together with the batches before it,
-so a file cut short by a crash still yields every event up to its last complete batch.
+so a file cut short by a crash still yields every event up to its last complete batch. Its
+batches are written by ``gpuviz.log._batchwriter`` (C: the IPC messages made by hand, off the
+recording thread) where it was built, by pyarrow otherwise; the two write the same batches.
 On close, and by ``save``, the file is replaced by the *random-access* form: an Arrow IPC
 file (``ARROW1`` magic, the same stream, a footer) whose events are one batch, which
 ``load`` memory-maps and hands to the log as zero-copy NumPy views.
@@ -28,6 +30,7 @@ are views of the old file's mapping, stays valid.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -43,7 +46,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.log.checksums import batch_checksum, digest
+from gpuviz.log.checksums import CHUNK_ROWS, batch_checksum, digest
 from gpuviz.log.eventlog import DeviceInfo, EventLog
 from gpuviz.log.reader import ARROW_SCHEMA, read_log
 from gpuviz.log.rows import ROW_BYTES, split_rows
@@ -54,6 +57,11 @@ __all__ = ["LogWriter", "save", "load", "to_parquet", "ARROW_SCHEMA"]
 logger = logging.getLogger("gpuviz")
 
 _NAMES = tuple(name for name, _ in COLUMNS)
+try:  # the stream's batches written off the recording thread (gpuviz/log/_batchwriter.c)
+    _BatchWriter: Any = importlib.import_module("gpuviz.log._batchwriter").BatchWriter
+except ImportError:  # no compiler at install time: written with pyarrow by the flushing thread
+    _BatchWriter = None
+_RECHECK_S = 0.05  # seconds: how often a recording's devices' options and meta are compared (LogWriter._delta)
 _WRITE_BUFFER = 1 << 20  # bytes: a default batch (flush_rows // 2 rows, ~166 KB) and more
 
 
@@ -94,11 +102,15 @@ def _record(columns: list[np.ndarray]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(column) for column in columns], schema=ARROW_SCHEMA)
 
 
-def _end_marker(events: int, batches: int) -> tuple[pa.RecordBatch, dict[bytes, bytes]]:
-    """The end-of-log batch: no rows, ``gpuviz.end`` = {events, batches before it}."""
+def _empty_columns() -> list[np.ndarray]:
+    return [np.empty(0, dtype=DTYPES[name]) for name in _NAMES]
+
+
+def _end_marker(events: int, batches: int) -> list[tuple[bytes, bytes]]:
+    """The custom metadata of the end-of-log batch (no rows): ``gpuviz.end`` = {events,
+    batches before it}, and its digest."""
     text = json.dumps({"events": events, "batches": batches}).encode()
-    empty = _record([np.empty(0, dtype=DTYPES[name]) for name in _NAMES])
-    return empty, {b"gpuviz.end": text, b"gpuviz.checksum": digest(text).encode()}
+    return [(b"gpuviz.end", text), (b"gpuviz.checksum", digest(text).encode())]
 
 
 def _target(path: str | Path) -> Path:
@@ -113,83 +125,193 @@ def _remove_old(path: Path) -> None:
         path.unlink()
 
 
-class LogWriter:
-    """Writes an EventLog's batches to one file (the stream form) as they are flushed."""
+class _ArrowBatches:
+    """The stream's batches written with pyarrow on the calling thread (without the C writer):
+    the interface of ``gpuviz.log._batchwriter.BatchWriter``, plus ``finish``."""
 
-    def __init__(self, path: str | Path, log: EventLog) -> None:
-        self.path = _target(path)
-        _remove_old(self.path)
+    def __init__(self, file: io.FileIO, schema: pa.Schema) -> None:
         # a batch's ~30 buffers (a column and its padding each) reach the OS as one write at
         # write()'s flush: unbuffered, each was a system call of its own (twice the batch's time)
-        self._file = io.BufferedWriter(io.FileIO(self.path, "w"), buffer_size=_WRITE_BUFFER)  # closed in close()
-        self._strings = 0
-        self._stacks = 0
-        self._devices: list[dict[str, Any]] = []
-        self._meta = "{}"
-        self._events = 0
-        self._batches = 0
-        self._scratch = [np.empty(0, dtype=DTYPES[name]) for name in _NAMES]  # write_rows' columns, reused
-        self._stream = ipc.new_stream(self._file, _schema(log))
-        # the header and the side tables reach the disk at once, before any event
-        self.write(log, {name: np.empty(0, dtype=dt) for name, dt in DTYPES.items()})
+        self._file = io.BufferedWriter(file, buffer_size=_WRITE_BUFFER)
+        self._stream = ipc.new_stream(self._file, schema)
+        self._scratch = _empty_columns()  # submit's columns, reused from batch to batch
+        self.events = 0
+        self.batches = 0
 
-    def _delta(self, log: EventLog) -> tuple[bytes, list[dict[str, Any]], str]:
-        delta: dict[str, Any] = {"strings": log.strings[self._strings :]}
-        delta["stacks"] = [[list(frame) for frame in stack] for stack in log.stacks[self._stacks :]]
-        devices = _devices_json(log.devices)
-        if devices != self._devices:
-            delta["devices"] = devices
-        meta = json.dumps(log.meta, default=str, sort_keys=True)
-        if meta != self._meta:
-            delta["meta"] = json.loads(meta)
-        return json.dumps(delta, default=str).encode(), devices, meta
-
-    def write(self, log: EventLog, batch: dict[str, np.ndarray]) -> None:
-        """Append one batch of rows, with whatever side-table entries are new since the last one."""
-        strings, stacks = len(log.strings), len(log.stacks)
-        delta, devices, meta = self._delta(log)
-        columns = [np.ascontiguousarray(batch[name]) for name in _NAMES]
-        custom = {b"gpuviz.delta": delta, b"gpuviz.checksum": batch_checksum(columns, delta)}
-        self._stream.write_batch(_record(columns), custom_metadata=custom)
+    def write(self, columns: list[np.ndarray], metadata: list[tuple[bytes, bytes]]) -> None:
+        self._stream.write_batch(_record(columns), custom_metadata=dict(metadata))
         self._file.flush()
-        self._strings, self._stacks = strings, stacks
-        self._devices = devices
-        self._meta = meta
-        self._events += len(columns[0])
-        self._batches += 1
+        self.events += len(columns[0])
+        self.batches += 1
 
-    def write_rows(self, log: EventLog, block: bytes | memoryview, first_seq: int) -> None:
-        """Append one batch made of a flushed block of packed rows (``seq`` from ``first_seq``):
-        the rows are split into columns this writer reuses from batch to batch (warm memory, not
-        the log's), so the recording thread that flushes pays for no new pages."""
+    def submit(self, block: bytes | memoryview, first_seq: int, delta: bytes, delta_digest: bytes) -> None:
         n = len(block) // ROW_BYTES
         if len(self._scratch[0]) < n:
             self._scratch = [np.empty(max(n, 2 * len(column)), dtype=column.dtype) for column in self._scratch]
         columns = [column[:n] for column in self._scratch]
         split_rows(block, columns, first_seq)
-        self.write(log, dict(zip(_NAMES, columns, strict=True)))
+        self.write(columns, [(b"gpuviz.delta", delta), (b"gpuviz.checksum", batch_checksum(columns, delta))])
+
+    def wait(self) -> None:
+        """Nothing is ever in flight: each batch is written by the call that makes it."""
+
+    def finish(self) -> None:
+        self._stream.close()  # Arrow's end-of-stream marker
+        self._file.flush()
+
+
+class _NativeBatches:
+    """The stream's batches written by ``gpuviz.log._batchwriter.BatchWriter``: the blocks of
+    rows split, checksummed and written by its own thread, which holds no GIL."""
+
+    def __init__(self, file: io.FileIO, schema: pa.Schema) -> None:
+        self._file = file
+        _write_all(file, schema.serialize().to_pybytes())
+        self._writer = _BatchWriter(file.fileno(), CHUNK_ROWS)
+        self.write = self._writer.write
+        self.submit = self._writer.submit
+        self.wait = self._writer.wait
 
     @property
     def events(self) -> int:
-        """Events written to the file so far."""
-        return self._events
+        return int(self._writer.events)
+
+    @property
+    def batches(self) -> int:
+        return int(self._writer.batches)
+
+    def finish(self) -> None:
+        self._writer.wait()
+        _write_all(self._file, _END_OF_STREAM)
+
+
+def _write_all(file: io.FileIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) or 0 :]
+
+
+class LogWriter:
+    """Writes an EventLog's batches to one file (the stream form) as they are flushed.
+
+    ``native``: the batches of flushed blocks are written by the C writer's own thread
+    (``gpuviz.log._batchwriter``, the default where it was built), so the thread that flushes
+    only hands the block over; ``False``: written with pyarrow by the flushing thread. The two
+    write the same file (tests/test_batchwriter.py)."""
+
+    def __init__(self, path: str | Path, log: EventLog, *, native: bool | None = None) -> None:
+        if native is None:
+            native = _BatchWriter is not None
+        elif native and _BatchWriter is None:
+            raise RuntimeError("the C batch writer (gpuviz.log._batchwriter) was not built")
+        self.path = _target(path)
+        _remove_old(self.path)
+        self._file = io.FileIO(self.path, "w")  # closed in close() or abandon()
+        self._strings = 0
+        self._stacks = 0
+        self._devices: list[dict[str, Any]] = []
+        self._meta = "{}"
+        self._pending: tuple[int, int, list[dict[str, Any]], str] = (0, 0, [], "{}")  # what _delta's batch adds
+        self._recheck_at = 0.0  # time.monotonic() from which _delta looks at options and meta again
+        try:
+            self._batches: _ArrowBatches | _NativeBatches = (_NativeBatches if native else _ArrowBatches)(
+                self._file, _schema(log)
+            )
+            # the header and the side tables reach the disk at once, before any event
+            self.write(log, dict(zip(_NAMES, _empty_columns(), strict=True)))
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _delta(self, log: EventLog) -> bytes:
+        """The side-table entries new since the last batch, as ``gpuviz.delta``'s JSON; the
+        writer's record of what it wrote is updated once the batch is written (``_wrote``).
+
+        New strings, stacks and devices go with the first batch after them (its rows may refer
+        to them). Whether a device's options or ``log.meta`` changed is looked at once every
+        ``_RECHECK_S`` at most (and on every ``recheck()``), which spares the recording thread
+        two JSON encodings per batch: such a change reaches the file within the crash bound's
+        interval, and the random-access form written on close holds them all."""
+        strings, stacks = len(log.strings), len(log.stacks)
+        now = time.monotonic()
+        counts = (strings, stacks, len(log.devices))
+        if counts == (self._strings, self._stacks, len(self._devices)) and now < self._recheck_at:
+            return _NO_DELTA
+        self._recheck_at = now + _RECHECK_S
+        devices = _devices_json(log.devices)
+        meta = json.dumps(log.meta, default=str, sort_keys=True)
+        if strings == self._strings and stacks == self._stacks and devices == self._devices and meta == self._meta:
+            return _NO_DELTA
+        delta: dict[str, Any] = {"strings": log.strings[self._strings :]}
+        delta["stacks"] = [[list(frame) for frame in stack] for stack in log.stacks[self._stacks :]]
+        if devices != self._devices:
+            delta["devices"] = devices
+        if meta != self._meta:
+            delta["meta"] = json.loads(meta)
+        self._pending = (strings, stacks, devices, meta)
+        return json.dumps(delta, default=str).encode()
+
+    def recheck(self) -> None:
+        """Look at the devices' options and ``log.meta`` for changes at the next batch."""
+        self._recheck_at = 0.0
+
+    def _wrote(self, delta: bytes) -> None:
+        if delta is not _NO_DELTA:
+            self._strings, self._stacks, self._devices, self._meta = self._pending
+
+    def write(self, log: EventLog, batch: dict[str, np.ndarray]) -> None:
+        """Append one batch of rows, with whatever side-table entries are new since the last one."""
+        delta = self._delta(log)
+        columns = [np.ascontiguousarray(batch[name]) for name in _NAMES]
+        self._batches.write(columns, [(b"gpuviz.delta", delta), (b"gpuviz.checksum", batch_checksum(columns, delta))])
+        self._wrote(delta)
+
+    def write_rows(self, log: EventLog, block: bytes | memoryview, first_seq: int) -> None:
+        """Append one batch made of a flushed block of packed rows (``seq`` from ``first_seq``),
+        with the side-table entries new since the last batch. With the C writer the block is
+        handed to its thread (which keeps it until written); without, the rows are split into
+        columns the writer reuses from batch to batch (warm memory, not the log's) and written."""
+        delta = self._delta(log)
+        self._batches.submit(block, first_seq, delta, _NO_DELTA_DIGEST if delta is _NO_DELTA else _digest16(delta))
+        self._wrote(delta)
+
+    def wait(self) -> None:
+        """Until every batch handed over is written; ``OSError`` if a write failed."""
+        self._batches.wait()
+
+    @property
+    def events(self) -> int:
+        """Events written to the file whole so far."""
+        return self._batches.events
 
     def abandon(self) -> None:
         """Close the file as it is, after a write failed: no end-of-log marker, so it loads
         flagged ``truncated`` with the batches written whole before the failure."""
-        for close in (self._stream.close, self._file.close):
-            with contextlib.suppress(OSError, ValueError):  # the failure that made us abandon it, again; closed
-                close()
+        with contextlib.suppress(OSError):  # the failure that made us abandon it, again
+            self._batches.wait()  # the writer's thread is done with the file before it closes
+        with contextlib.suppress(OSError, ValueError):  # ... again; closed
+            self._file.close()
 
     def close(self, log: EventLog | None = None, columns: dict[str, np.ndarray] | None = None) -> None:
         """Write the end-of-log marker and close the file; given the ``log`` and all its
         ``columns``, then replace the file by its random-access form (``save``)."""
-        record, custom = _end_marker(self._events, self._batches)
-        self._stream.write_batch(record, custom_metadata=custom)
-        self._stream.close()
+        self._batches.wait()
+        self._batches.write(_empty_columns(), _end_marker(self._batches.events, self._batches.batches))
+        self._batches.finish()
         self._file.close()
         if log is not None and columns is not None:
             write_random_access(log, columns, self.path)
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC: a continuation marker and a length of 0
+_NO_DELTA = json.dumps({"strings": [], "stacks": []}).encode()  # nothing new since the last batch
+
+
+def _digest16(data: bytes) -> bytes:
+    return digest(data).encode()
+
+
+_NO_DELTA_DIGEST = _digest16(_NO_DELTA)
 
 
 def write_random_access(log: EventLog, columns: dict[str, np.ndarray], path: str | Path) -> None:
@@ -209,8 +331,7 @@ def write_random_access(log: EventLog, columns: dict[str, np.ndarray], path: str
         with pa.OSFile(str(temporary), "wb") as sink, ipc.new_file(sink, _schema(log)) as writer:
             custom = {b"gpuviz.delta": text, b"gpuviz.checksum": batch_checksum(arrays, text)}
             writer.write_batch(_record(arrays), custom_metadata=custom)
-            record, end = _end_marker(len(arrays[0]), 1)
-            writer.write_batch(record, custom_metadata=end)
+            writer.write_batch(_record(_empty_columns()), custom_metadata=dict(_end_marker(len(arrays[0]), 1)))
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

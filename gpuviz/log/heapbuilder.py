@@ -420,7 +420,7 @@ class NativeHeapBuilder(_Core if _Core is not None else object):  # type: ignore
         if _Core is None:
             raise RuntimeError("the native heap builder is not built (gpuviz was installed without a C compiler)")
         staged, limit = log.row_sink()
-        super().__init__(staged, limit, log.flush, device, HeapConflict)
+        super().__init__(staged, limit, log.flush_staged, device, HeapConflict)
         self.log = log
         self.device = device
 

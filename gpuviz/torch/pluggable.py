@@ -65,7 +65,7 @@ class TorchSession:
             staged, limit = self.log.row_sink()
             staged.extend(rows)
             if len(staged) >= limit:
-                self.log.flush()
+                self.log.flush_staged()
 
     def stats(self, device: int = 0) -> dict[str, int]:
         """The device's allocator counters (bytes; ``invalid_frees``: frees of unknown pointers)."""

@@ -1,0 +1,213 @@
+"""The C batch writer (gpuviz.log._batchwriter): a log recording to a file hands each flushed
+block to the writer's thread, which splits, checksums and writes it as an Arrow IPC batch. Its
+file is the one pyarrow writes (same batches, same custom metadata), and it loads verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.ipc as ipc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuviz import EventLog, load
+from gpuviz.log.checksums import batch_checksum, digest
+from gpuviz.log.fileio import LogWriter
+from gpuviz.log.reader import ARROW_SCHEMA
+from gpuviz.log.rows import ROW_BYTES, split_rows
+from gpuviz.log.schema import DTYPES, ROW_STRUCT
+
+batchwriter = pytest.importorskip("gpuviz.log._batchwriter", reason="built only where a C compiler exists")
+_NAMES = tuple(DTYPES)
+
+_row = st.tuples(
+    st.integers(0, 2**62),  # time_ns
+    st.integers(0, 6),  # kind: segment_alloc ... oom
+    st.just(0),  # flags (those kinds have none)
+    st.integers(-1, 0),  # device
+    st.integers(-1, 0),  # peer
+    st.integers(0, 2**63 - 1),  # thread
+    *[st.integers(-(2**63), 2**63 - 1)] * 6,  # address, size, requested, segment, largest_free, duration_ns
+    st.integers(-1, -1),  # tag
+    st.integers(-1, -1),  # stack
+)
+
+
+def _block(rows: list[tuple[int, ...]]) -> bytes:
+    return b"".join(ROW_STRUCT.pack(*row) for row in rows)
+
+
+def _batches(path: Path) -> list[tuple[dict[str, np.ndarray], dict[bytes, bytes]]]:
+    """Every batch of a stream-form file: its columns and its custom metadata."""
+    reader = ipc.open_stream(path.read_bytes())
+    out = []
+    while True:
+        try:
+            record, metadata = reader.read_next_batch_with_custom_metadata()
+        except StopIteration:
+            return out
+        record.validate(full=True)
+        columns = {name: record.column(i).to_numpy() for i, name in enumerate(_NAMES)}
+        out.append((columns, dict(metadata or {})))
+
+
+def _record(path: Path, blocks: list[list[tuple[int, ...]]], *, native: bool) -> EventLog:
+    """Write ``blocks`` as batches with a LogWriter (new strings, a device and meta changing between
+    them, as a recording's side tables do) and close it in the stream form."""
+    log = EventLog()
+    log.add_device("GPU:0")  # the rows' device 0
+    writer = LogWriter(path, log, native=native)
+    seq = 0
+    for index, rows in enumerate(blocks):
+        if index % 2:
+            log.intern_string(f"op-{index}")
+        if index % 3 == 1:
+            log.add_device(f"GPU:{index}", chunk_bytes=index)
+            log.meta["step"] = index
+        writer.write_rows(log, _block(rows), seq)
+        seq += len(rows)
+    writer.close()
+    return log
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blocks=st.lists(st.lists(_row, max_size=40), max_size=6))
+def test_the_c_writer_writes_the_batches_pyarrow_writes(tmp_path: Path, blocks: list[list[tuple[int, ...]]]) -> None:
+    native, arrow = tmp_path / "native.arrow", tmp_path / "arrow.arrow"
+    _record(native, blocks, native=True)
+    _record(arrow, blocks, native=False)
+    ours, theirs = _batches(native), _batches(arrow)
+    assert len(ours) == len(theirs) == len(blocks) + 2  # the header's empty batch, one per block, the end
+    for (columns, metadata), (expected, expected_metadata) in zip(ours, theirs, strict=True):
+        assert metadata == expected_metadata  # delta, checksum record (byte for byte), end marker
+        for name in _NAMES:
+            assert columns[name].dtype == DTYPES[name]
+            assert np.array_equal(columns[name], expected[name])
+    loaded = load(native)
+    assert not loaded.truncated and not loaded.corrupt and loaded.problems == []
+    assert len(loaded) == sum(map(len, blocks))
+    assert loaded["seq"].tolist() == list(range(len(loaded)))
+
+
+def test_a_block_of_many_chunks_gets_one_digest_per_chunk(tmp_path: Path) -> None:
+    """``chunk_rows`` rows per digest, over all columns' bytes of those rows (checksums.py)."""
+    rng = np.random.default_rng(7)
+    rows = [tuple(int(v) for v in rng.integers(0, 100, size=14)) for _ in range(10)]
+    path = tmp_path / "chunks.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        writer = batchwriter.BatchWriter(fd, 3)
+        delta = b'{"strings": [], "stacks": []}'
+        writer.submit(_block(rows), 100, delta, digest(delta).encode())
+        writer.wait()
+        assert (writer.events, writer.batches) == (10, 1)
+    finally:
+        os.close(fd)
+    stream = ARROW_SCHEMA.serialize().to_pybytes() + path.read_bytes()  # the schema message LogWriter puts first
+    record, metadata = ipc.open_stream(stream).read_next_batch_with_custom_metadata()
+    columns = [np.empty(10, dtype=dt) for dt in DTYPES.values()]
+    split_rows(_block(rows), columns, 100)
+    for i, column in enumerate(columns):
+        assert np.array_equal(record.column(i).to_numpy(), column)
+    assert metadata[b"gpuviz.delta"] == delta
+    checksum = json.loads(metadata[b"gpuviz.checksum"])
+    assert checksum == json.loads(batch_checksum(columns, delta, chunk_rows=3))
+    assert len(checksum["chunks"]) == 4  # rows 0-2, 3-5, 6-8, 9
+
+
+def test_bad_input_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "bad.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        writer = batchwriter.BatchWriter(fd, 1 << 16)
+        digest16 = digest(b"{}").encode()
+        with pytest.raises(ValueError, match=f"not whole rows of {ROW_BYTES} bytes"):
+            writer.submit(b"x" * (ROW_BYTES + 1), 0, b"{}", digest16)
+        with pytest.raises(TypeError, match="delta_digest: 16 bytes"):
+            writer.submit(b"", 0, b"{}", b"short")
+        columns = [np.zeros(2, dtype=dt) for dt in DTYPES.values()]
+        with pytest.raises(ValueError, match="column 3 holds 4 bytes of 2-byte values, not 2 values of 1 bytes"):
+            writer.write([*columns[:3], np.zeros(2, dtype=np.int16), *columns[4:]], [])
+        with pytest.raises(ValueError, match="15 columns"):
+            writer.write(columns[:14], [])
+        with pytest.raises(TypeError, match="metadata pair 0 is not a"):
+            writer.write(columns, [("key", b"value")])
+        writer.wait()
+        assert (writer.events, writer.batches) == (0, 0)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b""
+    with pytest.raises(ValueError, match="file descriptor >= 0 and chunk_rows > 0"):
+        batchwriter.BatchWriter(0, 0)
+
+
+def test_a_failed_write_is_raised_by_the_next_call_and_nothing_more_is_written(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    os.close(read)  # writes fail: EPIPE (SIGPIPE is ignored by Python)
+    try:
+        writer = batchwriter.BatchWriter(write, 1 << 16)
+        delta = b"{}"
+        writer.submit(_block([(1,) * 14]), 0, delta, digest(delta).encode())
+        with pytest.raises(BrokenPipeError):
+            writer.wait()
+        with pytest.raises(BrokenPipeError):  # and again: the writer stays failed
+            writer.submit(_block([(1,) * 14]), 1, delta, digest(delta).encode())
+        assert (writer.events, writer.batches) == (0, 0)
+    finally:
+        os.close(write)
+
+
+_KILLED = """
+import os, sys
+from gpuviz import EventLog
+log = EventLog(sys.argv[1], flush_rows=64)
+for i in range(1000):
+    log.mark(f"m{i % 7}")
+log.flush()  # every event recorded so far is in the file when it returns
+os._exit(0)  # no close: no end-of-log marker
+"""
+
+
+def test_a_flushed_recording_killed_before_close_loads_every_event(tmp_path: Path) -> None:
+    path = tmp_path / "killed.arrow"
+    out = subprocess.run([sys.executable, "-c", _KILLED, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    log = load(path)
+    assert log.truncated and not log.corrupt
+    assert len(log) == 1000 and [e.tag for e in log][:8] == ["m0", "m1", "m2", "m3", "m4", "m5", "m6", "m0"]
+
+
+_FORKED = """
+import os, sys
+from gpuviz import EventLog, load
+log = EventLog(sys.argv[1], flush_rows=64)
+for i in range(100):
+    log.mark("parent")
+log.flush()
+pid = os.fork()
+if pid == 0:  # the child: the file's writer thread stayed in the parent
+    for i in range(500):
+        log.mark("child")
+    ok = log.file_error is not None and "forked" in log.file_error and len(log) == 600
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+for i in range(100):
+    log.mark("parent")
+log.close()
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_records_in_memory_and_leaves_the_parents_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / "forked.arrow"
+    out = subprocess.run([sys.executable, "-c", _FORKED, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0"], out.stderr  # the child's log went on in memory, with the reason
+    log = load(path)
+    assert not log.truncated and [e.tag for e in log] == ["parent"] * 200
