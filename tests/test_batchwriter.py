@@ -211,3 +211,38 @@ def test_a_forked_child_records_in_memory_and_leaves_the_parents_file_alone(tmp_
     assert out.stdout.split() == ["0"], out.stderr  # the child's log went on in memory, with the reason
     log = load(path)
     assert not log.truncated and [e.tag for e in log] == ["parent"] * 200
+
+
+def test_a_flush_that_finds_the_last_block_still_being_written_waits_for_it() -> None:
+    """One block in flight at a time (the crash bound): the file here is a pipe nobody reads
+    until a second submit has had to wait."""
+    import threading
+    import time
+
+    read, write = os.pipe()
+    received = bytearray()
+    try:
+        writer = batchwriter.BatchWriter(write, 1 << 16)
+        rows = _block([(i, 2, 0, 0, 0, *(i,) * 7, -1, -1) for i in range(2000)])  # ~156 KB: more than a pipe holds
+        delta = b"{}"
+        writer.submit(rows, 0, delta, digest(delta).encode())
+
+        def drain() -> None:
+            time.sleep(0.3)  # the second submit is waiting by now
+            while len(received) < 2 * len(rows):
+                received.extend(os.read(read, 1 << 20))
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        writer.submit(rows, 2000, delta, digest(delta).encode())
+        assert writer.waits == 1 and writer.events == 2000  # the first block written whole before the second left
+        writer.wait()
+        reader.join()
+        assert (writer.events, writer.batches, writer.waits) == (4000, 2, 2)  # wait() found the second in flight
+    finally:
+        os.close(write)
+        os.close(read)
+    stream = ARROW_SCHEMA.serialize().to_pybytes() + bytes(received)
+    reader_ = ipc.open_stream(stream)
+    seqs = [reader_.read_next_batch().column(0).to_numpy() for _ in range(2)]
+    assert np.array_equal(np.concatenate(seqs), np.arange(4000))

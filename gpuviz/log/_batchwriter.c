@@ -148,6 +148,7 @@ typedef struct {
     pid_t owner;    /* the process that made it: a fork's child has the object, not the thread */
     int64_t events; /* written whole */
     int64_t batches;
+    int64_t waits; /* calls that found a block in flight and waited for it */
     /* the block in flight (or written, until the next call releases it: that needs the GIL) */
     Py_buffer block;
     int holding;
@@ -301,6 +302,7 @@ static int settle(BatchWriter *self, int claim) {
     }
     pthread_mutex_lock(&self->mutex);
     if (self->busy) { /* wait for it without the GIL */
+        __atomic_fetch_add(&self->waits, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&self->mutex);
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&self->mutex);
@@ -483,7 +485,7 @@ static PyObject *BatchWriter_wait(PyObject *obj, PyObject *unused) {
 
 static PyObject *BatchWriter_count(PyObject *obj, void *which) {
     BatchWriter *self = (BatchWriter *)obj;
-    int64_t *count = which == NULL ? &self->events : &self->batches;
+    int64_t *count = which == NULL ? &self->events : which == (void *)1 ? &self->batches : &self->waits;
     int64_t value = __atomic_load_n(count, __ATOMIC_RELAXED); /* no mutex: a forked child may find it held */
     return PyLong_FromLongLong(value);
 }
@@ -491,6 +493,7 @@ static PyObject *BatchWriter_count(PyObject *obj, void *which) {
 static PyGetSetDef BatchWriter_getset[] = {
     {"events", BatchWriter_count, NULL, "events written whole", NULL},
     {"batches", BatchWriter_count, NULL, "batches written whole", (void *)1},
+    {"waits", BatchWriter_count, NULL, "calls that waited for the block in flight (the writer fell behind)", (void *)2},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

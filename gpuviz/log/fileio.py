@@ -137,6 +137,7 @@ class _ArrowBatches:
         self._scratch = _empty_columns()  # submit's columns, reused from batch to batch
         self.events = 0
         self.batches = 0
+        self.waits = 0  # nothing is ever in flight
 
     def write(self, columns: list[np.ndarray], metadata: list[tuple[bytes, bytes]]) -> None:
         self._stream.write_batch(_record(columns), custom_metadata=dict(metadata))
@@ -179,6 +180,10 @@ class _NativeBatches:
     @property
     def batches(self) -> int:
         return int(self._writer.batches)
+
+    @property
+    def waits(self) -> int:
+        return int(self._writer.waits)
 
     def finish(self) -> None:
         self._writer.wait()
@@ -283,6 +288,13 @@ class LogWriter:
     def events(self) -> int:
         """Events written to the file whole so far."""
         return self._batches.events
+
+    @property
+    def waits(self) -> int:
+        """Flushes (and waits) that found the last block still being written and waited for it:
+        how often the file held the recording up (0 without the C writer, which writes each
+        batch on the flushing thread)."""
+        return self._batches.waits
 
     def abandon(self) -> None:
         """Close the file as it is, after a write failed: no end-of-log marker, so it loads
