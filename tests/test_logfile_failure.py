@@ -23,6 +23,9 @@ from gpuviz.capture.native import NativeBFCAllocator
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
 cls = NativeBFCAllocator if sys.argv[1] == "native" else BFCAllocator
 path, saved = sys.argv[2], sys.argv[3]
+if sys.argv[4] == "pyarrow":  # the file's batches written by pyarrow, as without the C batch writer
+    import gpuviz.log.fileio
+    gpuviz.log.fileio._BatchWriter = None
 log = EventLog(path)
 alloc = cls(SimUpstream("64GiB"), growth=True, log=log)
 resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, resource.RLIM_INFINITY))
@@ -57,13 +60,18 @@ print(json.dumps({"errors": errors, "live": len(live), "held": sorted(live) == i
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ")
-@pytest.mark.parametrize("allocator", ["native", "python"])
-def test_a_file_that_cannot_be_written_leaves_the_allocations_and_the_log_whole(allocator: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("allocator", "writer"), [("native", "c"), ("python", "c"), ("python", "pyarrow")])
+def test_a_file_that_cannot_be_written_leaves_the_allocations_and_the_log_whole(
+    allocator: str, writer: str, tmp_path: Path
+) -> None:
     if allocator == "native" and not native_core_available():
         pytest.skip("the native core is not built")
     path, saved = tmp_path / "run.arrow", tmp_path / "saved.arrow"
     out = subprocess.run(
-        [sys.executable, "-c", _RUN, allocator, str(path), str(saved)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _RUN, allocator, str(path), str(saved), writer],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)

@@ -160,6 +160,11 @@ class _ArrowBatches:
         self._stream.close()  # Arrow's end-of-stream marker
         self._file.flush()
 
+    def abandon(self) -> None:
+        for close in (self._stream.close, self._file.close):
+            with contextlib.suppress(OSError, ValueError):  # the failure that made us abandon it, again; closed
+                close()
+
 
 class _NativeBatches:
     """The stream's batches written by ``gpuviz.log._batchwriter.BatchWriter``: the blocks of
@@ -188,6 +193,10 @@ class _NativeBatches:
     def finish(self) -> None:
         self._writer.wait()
         _write_all(self._file, _END_OF_STREAM)
+
+    def abandon(self) -> None:
+        with contextlib.suppress(OSError):  # the failure that made us abandon it, again
+            self._writer.wait()  # the writer's thread is done with the file before it closes
 
 
 def _write_all(file: io.FileIO, data: bytes) -> None:
@@ -299,9 +308,8 @@ class LogWriter:
     def abandon(self) -> None:
         """Close the file as it is, after a write failed: no end-of-log marker, so it loads
         flagged ``truncated`` with the batches written whole before the failure."""
-        with contextlib.suppress(OSError):  # the failure that made us abandon it, again
-            self._batches.wait()  # the writer's thread is done with the file before it closes
-        with contextlib.suppress(OSError, ValueError):  # ... again; closed
+        self._batches.abandon()
+        with contextlib.suppress(OSError, ValueError):  # the failure, again; closed
             self._file.close()
 
     def close(self, log: EventLog | None = None, columns: dict[str, np.ndarray] | None = None) -> None:
