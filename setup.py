@@ -25,8 +25,9 @@ setup(
         Extension(
             "gpuviz.log._staging",
             sources=["gpuviz/log/_staging.c"],
-            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
+            depends=["gpuviz/log/_chunks.h", "gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
             extra_compile_args=["-O2"],
+            libraries=["pthread"],  # the thread that maps and populates the next chunk (_chunks.h)
             optional=True,
         ),
         Extension(  # the batches of a log recording to a file, written off the recording thread

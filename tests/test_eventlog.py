@@ -19,6 +19,7 @@ import pytest
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, load, mark, span
+from gpuviz.capture.recorder import native_available
 from gpuviz.log.fileio import ARROW_SCHEMA
 from gpuviz.log.schema import ROW_DTYPE, MarkPhase
 
@@ -65,11 +66,21 @@ def test_columns_are_numpy_arrays_not_objects() -> None:
         log[99]
 
 
-def test_staged_rows_are_flushed_in_batches() -> None:
-    log = EventLog(flush_rows=6)  # staged rows are flushed at half of flush_rows (the crash bound)
+def test_staged_rows_are_flushed_in_batches_when_recording_to_a_file(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "run.arrow", flush_rows=6)  # flushed at half of flush_rows (the crash bound)
     small_run(log)
     assert len(log._blocks) == 3 and not log._staged  # 9 events flushed in blocks of 3, nothing staged
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))
+    log.close()
+
+
+def test_in_memory_the_c_recorders_leave_rows_staged_until_the_chunk_is_half_written() -> None:
+    log = EventLog(flush_rows=6)
+    small_run(log)
+    if log._arena is not None and native_available():
+        assert not log._blocks and len(log._staged) == 9 * ROW_DTYPE.itemsize  # no flush: nothing to bound
+        assert log._arena.due() == (512 << 10) // 2  # the first chunk's half: the next one is asked for there
+    assert len(log) == 9 and log["seq"].tolist() == list(range(9))  # a read flushes first
 
 
 def test_reading_a_growing_log_copies_only_the_new_rows() -> None:
@@ -90,10 +101,10 @@ def test_reading_a_growing_log_copies_only_the_new_rows() -> None:
     assert [e.kind for e in log][-4:] == ["split", "alloc", "free", "merge"]
 
 
-def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike() -> None:
+def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike(tmp_path: Path) -> None:
     """``rows_since(start)`` gives exactly rows ``start..`` whether they were split into columns
     already, still sit in flushed blocks or are staged; the blocks stay unsplit."""
-    log = EventLog(flush_rows=6)
+    log = EventLog(tmp_path / "run.arrow", flush_rows=6, flush_interval_s=3600)  # to a file: blocks of 3
     alloc = small_run(log)  # 9 events: 3 blocks of 3
     before = {name: log[name].tolist() for name in ("time_ns", "kind", "address", "size", "tag")}  # splits them
     for _ in range(3):
@@ -110,6 +121,7 @@ def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike() -
     assert len(log.rows_since(len(log))) == 0 and len(log.rows_since(0)) == 22
     with pytest.raises(ValueError, match="start must be a row position >= 0, got -1"):
         log.rows_since(-1)
+    log.close()
 
 
 def test_filter_by_kind_device_time_and_tag() -> None:

@@ -156,22 +156,25 @@ def test_c_recorders_refuse_a_staging_object_that_is_neither_a_bytearray_nor_an_
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_rows_survive_many_flushes_in_place(native: bool) -> None:
-    """Thousands of flushes of a buffer that is never re-allocated: every row arrives, in order."""
+def test_rows_survive_many_flushes_in_place(native: bool, tmp_path: os.PathLike[str]) -> None:
+    """Thousands of flushes of a buffer that is never re-allocated: every row arrives, in order
+    (a log recording to a file flushes every flush_rows // 2 rows)."""
     if native and not native_core_available():
         pytest.skip("the native core is not built")
-    log = EventLog(flush_rows=64)
+    log = EventLog(os.path.join(tmp_path, "run.arrow"), flush_rows=64, flush_interval_s=3600)
     alloc = (NativeBFCAllocator if native else BFCAllocator)(SimUpstream("1GiB"), growth=True, log=log)
     live = [alloc.allocate(256 * (i % 7 + 1)) for i in range(50)]
     for i in range(5000):
         alloc.free(live[i % 50])
         live[i % 50] = alloc.allocate(512 * (i % 5 + 1))
+    assert len(log._blocks) > 300  # flushed every 32 rows (the blocks are kept until read)
     cols = log.columns
     np.testing.assert_array_equal(cols["seq"], np.arange(len(log)))
     assert np.all(np.diff(cols["time_ns"]) >= 0)
     alloc.check()
     replayed = replay(log).state_at(-1)
     assert {c.address: c.size for c in replayed.chunks()} == {c.address: c.size for c in alloc.state().chunks()}
+    log.close()
 
 
 def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,7 +70,7 @@ static void write_row(Core *self, int kind, int64_t address, int64_t size, int64
         return;
     }
     pack_row(slot, &r);
-    if (row_sink_staged(&self->sink) >= self->limit) self->need_flush = 1;
+    if (row_sink_due(&self->sink, self->limit)) self->need_flush = 1;
 }
 
 /* Before a decision changes anything: room for its rows (a free and its two merges, or a split
@@ -99,11 +99,11 @@ static inline void stamp_decision(Core *self) {
     self->bfc.row_thread = (int64_t)self->owner;
 }
 
-/* After it: a flush is due once the staged rows reach the limit (the callback path checks per row). */
+/* After it: is a flush due (the arena's window says; the callback path checks per row)? */
 static inline void decision_done(Core *self) {
     self->bfc.row_time = 0;
     const gv_window *w = self->bfc.rows; /* the sink's window, when the core writes its rows itself */
-    if (w != NULL && w->write - w->start >= self->limit) self->need_flush = 1;
+    if (w != NULL && w->write >= w->due) self->need_flush = 1;
 }
 
 static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t requested, int64_t segment,

@@ -5,7 +5,7 @@
  * ("<qBbhhqqqqqqqii", 78 bytes, little-endian, packed) to ``staged``, the log's staging
  * bytearray or Arena (gpuviz/log/_rowsink.h),
  * stamped with time.perf_counter_ns()'s clock (_clock.h) and threading.get_ident(), and calls ``flush()``
- * once ``staged`` holds ``limit`` bytes or more. It writes exactly the bytes that the
+ * once the rows are due (an Arena's window says when; a bytearray once it holds ``limit`` bytes). It writes exactly the bytes that the
  * pure-Python recorder (gpuviz.capture.recorder) writes; tests hold the two together.
  *
  * The row is written in one step while holding the GIL, so concurrent appends are
@@ -28,7 +28,7 @@
 typedef struct {
     PyObject_HEAD
     row_sink sink;    /* the log's staging bytearray or Arena */
-    Py_ssize_t limit; /* flush threshold, bytes */
+    Py_ssize_t limit; /* flush threshold of a bytearray, bytes */
     PyObject *flush;  /* callable */
     int16_t device;
 } RowWriter;
@@ -73,7 +73,7 @@ static PyObject *RowWriter_emit(RowWriter *self, PyObject *const *args, Py_ssize
     unsigned char *slot = row_sink_claim(&self->sink);
     if (slot == NULL) return NULL;
     pack_row(slot, &r);
-    if (row_sink_staged(&self->sink) >= self->limit) return PyObject_CallNoArgs(self->flush);
+    if (row_sink_due(&self->sink, self->limit)) return PyObject_CallNoArgs(self->flush);
     Py_RETURN_NONE;
 }
 

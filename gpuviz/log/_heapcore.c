@@ -4,8 +4,8 @@
  * as gpuviz.log.heapbuilder.PythonHeapBuilder does -- same decisions, same rows, same
  * HeapConflict messages, nothing changed when one is raised -- and appends each event as a
  * row laid out as gpuviz.log.schema.ROW_STRUCT ("<qBbhhqqqqqqqii", 78 bytes) to ``staged``,
- * the log's staging bytearray or Arena (_rowsink.h), calling ``flush()`` once it holds ``limit``
- * bytes (as EventLog.append does).
+ * the log's staging bytearray or Arena (_rowsink.h), calling ``flush()`` once the rows are due
+ * (row_sink_due: where an Arena's window says; a bytearray once it holds ``limit`` bytes).
  * ``conflict`` is the HeapConflict class. Tests hold the two builders together.
  */
 #define PY_SSIZE_T_CLEAN
@@ -329,7 +329,7 @@ static int emit(Core *c, int64_t time_ns, uint8_t kind, int64_t thread, int64_t 
     unsigned char *slot = row_sink_claim(&c->sink);
     if (slot == NULL) return -1;
     pack_row(slot, &r);
-    if (row_sink_staged(&c->sink) >= c->limit) {
+    if (row_sink_due(&c->sink, c->limit)) {
         PyObject *r = PyObject_CallNoArgs(c->flush);
         if (!r) return -1;
         Py_DECREF(r);

@@ -118,4 +118,12 @@ static inline Py_ssize_t row_sink_staged(const row_sink *sink) {
     return sink->window != NULL ? sink->window->write - sink->window->start : PyByteArray_GET_SIZE(sink->obj);
 }
 
+/* Whether the staged rows are due for a flush: where the arena's window says (it knows whether
+ * the log records to a file and where its chunk ends), or, for a bytearray, once ``limit`` bytes
+ * (EventLog.row_sink()'s threshold) are staged. */
+static inline int row_sink_due(const row_sink *sink, Py_ssize_t limit) {
+    const gv_window *w = sink->window;
+    return w != NULL ? w->write >= w->due : PyByteArray_GET_SIZE(sink->obj) >= limit;
+}
+
 #endif

@@ -20,20 +20,19 @@
  * staged rows move to the next one.
  *
  * Even so, a page the process never touched costs the kernel (and, in a VM, the host) its
- * zeroing and mapping. Once the current chunk is half full, the arena maps the next one
- * and a short-lived thread of its own populates it (madvise MADV_POPULATE_WRITE, Linux 5.14+:
- * pages faulted in without touching their contents, so it is safe while rows are written),
- * off the recording thread. The mapping outlives whichever of the chunk and that thread
- * lets go of it last (a count, atomic: the thread holds no GIL). Where populating is not
- * supported the rows fault the pages in themselves, as before.
+ * zeroing and mapping. Once the current chunk is half full, the arena asks one thread per
+ * process (the maker, _chunks.h) to map the next one and populate it (madvise
+ * MADV_POPULATE_WRITE, Linux 5.14+: pages faulted in without touching their contents, so it is
+ * safe while rows are written): no system call and no thread start on the recording thread.
+ * The mapping outlives whichever of the chunk and the maker lets go of it last (a count,
+ * atomic: the maker holds no GIL). Where populating is not supported the rows fault the pages
+ * in themselves, as before.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
-#include <pthread.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 
+#include "_chunks.h" /* Region, and the thread that maps and populates the next chunk */
 #include "_rows.h"
 #include "_rowsink.h"
 
@@ -41,48 +40,8 @@
 #error "the arena relies on the GIL; EventLog stages rows in a bytearray instead"
 #endif
 
-#define HUGE_PAGE ((Py_ssize_t)2 << 20)     /* bytes; chunks are aligned to it */
 #define CHUNK_FIRST ((Py_ssize_t)512 << 10) /* the first chunk of an arena (plain pages), bytes */
 #define CHUNK_LARGEST ((Py_ssize_t)8 << 20) /* then 2 MiB, doubling up to this, bytes */
-
-/* ------------------------------------------------------------------ Region */
-typedef struct {
-    char *base;   /* HUGE_PAGE-aligned anonymous mapping */
-    size_t size;  /* bytes */
-    int holders;  /* the chunk, and the populating thread while it runs */
-} Region;
-
-static void region_release(Region *region) {
-    if (__atomic_sub_fetch(&region->holders, 1, __ATOMIC_ACQ_REL) == 0) {
-        munmap(region->base, region->size);
-        free(region);
-    }
-}
-
-static void *populate(void *arg) { /* the populating thread: no Python, no GIL */
-    Region *region = arg;
-#if defined(MADV_POPULATE_WRITE)
-    (void)madvise(region->base, region->size, MADV_POPULATE_WRITE); /* unsupported: the rows fault them */
-#endif
-    region_release(region);
-    return NULL;
-}
-
-/* Populate the region's pages on a thread of its own (nothing where no thread can start). */
-static void populate_behind(Region *region) {
-#if defined(MADV_POPULATE_WRITE)
-    pthread_attr_t attr;
-    pthread_t thread;
-    if (pthread_attr_init(&attr) != 0) return;
-    (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    (void)pthread_attr_setstacksize(&attr, 64 << 10);
-    __atomic_add_fetch(&region->holders, 1, __ATOMIC_ACQ_REL);
-    if (pthread_create(&thread, &attr, populate, region) != 0) region_release(region);
-    pthread_attr_destroy(&attr);
-#else
-    (void)region;
-#endif
-}
 
 /* ------------------------------------------------------------------ Chunk */
 typedef struct {
@@ -122,28 +81,22 @@ static PyTypeObject ChunkType = {
     .tp_as_buffer = &Chunk_as_buffer,
 };
 
-/* A chunk of ``size`` bytes (a multiple of 4 KiB), or NULL with MemoryError set. */
-static Chunk *chunk_new(Py_ssize_t size) {
-    size_t span = (size_t)(size + HUGE_PAGE); /* room to align the start */
-    char *map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) return (Chunk *)PyErr_NoMemory();
-    char *base = (char *)(((uintptr_t)map + (uintptr_t)HUGE_PAGE - 1) & ~((uintptr_t)HUGE_PAGE - 1));
-    if (base > map) munmap(map, (size_t)(base - map));
-    if (base + size < map + span) munmap(base + size, (size_t)(map + span - (base + size)));
-#ifdef MADV_HUGEPAGE
-    if (size >= HUGE_PAGE) (void)madvise(base, (size_t)size, MADV_HUGEPAGE); /* plain pages where refused */
-#endif
-    Region *region = malloc(sizeof *region);
-    Chunk *chunk = region != NULL ? PyObject_New(Chunk, &ChunkType) : (Chunk *)PyErr_NoMemory();
+/* A chunk over ``region`` (whose hold it takes over), or NULL with MemoryError set (the hold let go). */
+static Chunk *chunk_wrap(Region *region) {
+    Chunk *chunk = PyObject_New(Chunk, &ChunkType);
     if (chunk == NULL) {
-        free(region);
-        munmap(base, (size_t)size);
+        region_release(region);
         return NULL;
     }
-    *region = (Region){.base = base, .size = (size_t)size, .holders = 1};
     chunk->region = region;
     chunk->exports = 0;
     return chunk;
+}
+
+/* A chunk of ``size`` bytes (a multiple of 4 KiB), mapped now, or NULL with MemoryError set. */
+static Chunk *chunk_new(Py_ssize_t size) {
+    Region *region = region_map((size_t)size, 1);
+    return region != NULL ? chunk_wrap(region) : (Chunk *)PyErr_NoMemory();
 }
 
 #define CHUNK_BASE(c) ((c)->region->base)
@@ -153,9 +106,11 @@ static Chunk *chunk_new(Py_ssize_t size) {
 typedef struct {
     PyObject_HEAD
     Chunk *chunk;         /* the chunk being written, or NULL */
-    Chunk *next;          /* the one after it, being populated, or NULL */
+    Request *next;        /* the one after it, asked of the maker (_chunks.h), or NULL */
     gv_window window;     /* rows [start, write) of chunk are staged; all NULL while chunk is */
     Py_ssize_t next_size; /* bytes of the next chunk */
+    Py_ssize_t flush;     /* staged bytes due for a take (0: only at the chunk's milestones; see set_flush) */
+    int asked;            /* the next chunk was asked for (arena_prepare ran) since this chunk became current */
 } Arena;
 
 static PyObject *Arena_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -171,13 +126,31 @@ static PyObject *Arena_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static void Arena_dealloc(PyObject *obj) {
     Py_CLEAR(((Arena *)obj)->chunk);
-    Py_CLEAR(((Arena *)obj)->next);
+    Arena *self = (Arena *)obj;
+    if (self->next != NULL) request_release(self->next);
     Py_TYPE(obj)->tp_free(obj);
 }
 
 static void arena_grow(Arena *self) { /* the size of the chunk after the next */
-    Py_ssize_t size = self->next_size < HUGE_PAGE ? HUGE_PAGE : 2 * self->next_size;
+    Py_ssize_t size = self->next_size < (Py_ssize_t)HUGE_PAGE ? (Py_ssize_t)HUGE_PAGE : 2 * self->next_size;
     self->next_size = size < CHUNK_LARGEST ? size : CHUNK_LARGEST;
+}
+
+/* A take this close to the chunk's end leaves (almost) nothing staged to move to the next one. */
+#define DUE_MARGIN ((Py_ssize_t)128 * ROW_BYTES)
+
+/* Set the window's due (_window.h): the staged rows are due for a take once ``flush`` bytes are
+ * staged (a log recording to a file: its crash bound), and at the chunk's milestones anyway: its
+ * half (the take there asks for the next chunk) and DUE_MARGIN before its end (nothing left to
+ * move to the next chunk). A log recorded in memory (flush 0) is so flushed twice a chunk
+ * instead of every flush_rows // 2 rows: fewer calls into Python on the recording thread. */
+static void arena_set_due(Arena *self) {
+    gv_window *w = &self->window;
+    if (self->chunk == NULL) return;
+    char *half = CHUNK_BASE(self->chunk) + CHUNK_SIZE(self->chunk) / 2, *last = w->end - DUE_MARGIN;
+    char *due = !self->asked ? half : w->write < last ? last : w->end;
+    if (self->flush > 0 && self->flush < due - w->start) due = w->start + self->flush;
+    w->due = due;
 }
 
 /* Move the staged rows to the start of the chunk, when no view of it is alive. */
@@ -197,23 +170,35 @@ static int arena_make_room(PyObject *obj, Py_ssize_t nbytes) {
     gv_window *w = &self->window;
     if (w->end - w->write >= nbytes) return 0;
     arena_rewind(self);
-    if (w->end - w->write >= nbytes) return 0;
-    Py_ssize_t staged = w->write - w->start, need = staged + nbytes;
-    Chunk *chunk = self->next;
-    self->next = NULL;
-    if (chunk == NULL || CHUNK_SIZE(chunk) < need) {
-        Py_XDECREF(chunk);
-        Py_ssize_t size = self->next_size;
-        if (need > size) size = (need + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    if (w->end - w->write >= nbytes) {
+        arena_set_due(self);
+        return 0;
+    }
+    Py_ssize_t staged = w->write - w->start, need = staged + nbytes, size = self->next_size;
+    int grow = 1;
+    Chunk *chunk = NULL;
+    if (self->next != NULL) { /* asked for at half: mapped by now, unless the maker is late */
+        Request *request = self->next;
+        self->next = NULL;
+        size = (Py_ssize_t)request->size; /* chosen, and the size after it grown, when it was asked for */
+        grow = 0;
+        Region *region = request_claim(request);
+        if (region != NULL && (chunk = chunk_wrap(region)) == NULL) return -1;
+        if (chunk != NULL && CHUNK_SIZE(chunk) < need) Py_CLEAR(chunk);
+    }
+    if (chunk == NULL) {
+        if (need > size) size = (need + (Py_ssize_t)HUGE_PAGE - 1) / (Py_ssize_t)HUGE_PAGE * (Py_ssize_t)HUGE_PAGE;
         chunk = chunk_new(size);
         if (chunk == NULL) return -1;
-        arena_grow(self);
+        if (grow) arena_grow(self);
     }
     if (staged) memcpy(CHUNK_BASE(chunk), w->start, (size_t)staged);
     Py_XSETREF(self->chunk, chunk); /* the old one lives on in its views */
     w->start = CHUNK_BASE(chunk);
     w->write = w->start + staged;
     w->end = w->start + CHUNK_SIZE(chunk);
+    self->asked = 0;
+    arena_set_due(self);
     return 0;
 }
 
@@ -221,17 +206,14 @@ static gv_window *arena_window(PyObject *obj) { return &((Arena *)obj)->window; 
 
 static gv_staging_api staging_api = {NULL, arena_window, arena_make_room}; /* arena_type set at import */
 
-/* Once the current chunk is half written, map the next one and populate it behind. */
+/* Once the current chunk is half written, ask the maker (_chunks.h) to map and populate the next
+ * one, off the recording thread. Where no maker thread can run, arena_make_room maps it when it
+ * is needed and the rows fault its pages in themselves. */
 static void arena_prepare(Arena *self) {
     if (self->next != NULL || self->window.write - CHUNK_BASE(self->chunk) < CHUNK_SIZE(self->chunk) / 2) return;
-    Chunk *next = chunk_new(self->next_size);
-    if (next == NULL) { /* no room now: arena_make_room tries again when it is needed */
-        PyErr_Clear();
-        return;
-    }
-    arena_grow(self);
-    populate_behind(next->region);
-    self->next = next;
+    self->asked = 1;
+    self->next = request_region((size_t)self->next_size);
+    if (self->next != NULL) arena_grow(self);
 }
 
 static PyObject *Arena_take(PyObject *obj, PyObject *unused) {
@@ -248,7 +230,27 @@ static PyObject *Arena_take(PyObject *obj, PyObject *unused) {
     if (view == NULL) return NULL;
     w->start = w->write;
     arena_prepare(self);
+    arena_set_due(self);
     return view;
+}
+
+static PyObject *Arena_set_flush(PyObject *obj, PyObject *arg) {
+    Py_ssize_t nbytes = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (nbytes == -1 && PyErr_Occurred()) return NULL;
+    if (nbytes < 0) {
+        PyErr_Format(PyExc_ValueError, "set_flush: a number of bytes >= 0, not %zd", nbytes);
+        return NULL;
+    }
+    Arena *self = (Arena *)obj;
+    self->flush = nbytes;
+    arena_set_due(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Arena_due(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    gv_window *w = &((Arena *)obj)->window;
+    return PyLong_FromSsize_t(w->due - w->start);
 }
 
 static PyObject *Arena_extend(PyObject *obj, PyObject *data) {
@@ -275,7 +277,7 @@ static PyObject *Arena_chunk_bytes(PyObject *obj, PyObject *unused) {
     Arena *self = (Arena *)obj;
     return Py_BuildValue("nnn", self->chunk ? CHUNK_SIZE(self->chunk) : 0,
                          self->chunk ? self->window.write - CHUNK_BASE(self->chunk) : 0,
-                         self->next ? CHUNK_SIZE(self->next) : 0);
+                         self->next ? (Py_ssize_t)self->next->size : 0);
 }
 
 /* None, or what breaks the window's invariants (see _window.h). */
@@ -284,14 +286,17 @@ static PyObject *Arena_check(PyObject *obj, PyObject *unused) {
     Arena *self = (Arena *)obj;
     gv_window *w = &self->window;
     if (self->chunk == NULL) {
-        if (w->start || w->write || w->end) return PyUnicode_FromString("a window without a chunk");
+        if (w->start || w->write || w->end || w->due) return PyUnicode_FromString("a window without a chunk");
         Py_RETURN_NONE;
     }
     char *base = CHUNK_BASE(self->chunk);
     if (w->end != base + CHUNK_SIZE(self->chunk)) return PyUnicode_FromString("the window does not end with its chunk");
     if (!(base <= w->start && w->start <= w->write && w->write <= w->end))
         return PyUnicode_FromString("the window is out of order: not base <= start <= write <= end");
-    if (self->next != NULL && self->next == self->chunk) return PyUnicode_FromString("the next chunk is the current one");
+    if (!(w->start <= w->due && w->due <= w->end)) return PyUnicode_FromString("the window's due is not within start..end");
+    Request *next = self->next;
+    if (next != NULL && __atomic_load_n(&next->state, __ATOMIC_ACQUIRE) == 1 && next->region == self->chunk->region)
+        return PyUnicode_FromString("the next chunk is the current one");
     Py_RETURN_NONE;
 }
 
@@ -302,6 +307,10 @@ static PyMethodDef Arena_methods[] = {
      "take() -> memoryview: the bytes staged since the last take, read-only, where they were written "
      "(no copy); len() is 0 after it"},
     {"extend", Arena_extend, METH_O, "extend(data): stage the bytes of data (a bytes-like object)"},
+    {"set_flush", Arena_set_flush, METH_O,
+     "set_flush(nbytes): the staged rows are due for a take (recorders call the log's flush) once nbytes are "
+     "staged, and at the current chunk's half and near its end anyway; 0 (the default): only there"},
+    {"due", Arena_due, METH_NOARGS, "due() -> the staged bytes at which a take is due (see set_flush)"},
     {"check", Arena_check, METH_NOARGS, "check() -> None, or what breaks the window's invariants, in words"},
     {"chunk_bytes", Arena_chunk_bytes, METH_NOARGS,
      "chunk_bytes() -> (size, used, next): the current chunk's size, the bytes of it written (taken "

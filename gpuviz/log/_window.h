@@ -5,6 +5,8 @@
  *     start <= write <= end        rows [start, write) are staged (written, not yet flushed)
  *     write + ROW_BYTES <= end     there is room for a row; otherwise the arena makes room first
  *                                  (the staged rows may move: read the window again after)
+ *     start < due <= end           the staged rows are due for a flush once write >= due (the
+ *                                  arena sets it: see Arena.set_flush in _staging.c)
  */
 #ifndef GPUVIZ_WINDOW_H
 #define GPUVIZ_WINDOW_H
@@ -12,7 +14,7 @@
 #define GV_ROW_BYTES 78 /* gpuviz.log.schema.ROW_STRUCT.size: one row, bytes (the only C definition) */
 
 typedef struct {
-    char *start, *write, *end;
+    char *start, *write, *end, *due;
 } gv_window;
 
 #endif

@@ -3,11 +3,14 @@
 Rows are packed (``schema.ROW_STRUCT``, no Python object per event) into the log's staging
 object, ``row_sink()``: ``gpuviz.log._staging.Arena``, whose huge-page chunks (populated ahead
 off the recording thread) the rows are written into where they stay, or a ``bytearray``
-without the C module and for logs built with ``arena=False``. Every ``flush_rows // 2``
-events, on ``flush()``, or, when recording to a file, every ``flush_interval_s / 2`` seconds
-(a background thread), the staged rows become one immutable block (a read-only view of the
-arena's chunk, no copy; a ``bytes`` object taken off a ``bytearray``); blocks are split into
-NumPy columns when the log is read (``rows.split_rows``). A log recording to a file hands each
+without the C module and for logs built with ``arena=False``. On ``flush()``, at every read,
+and, when recording to a file, every ``flush_rows // 2`` events and every
+``flush_interval_s / 2`` seconds (a background thread), the staged rows become one immutable
+block (a read-only view of the arena's chunk, no copy; a ``bytes`` object taken off a
+``bytearray``); blocks are split into NumPy columns when the log is read
+(``rows.split_rows``). A log recorded in memory has no crash bound to keep: its C recorders
+flush only where the arena's window says, twice per chunk (``Arena.set_flush``), the
+bytearray and the Python recorders every ``flush_rows // 2`` events. A log recording to a file hands each
 block at its flush to the file's writer (``fileio.LogWriter``: with the C module, a thread of
 its own that holds no GIL splits, checksums and writes it while the recording goes on) and
 keeps the block as it is, like a log recorded in memory. ``flush()`` returns once the file
@@ -286,6 +289,7 @@ class EventLog:
         writer = self._writer
         assert writer is not None
         self._writer = None
+        self._set_due_locked()
         writer.abandon()
         self.file_error = (
             f"writing the event log to {writer.path} failed after {writer.events} events ({exc}); the file "
@@ -297,6 +301,12 @@ class EventLog:
             self._stop_flusher.set()
         _recording.discard(self)
         logger.error("gpuviz: %s", self.file_error)
+
+    def _set_due_locked(self) -> None:
+        """When the arena's C recorders flush: every ``flush_rows // 2`` rows while recording to a
+        file (the crash bound), only twice per chunk in memory (``Arena.set_flush``)."""
+        if self._arena is not None:
+            self._arena.set_flush(self._flush_len if self._writer is not None else 0)
 
     def _split_blocks_locked(self) -> None:
         """Split each flushed block into the columns."""
@@ -349,6 +359,7 @@ class EventLog:
                 writer.abandon()
                 raise
             self._writer = writer
+            self._set_due_locked()
             self.file_error, self._file_error_due = None, False
         stop = threading.Event()
         self._stop_flusher = stop
@@ -381,6 +392,7 @@ class EventLog:
                     self._split_blocks_locked()
                 n = self._n_columns
                 writer, self._writer = self._writer, None
+                self._set_due_locked()
                 try:
                     writer.close(self, {name: column[:n] for name, column in self._columns.items()})
                 except OSError as exc:
