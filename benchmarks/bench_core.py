@@ -76,7 +76,7 @@ def bench_pairs(n_pairs: int, repeats: int) -> None:
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     thread: dict[str, list[float]] = {mode: [] for mode in modes}
-    waits: dict[str, list[int]] = {mode: [] for mode in modes}  # flushes that waited for the file's writer
+    waits: dict[str, list[tuple[int, float]]] = {mode: [] for mode in modes}  # flushes that waited for the writer, ms
     # the file mode records with EventLog(path)'s defaults (crash bound: 4096 events, 100 ms) to
     # a file where tempfile puts it
     scratch = tempfile.mkdtemp(prefix="gpuviz-bench-")
@@ -88,7 +88,7 @@ def bench_pairs(n_pairs: int, repeats: int) -> None:
             wall, seconds, own = run_pairs(alloc, ops)
             if log is not None:
                 assert log._writer is not None
-                waits[mode].append(log._writer.waits)
+                waits[mode].append((log._writer.waits, log._writer.waited_ns / 1e6))
                 log.close()
             results[mode].append(wall / n_pairs * 1e6)
             cpu[mode].append(seconds / n_pairs * 1e6)
@@ -119,7 +119,8 @@ def bench_pairs(n_pairs: int, repeats: int) -> None:
         print(
             f"recording to a file instead of in memory: +{(file - on) * 1e3:.0f} ns per pair ({file / on:.2f}x);"
             f" recording over off: +{(file / best['native core, off'] - 1) * 100:.1f} %;"
-            f" flushes that waited for the writer, per run: {waits['native core, on, to a file']}"
+            " flushes that waited for the writer, per run (how many, ms in all):"
+            f" {[(count, round(ms, 2)) for count, ms in waits['native core, on, to a file']]}"
         )
     if "native core, on" in best:
         reference = (

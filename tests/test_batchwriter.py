@@ -213,9 +213,9 @@ def test_a_forked_child_records_in_memory_and_leaves_the_parents_file_alone(tmp_
     assert not log.truncated and [e.tag for e in log] == ["parent"] * 200
 
 
-def test_a_flush_that_finds_the_last_block_still_being_written_waits_for_it() -> None:
-    """One block in flight at a time (the crash bound): the file here is a pipe nobody reads
-    until a second submit has had to wait."""
+def test_a_flush_that_finds_two_blocks_still_to_be_written_waits_for_the_oldest() -> None:
+    """Two blocks in flight at most (the crash bound: eventlog.py flushes every flush_rows // 3):
+    the file here is a pipe nobody reads until a third submit has had to wait."""
     import threading
     import time
 
@@ -223,7 +223,7 @@ def test_a_flush_that_finds_the_last_block_still_being_written_waits_for_it() ->
     received = bytearray()
 
     def drain() -> None:
-        time.sleep(0.3)  # the second submit is waiting by now
+        time.sleep(0.3)  # the third submit is waiting by now
         while chunk := os.read(read, 1 << 20):  # until the write end is closed
             received.extend(chunk)
 
@@ -235,15 +235,18 @@ def test_a_flush_that_finds_the_last_block_still_being_written_waits_for_it() ->
         delta = b"{}"
         writer.submit(rows, 0, delta, digest(delta).encode())
         writer.submit(rows, 2000, delta, digest(delta).encode())
-        assert writer.waits == 1 and writer.events == 2000  # the first block written whole before the second left
+        assert writer.waits == 0 and writer.events == 0  # both taken at once, the first stuck in the pipe
+        writer.submit(rows, 4000, delta, digest(delta).encode())
+        assert writer.waits == 1 and writer.waited_ns > 0.1e9  # until the reader began, 0.3 s after the start
+        assert writer.events in (2000, 4000)  # the first block written whole before the third was taken
         writer.wait()
-        assert (writer.events, writer.batches) == (4000, 2)
-        assert writer.waits in (1, 2)  # 2 when wait() found the second block in flight (the reader is slow to start)
+        assert (writer.events, writer.batches) == (6000, 3)
+        assert writer.waits in (1, 2)  # 2 when wait() found a block still in flight
     finally:
         os.close(write)
         reader.join()
         os.close(read)
     stream = ARROW_SCHEMA.serialize().to_pybytes() + bytes(received)
     batches = ipc.open_stream(stream)
-    seqs = [batches.read_next_batch().column(0).to_numpy() for _ in range(2)]
-    assert np.array_equal(np.concatenate(seqs), np.arange(4000))
+    seqs = [batches.read_next_batch().column(0).to_numpy() for _ in range(3)]
+    assert np.array_equal(np.concatenate(seqs), np.arange(6000))

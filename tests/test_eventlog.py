@@ -67,7 +67,7 @@ def test_columns_are_numpy_arrays_not_objects() -> None:
 
 
 def test_staged_rows_are_flushed_in_batches_when_recording_to_a_file(tmp_path: Path) -> None:
-    log = EventLog(tmp_path / "run.arrow", flush_rows=6)  # flushed at half of flush_rows (the crash bound)
+    log = EventLog(tmp_path / "run.arrow", flush_rows=9)  # flushed at a third of flush_rows (the crash bound)
     small_run(log)
     assert len(log._blocks) == 3 and not log._staged  # 9 events flushed in blocks of 3, nothing staged
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))
@@ -104,7 +104,7 @@ def test_reading_a_growing_log_copies_only_the_new_rows() -> None:
 def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike(tmp_path: Path) -> None:
     """``rows_since(start)`` gives exactly rows ``start..`` whether they were split into columns
     already, still sit in flushed blocks or are staged; the blocks stay unsplit."""
-    log = EventLog(tmp_path / "run.arrow", flush_rows=6, flush_interval_s=3600)  # to a file: blocks of 3
+    log = EventLog(tmp_path / "run.arrow", flush_rows=9, flush_interval_s=3600)  # to a file: blocks of 3
     alloc = small_run(log)  # 9 events: 3 blocks of 3
     before = {name: log[name].tolist() for name in ("time_ns", "kind", "address", "size", "tag")}  # splits them
     for _ in range(3):
@@ -257,9 +257,9 @@ def test_files_that_are_not_gpuviz_logs(tmp_path: Path) -> None:
 
 
 def recorded_stream(tmp_path: Path) -> tuple[EventLog, bytes]:
-    """A log of 10 events recorded to a file in batches of 4, 4 and 2 (``flush_rows=8``), and
+    """A log of 10 events recorded to a file in batches of 4, 4 and 2 (``flush_rows=12``), and
     the file's bytes before ``close``: the stream form, every batch on disk, no end marker."""
-    log = EventLog(flush_rows=8)
+    log = EventLog(flush_rows=12)
     small_run(log)
     mark("end", log=log)
     path = tmp_path / "recording.arrow"

@@ -36,7 +36,7 @@ _ops = st.lists(
 
 
 def _run(builder: type[Any], ops: list[tuple[str, int, int, int]]) -> tuple[list[Any], EventLog, Any]:
-    log = EventLog(flush_rows=16)  # small batches: the builders' rows cross many flushes
+    log = EventLog(flush_rows=16, arena=False)  # batches of 5 rows (a bytearray's): the rows cross many flushes
     heap = builder(log, log.add_device("GPU:0"))
     for tag in range(6):
         log.intern_string(f"op{tag}")

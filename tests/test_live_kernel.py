@@ -97,7 +97,7 @@ def _segment_row(data: st.DataObject, t: int, device: int, segments: dict[int, i
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_the_compiled_pass_gives_the_numpy_twins_points_and_heaps(data: st.DataObject) -> None:
-    log = EventLog(flush_rows=data.draw(st.sampled_from([2, 8, 4096])))  # pieces of 1, 4 or 2048 rows
+    log = EventLog(flush_rows=data.draw(st.sampled_from([3, 12, 4096])))  # pieces of 1, 4 or 1365 rows
     n_devices = data.draw(st.integers(1, len(DEVICES)))
     for name in DEVICES[:n_devices]:
         log.add_device(name)

@@ -158,7 +158,7 @@ def test_c_recorders_refuse_a_staging_object_that_is_neither_a_bytearray_nor_an_
 @pytest.mark.parametrize("native", [True, False])
 def test_rows_survive_many_flushes_in_place(native: bool, tmp_path: os.PathLike[str]) -> None:
     """Thousands of flushes of a buffer that is never re-allocated: every row arrives, in order
-    (a log recording to a file flushes every flush_rows // 2 rows)."""
+    (a log recording to a file flushes every flush_rows // 3 rows)."""
     if native and not native_core_available():
         pytest.skip("the native core is not built")
     log = EventLog(os.path.join(tmp_path, "run.arrow"), flush_rows=64, flush_interval_s=3600)

@@ -11,12 +11,15 @@
  *     into columns (seq from first_seq), makes the batch's checksum record (checksums.py's
  *     batch_checksum: the XXH3-64 of each chunk of chunk_rows rows over all columns' bytes,
  *     _xxh3.h; ``delta_digest`` is the digest of ``delta``) and writes the batch with its custom
- *     metadata gpuviz.delta = delta and gpuviz.checksum. One block is in flight at a time: a
- *     submit while the last one is still being written waits for it, the GIL released, which
- *     keeps eventlog.py's crash bound (rows not yet written: at most flush_rows).
+ *     metadata gpuviz.delta = delta and gpuviz.checksum, in the order submitted. Up to DEPTH
+ *     (2) blocks are in flight: a submit that finds DEPTH still to be written waits for the
+ *     oldest, the GIL released, which keeps eventlog.py's crash bound (rows not yet written:
+ *     at most flush_rows, flushed every flush_rows // 3). Two rather than one: a block's write
+ *     that outlasts the next flush (the writer's thread kept off its core for a while) no
+ *     longer holds the recording thread up.
  *   write(columns, metadata) writes one batch of the 15 given column buffers (equal lengths,
  *     each of its column's width) with the given custom metadata, a sequence of (key, value)
- *     bytes pairs, on the calling thread (GIL released), after the block in flight.
+ *     bytes pairs, on the calling thread (GIL released), after the blocks in flight.
  *   wait() returns once nothing is in flight.
  *   Each of them first raises OSError(errno, strerror) if a write failed; a writer that failed
  *   writes nothing more (the file ends after the last batch written whole, as a crash leaves
@@ -131,6 +134,16 @@ static size_t build_message(unsigned char *out, int64_t rows, const size_t lens[
 }
 
 /* ------------------------------------------------------------ the writer */
+#define DEPTH 2 /* blocks in flight at most */
+
+typedef struct { /* a block handed over by submit(), kept (GIL needed to let go) until written */
+    Py_buffer block;
+    int holding; /* block and delta held */
+    PyObject *delta;
+    char delta_digest[16];
+    int64_t first_seq;
+} slot_t;
+
 typedef struct {
     PyObject_HEAD
     int fd;
@@ -139,22 +152,19 @@ typedef struct {
     int started;
     pthread_mutex_t mutex;
     pthread_cond_t job;  /* submit() to the thread: a block to write (or stop) */
-    pthread_cond_t done; /* the thread (or write()) to the callers: nothing in flight any more */
+    pthread_cond_t done; /* the thread (or write()) to the callers: a block written, or write() done */
     int sleeping;        /* the thread waits on ``job`` (it looks for blocks itself otherwise: run) */
-    int busy;      /* a block is in flight, or write() is writing */
-    int job_ready; /* the thread has a block to write */
+    /* slots[(head + i) % DEPTH] for i < queued are in flight, oldest first: 0 <= queued <= DEPTH */
+    slot_t slots[DEPTH];
+    int head, queued;
+    int claimed; /* a submit() fills the next slot, or write() writes on its caller's thread */
     int stop;
     int failed;     /* errno of the write that failed, 0 while none has */
     pid_t owner;    /* the process that made it: a fork's child has the object, not the thread */
     int64_t events; /* written whole */
     int64_t batches;
     int64_t waits; /* calls that found a block in flight and waited for it */
-    /* the block in flight (or written, until the next call releases it: that needs the GIL) */
-    Py_buffer block;
-    int holding;
-    PyObject *delta;
-    char delta_digest[16];
-    int64_t first_seq;
+    int64_t waited_ns; /* how long they waited in all (CLOCK_MONOTONIC) */
     /* the thread's scratch: the columns of a block back to back, a chunk's bytes, the message */
     unsigned char *columns, *chunk, *message;
     size_t columns_size, chunk_size, message_size;
@@ -210,15 +220,15 @@ static int write_batch(BatchWriter *self, int64_t rows, const void *const column
     return write_all(self->fd, iov, count);
 }
 
-/* The block in flight, written (on the writer's thread, no GIL). 0 or an errno. */
-static int write_block(BatchWriter *self) {
-    size_t n = (size_t)self->block.len / ROW_BYTES;
+/* A block in flight, written (on the writer's thread, no GIL). 0 or an errno. */
+static int write_block(BatchWriter *self, const slot_t *slot) {
+    size_t n = (size_t)slot->block.len / ROW_BYTES;
     int failed = grow(&self->columns, &self->columns_size, n * SEQ_ROW_BYTES + 1);
     if (failed) return failed;
     void *columns[SPLIT_COLUMNS];
     size_t at = 0;
     for (int k = 0; k < SPLIT_COLUMNS; k++) columns[k] = self->columns + at, at += n * widths[k];
-    split_rows_into(columns, self->block.buf, n, self->first_seq);
+    split_rows_into(columns, slot->block.buf, n, slot->first_seq);
     /* the checksum record, as checksums.batch_checksum's json.dumps writes it */
     size_t chunks = (n + self->chunk_rows - 1) / self->chunk_rows;
     size_t record_size = 128 + chunks * 20;
@@ -241,10 +251,10 @@ static int write_block(BatchWriter *self) {
         gv_hex16(gv_xxh3_64(bytes, (end - start) * SEQ_ROW_BYTES), hex);
         written += snprintf(record + written, record_size - (size_t)written, "%s\"%.16s\"", c ? ", " : "", hex);
     }
-    written += snprintf(record + written, record_size - (size_t)written, "], \"delta\": \"%.16s\"}", self->delta_digest);
+    written += snprintf(record + written, record_size - (size_t)written, "], \"delta\": \"%.16s\"}", slot->delta_digest);
     if (!failed) {
         const span_t keys[2] = {{"gpuviz.delta", 12}, {"gpuviz.checksum", 15}};
-        const span_t values[2] = {{PyBytes_AS_STRING(self->delta), (size_t)PyBytes_GET_SIZE(self->delta)},
+        const span_t values[2] = {{PyBytes_AS_STRING(slot->delta), (size_t)PyBytes_GET_SIZE(slot->delta)},
                                   {record, (size_t)written}};
         failed = write_batch(self, (int64_t)n, (const void *const *)columns, keys, values, 2);
     }
@@ -265,7 +275,7 @@ static void *run(void *arg) {
     int idle = 0;
     pthread_mutex_lock(&self->mutex);
     for (;;) {
-        if (!self->job_ready && !self->stop) {
+        if (!self->queued && !self->stop) {
             if (idle++ < IDLE_POLLS) {
                 pthread_mutex_unlock(&self->mutex);
                 struct timespec pause = {0, POLL_NS};
@@ -274,54 +284,88 @@ static void *run(void *arg) {
                 continue;
             }
             self->sleeping = 1;
-            while (!self->job_ready && !self->stop) pthread_cond_wait(&self->job, &self->mutex);
+            while (!self->queued && !self->stop) pthread_cond_wait(&self->job, &self->mutex);
             self->sleeping = 0;
         }
-        if (!self->job_ready) break;
+        if (!self->queued) break; /* stopped, after every block handed over */
         idle = 0;
+        const slot_t *slot = &self->slots[self->head];
         pthread_mutex_unlock(&self->mutex);
-        int failed = write_block(self);
+        int failed = write_block(self, slot);
         pthread_mutex_lock(&self->mutex);
-        if (failed) self->failed = failed;
-        else count_batch(self, self->block.len / ROW_BYTES);
-        self->job_ready = 0;
-        self->busy = 0;
+        if (failed) { /* nothing more is written: the blocks still queued stay held until released */
+            self->failed = failed;
+            self->queued = 0;
+        } else {
+            count_batch(self, slot->block.len / ROW_BYTES);
+            self->head = (self->head + 1) % DEPTH;
+            self->queued--;
+        }
         pthread_cond_broadcast(&self->done);
     }
     pthread_mutex_unlock(&self->mutex);
     return NULL;
 }
 
-/* Waits (GIL released) until nothing is in flight, then releases the written block (GIL held).
- * With ``claim``, marks the writer busy for the caller. -1 with OSError set when a write failed. */
-static int settle(BatchWriter *self, int claim) {
+/* Lets go of the blocks written (GIL held): every held slot not in flight when head and
+ * queued were read (the thread only ever moves head on, never back to such a slot). */
+static void release_written(BatchWriter *self, int head, int queued) {
+    for (int i = queued; i < DEPTH; i++) { /* the slots after the queued ones, in ring order */
+        slot_t *slot = &self->slots[(head + i) % DEPTH];
+        if (slot->holding) {
+            PyBuffer_Release(&slot->block);
+            Py_CLEAR(slot->delta);
+            slot->holding = 0;
+        }
+    }
+}
+
+/* Waits (GIL released) until at most ``room`` blocks are in flight (DEPTH - 1: room for one
+ * more; 0: none) and no other caller holds the claim, then lets go of the blocks written (GIL
+ * held). With ``claim``, takes the claim (released with unclaim): the next slot, or the file for
+ * write(). -1 with OSError set when a write failed. */
+static int settle(BatchWriter *self, int room, int claim) {
     if (getpid() != self->owner) { /* its thread, and maybe its mutex's holder, stayed in the parent */
         PyErr_Format(PyExc_OSError, "this event-log file is written by process %ld (this one is a child forked from it)",
                      (long)self->owner);
         return -1;
     }
     pthread_mutex_lock(&self->mutex);
-    if (self->busy) { /* wait for it without the GIL */
+    if (self->queued > room || self->claimed) { /* wait for it without the GIL */
         __atomic_fetch_add(&self->waits, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&self->mutex);
+        struct timespec from, to;
+        clock_gettime(CLOCK_MONOTONIC, &from);
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&self->mutex);
-        while (self->busy) pthread_cond_wait(&self->done, &self->mutex);
+        while (self->queued > room || self->claimed) pthread_cond_wait(&self->done, &self->mutex);
         Py_END_ALLOW_THREADS
+        clock_gettime(CLOCK_MONOTONIC, &to);
+        __atomic_fetch_add(&self->waited_ns, (int64_t)(to.tv_sec - from.tv_sec) * 1000000000 + (to.tv_nsec - from.tv_nsec),
+                           __ATOMIC_RELAXED);
     }
-    if (claim && !self->failed) self->busy = 1;
+    if (claim && !self->failed) self->claimed = 1;
+    int head = self->head, queued = self->queued;
     pthread_mutex_unlock(&self->mutex);
-    if (self->holding) {
-        PyBuffer_Release(&self->block);
-        Py_CLEAR(self->delta);
-        self->holding = 0;
-    }
+    release_written(self, head, queued);
     if (self->failed) {
         errno = self->failed;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
     return 0;
+}
+
+/* Lets the claim go; with a filled slot (submit), hands it to the thread. */
+static void unclaim(BatchWriter *self, int submitted) {
+    pthread_mutex_lock(&self->mutex); /* the thread holds it only to wait or to hand back */
+    self->claimed = 0;
+    if (submitted) {
+        self->queued++;
+        if (self->sleeping) pthread_cond_signal(&self->job);
+    }
+    pthread_cond_broadcast(&self->done); /* callers waiting for the claim */
+    pthread_mutex_unlock(&self->mutex);
 }
 
 static PyObject *BatchWriter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -362,8 +406,7 @@ static void BatchWriter_dealloc(PyObject *obj) {
         pthread_join(self->thread, NULL); /* after the block in flight, if any */
         Py_END_ALLOW_THREADS
     }
-    if (self->holding) PyBuffer_Release(&self->block);
-    Py_XDECREF(self->delta);
+    release_written(self, 0, 0); /* the thread is done with them all (or never started) */
     free(self->columns);
     free(self->chunk);
     free(self->message);
@@ -390,20 +433,20 @@ static PyObject *BatchWriter_submit(PyObject *obj, PyObject *const *args, Py_ssi
         PyBuffer_Release(&block);
         return NULL;
     }
-    if (settle(self, 1) < 0) {
+    if (settle(self, DEPTH - 1, 1) < 0) {
         PyBuffer_Release(&block);
         return NULL;
     }
-    self->block = block;
-    self->holding = 1;
-    Py_INCREF(args[2]);
-    self->delta = args[2];
-    memcpy(self->delta_digest, PyBytes_AS_STRING(args[3]), 16);
-    self->first_seq = first_seq;
-    pthread_mutex_lock(&self->mutex); /* the thread holds it only to wait or to hand back */
-    self->job_ready = 1;
-    if (self->sleeping) pthread_cond_signal(&self->job);
+    pthread_mutex_lock(&self->mutex); /* head + queued: the same before and after the thread writes one */
+    slot_t *slot = &self->slots[(self->head + self->queued) % DEPTH]; /* not in flight, let go of by settle */
     pthread_mutex_unlock(&self->mutex);
+    slot->block = block;
+    slot->holding = 1;
+    Py_INCREF(args[2]);
+    slot->delta = args[2];
+    memcpy(slot->delta_digest, PyBytes_AS_STRING(args[3]), 16);
+    slot->first_seq = first_seq;
+    unclaim(self, 1);
     Py_RETURN_NONE;
 }
 
@@ -449,7 +492,7 @@ static PyObject *BatchWriter_write(PyObject *obj, PyObject *const *args, Py_ssiz
             goto release;
         }
     }
-    if (settle(self, 1) < 0) goto release;
+    if (settle(self, 0, 1) < 0) goto release;
     const void *data[SPLIT_COLUMNS];
     for (int k = 0; k < SPLIT_COLUMNS; k++) data[k] = out[k].buf;
     int failed;
@@ -458,9 +501,8 @@ static PyObject *BatchWriter_write(PyObject *obj, PyObject *const *args, Py_ssiz
     pthread_mutex_lock(&self->mutex);
     if (failed) self->failed = failed;
     else count_batch(self, rows);
-    self->busy = 0;
-    pthread_cond_broadcast(&self->done);
     pthread_mutex_unlock(&self->mutex);
+    unclaim(self, 0);
     Py_END_ALLOW_THREADS
     if (failed) {
         errno = failed;
@@ -479,13 +521,13 @@ done:
 
 static PyObject *BatchWriter_wait(PyObject *obj, PyObject *unused) {
     (void)unused;
-    if (settle((BatchWriter *)obj, 0) < 0) return NULL;
+    if (settle((BatchWriter *)obj, 0, 0) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *BatchWriter_count(PyObject *obj, void *which) {
     BatchWriter *self = (BatchWriter *)obj;
-    int64_t *count = which == NULL ? &self->events : which == (void *)1 ? &self->batches : &self->waits;
+    int64_t *count = which == NULL ? &self->events : which == (void *)1 ? &self->batches : which == (void *)2 ? &self->waits : &self->waited_ns;
     int64_t value = __atomic_load_n(count, __ATOMIC_RELAXED); /* no mutex: a forked child may find it held */
     return PyLong_FromLongLong(value);
 }
@@ -494,6 +536,7 @@ static PyGetSetDef BatchWriter_getset[] = {
     {"events", BatchWriter_count, NULL, "events written whole", NULL},
     {"batches", BatchWriter_count, NULL, "batches written whole", (void *)1},
     {"waits", BatchWriter_count, NULL, "calls that waited for the block in flight (the writer fell behind)", (void *)2},
+    {"waited_ns", BatchWriter_count, NULL, "how long those calls waited in all, ns", (void *)3},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

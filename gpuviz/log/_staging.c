@@ -143,7 +143,7 @@ static void arena_grow(Arena *self) { /* the size of the chunk after the next */
  * staged (a log recording to a file: its crash bound), and at the chunk's milestones anyway: its
  * half (the take there asks for the next chunk) and DUE_MARGIN before its end (nothing left to
  * move to the next chunk). A log recorded in memory (flush 0) is so flushed twice a chunk
- * instead of every flush_rows // 2 rows: fewer calls into Python on the recording thread. */
+ * instead of every flush_rows // 3 rows: fewer calls into Python on the recording thread. */
 static void arena_set_due(Arena *self) {
     gv_window *w = &self->window;
     if (self->chunk == NULL) return;

@@ -4,13 +4,13 @@ Rows are packed (``schema.ROW_STRUCT``, no Python object per event) into the log
 object, ``row_sink()``: ``gpuviz.log._staging.Arena``, whose huge-page chunks (populated ahead
 off the recording thread) the rows are written into where they stay, or a ``bytearray``
 without the C module and for logs built with ``arena=False``. On ``flush()``, at every read,
-and, when recording to a file, every ``flush_rows // 2`` events and every
+and, when recording to a file, every ``flush_rows // 3`` events and every
 ``flush_interval_s / 2`` seconds (a background thread), the staged rows become one immutable
 block (a read-only view of the arena's chunk, no copy; a ``bytes`` object taken off a
 ``bytearray``); blocks are split into NumPy columns when the log is read
 (``rows.split_rows``). A log recorded in memory has no crash bound to keep: its C recorders
 flush only where the arena's window says, twice per chunk (``Arena.set_flush``), the
-bytearray and the Python recorders every ``flush_rows // 2`` events. A log recording to a file hands each
+bytearray and the Python recorders every ``flush_rows // 3`` events. A log recording to a file hands each
 block at its flush to the file's writer (``fileio.LogWriter``: with the C module, a thread of
 its own that holds no GIL splits, checksums and writes it while the recording goes on) and
 keeps the block as it is, like a log recorded in memory. ``flush()`` returns once the file
@@ -27,10 +27,10 @@ never lost or torn.
 Flushes are serialised by the log's lock.
 
 Crash bound when recording to a file: rows are on their way to the disk from the moment a
-flush takes them until their write returns (one block at a time: a flush while the last
-block is still being written waits for it), and meanwhile the recording thread stages up to
-one more half. Flushing at half of ``flush_rows`` keeps the rows not yet written to at most
-``flush_rows`` (plus one per further recording thread), and flushing every half interval
+flush takes them until their write returns (two blocks at most: a flush that finds two still
+to be written waits for the older, ``_batchwriter.c``), and meanwhile the recording thread
+stages up to one more third. Flushing at a third of ``flush_rows`` keeps the rows not yet
+written to at most ``flush_rows`` (plus one per further recording thread), and flushing every half interval
 keeps their age under ``flush_interval_s``: a process killed at any moment loses at most
 4096 events and 100 ms by default, and its file has no end-of-log marker, so it loads
 flagged ``truncated``.
@@ -141,12 +141,12 @@ class EventLog:
         out where they are (the default); ``False`` for a log built all at once and then read
         whole (an import): rows are staged in a bytearray and flushed into blocks of exactly
         their size, up to two chunks (16 MiB) less at its peak."""
-        if not isinstance(flush_rows, int) or flush_rows < 2:
-            raise ValueError(f"flush_rows must be an int >= 2, got {flush_rows!r}")
+        if not isinstance(flush_rows, int) or flush_rows < 3:
+            raise ValueError(f"flush_rows must be an int >= 3, got {flush_rows!r}")
         self._lock = threading.Lock()
         self._arena = _Arena() if _Arena is not None and arena else None
         self._staged: RowStaging = self._arena if self._arena is not None else bytearray()
-        self._flush_len = flush_rows // 2 * _ROW  # see the crash bound above
+        self._flush_len = flush_rows // 3 * _ROW  # see the crash bound above
         self._blocks: list[bytes | memoryview] = []  # flushed rows not yet split into columns (ROW_STRUCT layout)
         self._block_rows = 0
         # columns with spare capacity (doubling): rows [0, _n_columns) are valid
@@ -303,7 +303,7 @@ class EventLog:
         logger.error("gpuviz: %s", self.file_error)
 
     def _set_due_locked(self) -> None:
-        """When the arena's C recorders flush: every ``flush_rows // 2`` rows while recording to a
+        """When the arena's C recorders flush: every ``flush_rows // 3`` rows while recording to a
         file (the crash bound), only twice per chunk in memory (``Arena.set_flush``)."""
         if self._arena is not None:
             self._arena.set_flush(self._flush_len if self._writer is not None else 0)
@@ -350,7 +350,7 @@ class EventLog:
             self._flush_locked()
             if self._blocks:
                 self._split_blocks_locked()
-            step = self._flush_len // _ROW  # the rows so far, in batches of flush_rows // 2
+            step = self._flush_len // _ROW  # the rows so far, in batches of flush_rows // 3
             try:
                 for start in range(0, self._n_columns, step):
                     end = min(start + step, self._n_columns)

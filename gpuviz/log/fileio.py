@@ -62,7 +62,7 @@ try:  # the stream's batches written off the recording thread (gpuviz/log/_batch
 except ImportError:  # no compiler at install time: written with pyarrow by the flushing thread
     _BatchWriter = None
 _RECHECK_S = 0.05  # seconds: how often a recording's devices' options and meta are compared (LogWriter._delta)
-_WRITE_BUFFER = 1 << 20  # bytes: a default batch (flush_rows // 2 rows, ~166 KB) and more
+_WRITE_BUFFER = 1 << 20  # bytes: a default batch (flush_rows // 3 rows, ~111 KB) and more
 
 
 def _gpuviz_version() -> str:
@@ -137,7 +137,7 @@ class _ArrowBatches:
         self._scratch = _empty_columns()  # submit's columns, reused from batch to batch
         self.events = 0
         self.batches = 0
-        self.waits = 0  # nothing is ever in flight
+        self.waits = self.waited_ns = 0  # nothing is ever in flight
 
     def write(self, columns: list[np.ndarray], metadata: list[tuple[bytes, bytes]]) -> None:
         self._stream.write_batch(_record(columns), custom_metadata=dict(metadata))
@@ -189,6 +189,10 @@ class _NativeBatches:
     @property
     def waits(self) -> int:
         return int(self._writer.waits)
+
+    @property
+    def waited_ns(self) -> int:
+        return int(self._writer.waited_ns)
 
     def finish(self) -> None:
         self._writer.wait()
@@ -304,6 +308,11 @@ class LogWriter:
         how often the file held the recording up (0 without the C writer, which writes each
         batch on the flushing thread)."""
         return self._batches.waits
+
+    @property
+    def waited_ns(self) -> int:
+        """How long those waits held the recording up in all, ns."""
+        return self._batches.waited_ns
 
     def abandon(self) -> None:
         """Close the file as it is, after a write failed: no end-of-log marker, so it loads
