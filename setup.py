@@ -33,7 +33,7 @@ setup(
         Extension(  # the batches of a log recording to a file, written off the recording thread
             "gpuviz.log._batchwriter",
             sources=["gpuviz/log/_batchwriter.c"],
-            depends=["gpuviz/log/_rows.h", "gpuviz/log/_window.h", "gpuviz/log/_xxh3.h"],
+            depends=["gpuviz/log/_ipcmessage.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h", "gpuviz/log/_xxh3.h"],
             extra_compile_args=["-O2"],
             libraries=["pthread"],
             optional=True,

@@ -107,6 +107,9 @@ static void *maker_run(void *arg) { /* no Python, no GIL */
     struct sched_param idle = {0};
     (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
 #endif
+#ifdef __linux__
+    (void)pthread_setname_np(pthread_self(), "gpuviz-chunks"); /* as top -H and py-spy show it */
+#endif
     for (;;) {
         pthread_mutex_lock(&m->mutex);
         while (m->head == NULL) pthread_cond_wait(&m->wake, &m->mutex);

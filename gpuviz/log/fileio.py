@@ -304,9 +304,9 @@ class LogWriter:
 
     @property
     def waits(self) -> int:
-        """Flushes (and waits) that found the last block still being written and waited for it:
-        how often the file held the recording up (0 without the C writer, which writes each
-        batch on the flushing thread)."""
+        """Flushes that found two blocks still to be written and waited for the older (and
+        waits for all of them): how often the file held the recording up (0 without the C
+        writer, which writes each batch on the flushing thread)."""
         return self._batches.waits
 
     @property
