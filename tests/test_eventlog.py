@@ -74,6 +74,14 @@ def test_staged_rows_are_flushed_in_batches_when_recording_to_a_file(tmp_path: P
     log.close()
 
 
+def test_flush_rows_below_three_is_refused() -> None:
+    """A third of flush_rows is flushed at a time (two blocks in flight to a file, one staged)."""
+    for bad in (2, 0, "4096", 4096.0):
+        with pytest.raises(ValueError, match=f"flush_rows must be an int >= 3, got {bad!r}"):
+            EventLog(flush_rows=bad)  # type: ignore[arg-type]
+    assert len(EventLog(flush_rows=3)) == 0
+
+
 def test_in_memory_the_c_recorders_leave_rows_staged_until_the_chunk_is_half_written() -> None:
     log = EventLog(flush_rows=6)
     small_run(log)
