@@ -105,6 +105,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     proc = subprocess.run(
         [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
         text=True,
     )

@@ -1,5 +1,5 @@
 """A run exported as a Parquet dataset partitioned by host and rank: every event of every rank
-once, partitions right, and the README's DuckDB and Dask DataFrame examples run as written."""
+once, partitions right, and the documentation's DuckDB and Dask DataFrame examples run as written."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from gpuviz.exporters.parquet import export_run_parquet, partition_path
 from gpuviz.frontends.cli import main
 from gpuviz.log.schema import KIND_NAMES, Direction
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "distributed.md"
 
 
 def readme_example(name: str) -> str:
-    """The Python block after ``<!-- example: NAME -->`` in README.md, exactly as written."""
-    found = re.search(rf"<!-- example: {name} -->\n```python\n(.*?)```\n", README.read_text(encoding="utf-8"), re.S)
-    assert found, f"README.md has no example {name!r}"
+    """The Python block after ``<!-- example: NAME -->`` in docs/distributed.md, exactly as written."""
+    found = re.search(rf"<!-- example: {name} -->\n```python\n(.*?)```\n", PAGE.read_text(encoding="utf-8"), re.S)
+    assert found, f"docs/distributed.md has no example {name!r}"
     return found.group(1)
 
 
@@ -100,7 +100,7 @@ def test_every_event_of_every_rank_once_in_its_partition(two_host_run: Path, tmp
 
 @pytest.fixture
 def run_example(two_host_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], dict[str, Any]]:
-    """Runs a README example in a folder holding ``run.parquet`` (the two-host run); returns its variables."""
+    """Runs a documented example in a folder holding ``run.parquet`` (the two-host run); returns its variables."""
     export_run_parquet(load_run(two_host_run), tmp_path / "run.parquet")
     monkeypatch.chdir(tmp_path)
 
