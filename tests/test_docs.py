@@ -25,14 +25,16 @@ README_COMMANDS = [
 # pages whose blocks take more than a few seconds (they run the demo, replays, several processes)
 SLOW_PAGES = {
     "README.md",
-    "docs/index.md",
+    "docs/install.md",
     "docs/distributed.md",
     "docs/whatif.md",
     "docs/guide/notebook.md",
     "docs/guide/reports-cli.md",
     "docs/guide/views.md",
+    "docs/formats/pytorch-memory-timeline.md",
     "docs/formats/pytorch-profiler.md",
     "docs/formats/pytorch-snapshot.md",
+    "docs/formats/xplane.md",
 }
 
 
@@ -136,3 +138,30 @@ def test_docs_speak_of_the_product_only() -> None:
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             found = diary.search(line)
             assert found is None, f"{_name(page)}:{number}: {found.group()!r} in {line.strip()!r}"
+
+
+def test_the_runner_names_the_failing_block_and_skips_marked_ones(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n```python\nvalue = 41\n```\n\n"
+        "<!-- not-run: shows a failure -->\n```python\nraise SystemExit(3)\n```\n\n"
+        "```text\nnot code\n```\n\n```python\nassert value == 42, 'off by one'\n```\n",
+        encoding="utf-8",
+    )
+    found = blocks(page, "page.md")
+    assert [(b.line, b.language, b.not_run, b.runs) for b in found] == [
+        (3, "python", None, True),
+        (8, "python", "shows a failure", False),
+        (12, "text", None, False),
+        (16, "python", None, True),
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "docblocks.py"), str(page), "page.md"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert "ok: page.md:3 (python)" in proc.stdout
+    assert "FAILED: the block at page.md:16 (python)" in proc.stdout
+    assert 'File "page.md", line 17' in proc.stderr and "off by one" in proc.stderr
