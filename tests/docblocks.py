@@ -9,7 +9,9 @@ The convention every page follows (tests/test_docs.py holds them to it):
 * a ```bash block runs with ``bash -e -o pipefail`` in the same folder, with the ``gpuviz``
   command on ``PATH``; its lines are commands (no ``$`` prompts);
 * a ```text or ```mermaid block is never run, and neither is a block preceded by the line
-  ``<!-- not-run: REASON -->`` (the reason is required).
+  ``<!-- not-run: REASON -->`` (the reason is required);
+* a block that imports PyTorch, TensorFlow or JAX where that framework is not installed is
+  skipped with that reason, together with the page's blocks after it.
 
 Run one page by hand from a scratch folder::
 
@@ -18,6 +20,7 @@ Run one page by hand from a scratch folder::
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -116,11 +119,27 @@ def _run_bash(block: Block) -> None:
         raise AssertionError(f"bash exited with status {proc.returncode}")
 
 
+def missing_frameworks(block: Block) -> list[str]:
+    """The frameworks the block imports that are not installed here, by their names (``PyTorch``)."""
+    return [FRAMEWORKS[f] for f in block.frameworks() if importlib.util.find_spec(f) is None]
+
+
 def run_page(path: Path, name: str | None = None) -> int:
-    """Runs every runnable block of the page in order; 0 when all pass, else 1 (the failing block named)."""
+    """Runs every runnable block of the page in order; 0 when all pass, else 1 (the failing block named).
+
+    A block that imports a framework that is not installed is skipped, and so is every block
+    after it on the page (they may use what it made); each skip is printed as ``skipped: ...``.
+    """
     namespace: dict[str, object] = {"__name__": "__docs__"}
+    skipping: str | None = None
     for block in blocks(path, name):
         if not block.runs:
+            continue
+        missing = missing_frameworks(block)
+        if missing and skipping is None:
+            skipping = f"{', '.join(missing)} is not installed (the block at {block.where} needs it)"
+        if skipping is not None:
+            print(f"skipped: {block.where}: {skipping}", flush=True)
             continue
         try:
             if block.language == "python":

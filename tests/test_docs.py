@@ -4,16 +4,16 @@ the shape users rely on (its two commands first, short, a screenshot at the top)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
-from docblocks import FRAMEWORKS, RUN_LANGUAGES, SHOWN_LANGUAGES, Block, blocks
+from docblocks import RUN_LANGUAGES, SHOWN_LANGUAGES, Block, blocks, missing_frameworks
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -43,9 +43,11 @@ def _name(page: Path) -> str:
 
 
 def _page_params() -> list[object]:
+    """The pages with a runnable block (others only show code)."""
     return [
         pytest.param(page, id=_name(page), marks=[pytest.mark.slow] if _name(page) in SLOW_PAGES else [])
         for page in PAGES
+        if any(b.runs for b in blocks(page, _name(page)))
     ]
 
 
@@ -74,12 +76,8 @@ def test_every_block_is_run_or_says_why_not() -> None:
 def test_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
     """Every runnable block of the page runs, in order, in a fresh folder and a fresh process."""
     page_blocks = [b for b in blocks(page, _name(page)) if b.runs]
-    if not page_blocks:
-        pytest.skip(f"{_name(page)} has no runnable block")
-    needed = sorted({f for b in page_blocks for f in b.frameworks()})
-    missing = [FRAMEWORKS[f] for f in needed if importlib.util.find_spec(f) is None]
-    if missing:
-        pytest.skip(f"{_name(page)} needs {', '.join(missing)}, which is not installed")
+    if missing_frameworks(page_blocks[0]):
+        pytest.skip(f"{_name(page)}: {', '.join(missing_frameworks(page_blocks[0]))} is not installed")
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # gpuviz and python of this environment
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
@@ -94,6 +92,9 @@ def test_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
         timeout=900,  # a hang guard, not a speed bound
     )
     assert proc.returncode == 0, f"{_name(page)}: a block failed\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    skipped = [line for line in proc.stdout.splitlines() if line.startswith("skipped: ")]
+    if skipped:  # the blocks before them ran and passed
+        warnings.warn("\n".join(skipped), stacklevel=1)
 
 
 @pytest.mark.slow
@@ -165,3 +166,26 @@ def test_the_runner_names_the_failing_block_and_skips_marked_ones(tmp_path: Path
     assert "ok: page.md:3 (python)" in proc.stdout
     assert "FAILED: the block at page.md:16 (python)" in proc.stdout
     assert 'File "page.md", line 17' in proc.stderr and "off by one" in proc.stderr
+
+
+def test_a_block_needing_a_missing_framework_is_skipped_with_the_rest_of_its_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    import docblocks
+
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nfirst = 1\n```\n\n```python\nimport jax\n```\n\n```python\nraise AssertionError('ran')\n```\n",
+        encoding="utf-8",
+    )
+    real = importlib.util.find_spec
+    monkeypatch.setattr(docblocks.importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name))
+    assert docblocks.run_page(page, "page.md") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "ok: page.md:1 (python)",
+        "skipped: page.md:5 (python): JAX is not installed (the block at page.md:5 (python) needs it)",
+        "skipped: page.md:9 (python): JAX is not installed (the block at page.md:5 (python) needs it)",
+    ]
