@@ -265,11 +265,13 @@ def torch_bfc(dry: bool) -> Step:
     session = gtorch.use_bfc(log=log, memory_limit="16GiB")
     a = torch.randn(1024, 1024, device="cuda")  # context, cuBLAS and the kernels loaded once
     (a @ a).sum().item()
+    torch.empty(1000, device="cuda").fill_(1.0)  # (lazily loaded kernels take device memory too)
     torch.cuda.synchronize()
     session.flush()
     used0, pool0 = device_facts()[0].used_bytes, session.stats(0)["pool_bytes"]
     segments0 = len(log.filter(kind="segment_alloc"))
-    tensors = [torch.empty(n * MiB + 4096 * n, device="cuda").fill_(1.0) for n in (3, 17, 64, 250, 1000)]
+    # float32 tensors of 0.75 to 250 MiB and a bit (not multiples of the 2 MiB of a CUDA page)
+    tensors = [torch.empty(n * MiB // 4 + 1000 * n, device="cuda").fill_(1.0) for n in (3, 17, 64, 250, 1000)]
     product = a @ a
     torch.cuda.synchronize()
     session.flush()
@@ -364,7 +366,7 @@ def cupy_bfc(dry: bool) -> Step:
         cupy.cuda.runtime.deviceSynchronize()
         used1, reserved1 = facts_for_pci_bus_id(bus).used_bytes, gpu.upstream.reserved
         grown = len(s.log.filter(kind="segment_alloc")) - segments0
-        check(float(arrays[2].sum()) == 2.0 * arrays[2].size, "a kernel's result on gpuviz's memory is wrong")
+        check(float(arrays[1].sum()) == 2.0 * arrays[1].size, "a kernel's result on gpuviz's memory is wrong")
         total = cupy.cuda.runtime.memGetInfo()[1]
         check(facts.total_bytes == total, f"NVML total {facts.total_bytes} B != cudaMemGetInfo total {total} B")
         nvml_grew, reserved_grew = used1 - used0, reserved1 - reserved0
@@ -490,6 +492,7 @@ def main() -> None:
     args.json.write_text(json.dumps(out, default=str), encoding="utf-8")
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(0)  # leave no CUDA teardown to race the exit (the result is written)
 
 
