@@ -180,6 +180,10 @@ def prepare(folder: Path) -> None:
     print(f"downloading the build requirements {', '.join(build)}", flush=True)
     _download(build, folder)
     fetched.update(_normal(Requirement(text).name) for text in build)
+    # a package of the image that a carried wheel wants in some version: its newest wheel goes along
+    # too, which pip uses only where the image's version does not satisfy the requirement
+    fallbacks: dict[str, str] = {}
+    top = True
     while wanted:
         level = []
         for text in wanted:
@@ -187,11 +191,13 @@ def prepare(folder: Path) -> None:
             name = _normal(requirement.name)
             if requirement.marker is not None and not requirement.marker.evaluate(TARGET):
                 continue
+            if name in PRESENT and not top and requirement.specifier:
+                fallbacks.setdefault(name, str(requirement).split(";")[0].strip())
             if name in PRESENT or name in fetched:
                 continue
             fetched.add(name)
             level.append(str(requirement).split(";")[0].strip())
-        wanted = []
+        wanted, top = [], False
         if not level:
             break
         print(f"downloading {', '.join(level)}", flush=True)
@@ -201,6 +207,12 @@ def prepare(folder: Path) -> None:
             if _wheel_name(wheel) in {_normal(Requirement(c).name) for c in CHECK_WHEELS}:
                 continue  # installed without dependencies (CUPTI's match the image's CUDA)
             wanted += _requires(wheel)
+    for name, text in sorted(fallbacks.items()):
+        try:
+            _download([text], folder)
+            print(f"downloaded {text} (used only where the image's {name} is older)", flush=True)
+        except SystemExit as error:
+            print(f"warning: {error}", file=sys.stderr)
     wheels = sorted(folder.glob("*.whl"))
     size = sum(w.stat().st_size for w in wheels)
     tree = tree_bytes()
@@ -209,6 +221,7 @@ def prepare(folder: Path) -> None:
         "bytes": size,
         "tree_bytes": tree,
         "check_wheels": [_normal(Requirement(c).name) for c in CHECK_WHEELS],
+        "fallbacks": sorted(fallbacks.values()),
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     print(

@@ -36,6 +36,22 @@ QUICK: dict[str, tuple[str, list[str]]] = {
     "runtime": ("benchmarks.bench_runtime", []),
     "logfile": ("benchmarks.bench_logfile", ["--events", "200000", "--repeat", "2"]),
     "views": ("benchmarks.bench_views", ["--events", "10000"]),
+    # the formats whose inputs are synthetic or real traces that open (see bench_import.py)
+    "import": (
+        "benchmarks.bench_import",
+        [
+            "pytorch-snapshot",
+            "pytorch-memory-timeline",
+            "rmm-csv",
+            "tf-placement",
+            "xplane",
+            "xprof-memory-profile",
+            "--entries",
+            "20000",
+            "--repeat",
+            "1",
+        ],
+    ),
 }
 
 
@@ -43,17 +59,21 @@ class ResultsError(ValueError):
     """A results file that is not in the schema (the message names the file and the problem)."""
 
 
-def run_benchmarks(names: list[str], results: Path) -> None:
-    """Run each named benchmark of ``QUICK``; each writes ``results/<name>.json``."""
+def run_benchmarks(names: list[str], results: Path) -> list[str]:
+    """Run each named benchmark of ``QUICK``; each writes ``results/<name>.json``. The names of
+    those that failed (the others still run)."""
     unknown = [name for name in names if name not in QUICK]
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(QUICK)}")
+    failed: list[str] = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     for name in names:
         module, arguments = QUICK[name]
         command = [sys.executable, "-m", module, *arguments, "--json", str(results / f"{name}.json")]
         print("$", " ".join(command[1:]), flush=True)
-        subprocess.run(command, cwd=ROOT, env=env, check=True)
+        if subprocess.run(command, cwd=ROOT, env=env).returncode != 0:
+            failed.append(name)
+    return failed
 
 
 def read_results(folder: Path) -> list[dict[str, Any]]:
@@ -167,6 +187,9 @@ def render(documents: list[dict[str, Any]]) -> str:
     if not documents:
         head.append("No results yet: run `python -m benchmarks.write_results --run`.")
         return "\n".join(head) + "\n"
+    if not any(d["benchmark"] == "gpu-check" for d in documents):
+        head += ["No GPU section: the GPU checks (`.ci/gpu-check run`, docs/gpu-checks.md) have not run on a GPU"
+                 " for these results.", ""]  # fmt: skip
     return "\n".join(head) + "\n" + "\n".join(render_section(d) for d in documents)
 
 
@@ -176,9 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of results JSON (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=OUT, help="the Markdown to write (default: %(default)s)")
     args = parser.parse_args(argv)
+    failed: list[str] = []
     if args.run is not None:
         args.results.mkdir(parents=True, exist_ok=True)
-        run_benchmarks(args.run or list(QUICK), args.results)
+        failed = run_benchmarks(args.run or list(QUICK), args.results)
     try:
         documents = read_results(args.results) if args.results.is_dir() else []
     except ResultsError as error:
@@ -187,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"write_results: no results JSON in {args.results} (run with --run, or a benchmark's --json)")
     args.out.write_text(render(documents), encoding="utf-8")
     print(f"{args.out}: {len(documents)} benchmark(s)")
+    if failed:  # their sections, if any, are from an earlier run (each section has its date)
+        raise SystemExit(f"write_results: failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ Each section states when and where it ran and the machine's load average before 
 timings on a loaded, shared machine are upper bounds. Units: s seconds, ms milliseconds, \
 us microseconds, ns nanoseconds; MB = 10^6 bytes, MiB = 2^20 bytes; x a ratio.
 
+No GPU section: the GPU checks (`.ci/gpu-check run`, docs/gpu-checks.md) have not run on a GPU \
+for these results.
+
 ## core
 
 Allocator speed with recording on/off.
