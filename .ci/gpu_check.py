@@ -246,8 +246,13 @@ def _tail(text: str, n: int = 4000) -> str:
 
 
 def native_modules() -> list[str]:
-    """The C extension modules setup.py builds."""
-    return sorted(set(re.findall(r'"(gpuviz(?:\.\w+)*\._\w+)"', (ROOT / "setup.py").read_text(encoding="utf-8"))))
+    """The C extension modules of gpuviz: every ``PyInit_<name>`` in its C sources."""
+    found = set()
+    for source in (ROOT / "gpuviz").rglob("*.c"):
+        package = ".".join(source.relative_to(ROOT).parent.parts)
+        for name in re.findall(r"PyMODINIT_FUNC\s+PyInit_(\w+)\s*\(", source.read_text(encoding="utf-8")):
+            found.add(f"{package}.{name}")
+    return sorted(found)
 
 
 def step_install(dry: bool, wheels: Path, work: Path, timeout: float, log: list[str]) -> dict[str, Any]:
