@@ -263,9 +263,12 @@ def step_install(dry: bool, wheels: Path, work: Path, timeout: float, log: list[
         done = subprocess.run([*pip, str(ROOT)], capture_output=True, text=True, timeout=timeout)
         log.append(done.stdout + done.stderr)
         if done.returncode != 0:
-            return {"status": "failed", "summary": "pip install of gpuviz failed: " + _tail(done.stderr, 600)}
+            return {
+                "status": "failed",
+                "summary": "pip install of gpuviz failed: " + _tail(done.stdout + done.stderr, 600),
+            }
         extra = [str(wheels / w) for w in manifest["wheels"] if _wheel_name(Path(w)) in manifest["check_wheels"]]
-        if extra:
+        if extra:  # the checks' own wheels (CUPTI's bindings): a failure shows in the step that needs them
             done = subprocess.run([*pip, "--no-deps", *extra], capture_output=True, text=True, timeout=timeout)
             log.append(done.stdout + done.stderr)
     probe = (
@@ -282,6 +285,11 @@ def step_install(dry: bool, wheels: Path, work: Path, timeout: float, log: list[
     found = json.loads(done.stdout.strip().splitlines()[-1])
     missing = {m: why for m, why in found["modules"].items() if why != "loaded"}
     details = {"gpuviz": found["gpuviz"], "native_modules": found["modules"]}
+    if not dry and Path(found["gpuviz"]).resolve().is_relative_to(ROOT):
+        return {
+            "status": "failed",
+            "summary": f"the source tree's gpuviz was imported, not the installed one: {found['gpuviz']}",
+        }
     metrics = [["native modules loaded", len(found["modules"]) - len(missing), ""]]
     if missing:
         return {
