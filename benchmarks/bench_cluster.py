@@ -296,7 +296,7 @@ def bench_report(n_ranks: int, cache: Path, out: Any = None) -> None:
 def chromium_load(path: Path) -> tuple[float, float]:
     """Seconds from navigation start to the load event, and to the heatmaps drawn (the fragmentation
     one is drawn when scrolled to: ``bench_plotlyjs.py`` times that too)."""
-    from bench_plotlyjs import chromium_load as load_and_draw
+    from benchmarks.bench_plotlyjs import chromium_load as load_and_draw
 
     load, drawn, _ = load_and_draw(path)
     return load, drawn
