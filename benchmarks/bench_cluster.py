@@ -214,7 +214,7 @@ def measure(mode: str, folder: Path) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def bench_big(folder: Path, ranks: int, events: int, repeats: int) -> None:
+def bench_big(folder: Path, ranks: int, events: int, repeats: int, out: Any = None) -> None:
     paths = generate(folder, ranks, events)
     sizes = [p.stat().st_size for p in paths]
     total = sum(sizes)
@@ -251,10 +251,13 @@ def bench_big(folder: Path, ranks: int, events: int, repeats: int) -> None:
     print(f"best of {repeats}: " + ", ".join(f"{mode} {t:.1f} s" for mode, t in best.items()))
     print(f"speed-up of 2 Dask workers over one process: {best['one-process'] / best['dask']:.2f}x; process pool "
           f"({os.cpu_count()} workers): {best['one-process'] / best['process-pool']:.2f}x")  # fmt: skip
+    if out is not None:
+        for mode, seconds in best.items():
+            out.add(f"cluster summary of {ranks} x {events:,} events, {mode} (best of {repeats})", seconds, "s")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
-def bench_report(n_ranks: int, cache: Path) -> None:
+def bench_report(n_ranks: int, cache: Path, out: Any = None) -> None:
     from gpuviz.dask import profile_run
     from gpuviz.views.cluster import cluster_report_html
 
@@ -276,24 +279,33 @@ def bench_report(n_ranks: int, cache: Path) -> None:
         print(
             f"  report size (plotly.js's cartesian bundle inline): {path.stat().st_size / 1e6:.2f} MB (target <= 15 MB)"
         )
+        if out is not None:
+            out.add(f"run report of {n_ranks} ranks: size", path.stat().st_size / 1e6, "MB")
+        drawn = []
         for attempt in range(3):
             load_s, drawn_s = chromium_load(path)
+            drawn.append(drawn_s)
             floor_load, floor_drawn = chromium_load(small)
             print(f"  Chromium #{attempt + 1}: load event {load_s:.2f} s, heatmap drawn {drawn_s:.2f} s "
                   f"(target <= 3 s); 16 ranks: {floor_load:.2f} s, {floor_drawn:.2f} s; "
                   f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+        if out is not None:
+            out.add(f"run report of {n_ranks} ranks: Chromium draws the heatmap (best of 3)", min(drawn), "s")
 
 
 def chromium_load(path: Path) -> tuple[float, float]:
     """Seconds from navigation start to the load event, and to the heatmaps drawn (the fragmentation
     one is drawn when scrolled to: ``bench_plotlyjs.py`` times that too)."""
-    from bench_plotlyjs import chromium_load as load_and_draw
+    from benchmarks.bench_plotlyjs import chromium_load as load_and_draw
 
     load, drawn, _ = load_and_draw(path)
     return load, drawn
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+    from benchmarks._results import Results, add_json_option
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -303,14 +315,17 @@ def main() -> None:
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--skip-report", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(*args.child)))
         return
+    results = Results("cluster", "Distributed runs: the cluster summary on Dask, the report of a wide run.", vars(args))
     if not args.skip_big:
-        bench_big(args.cache / f"{args.ranks}x{args.events}", args.ranks, args.events, args.repeats)
+        bench_big(args.cache / f"{args.ranks}x{args.events}", args.ranks, args.events, args.repeats, results)
     if not args.skip_report:
-        bench_report(args.report_ranks, args.cache)
+        bench_report(args.report_ranks, args.cache, results)
+    results.write(args.json)
 
 
 if __name__ == "__main__":

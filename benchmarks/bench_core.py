@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks._results import Results, add_json_option
 from gpuviz import BFCAllocator, EventLog, SimUpstream, replay, timeline_series
 from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 from gpuviz.capture.recorder import native_available
@@ -53,7 +54,7 @@ def run_pairs(alloc: BFCAllocator, ops: list[tuple[int, int]]) -> tuple[float, f
     return time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - own
 
 
-def bench_pairs(n_pairs: int, repeats: int) -> None:
+def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
     """Native core and Python allocator, recording off and on (C row writer / Python recorder).
 
     Runs are interleaved and repeated; best and median are printed (the machine is shared).
@@ -103,12 +104,17 @@ def bench_pairs(n_pairs: int, repeats: int) -> None:
             f" [CPU: best {min(cpu[mode]):.3f} us, median {statistics.median(cpu[mode]):.3f};"
             f" recording thread: best {min(thread[mode]):.3f}, median {statistics.median(thread[mode]):.3f}]"
         )
+        if out is not None:
+            out.add(f"allocate+free pair, {mode} (best of {repeats})", best[mode], "us",
+                        note=f"median {median[mode]:.3f} us")  # fmt: skip
     for kind in ("native core", "Python"):
         if f"{kind}, on" in best or f"{kind}, on (C row writer)" in best:
             on = f"{kind}, on" if f"{kind}, on" in best else f"{kind}, on (C row writer)"
             off = f"{kind}, off"
             own = {mode: statistics.median(thread[mode]) for mode in (on, off)}
             total = {mode: statistics.median(cpu[mode]) for mode in (on, off)}
+            if out is not None:
+                out.add(f"recording overhead, {kind} (best vs best)", (best[on] / best[off] - 1) * 100, "%")
             print(
                 f"recording overhead, {kind:12s}: {(best[on] / best[off] - 1) * 100:.1f} %"
                 f" (median {(median[on] / median[off] - 1) * 100:.1f} %; CPU medians: recording thread"
@@ -126,6 +132,8 @@ def bench_pairs(n_pairs: int, repeats: int) -> None:
         reference = (
             "Python, on (C row writer)" if "Python, on (C row writer)" in best else "Python, on (Python recorder)"
         )
+        if out is not None:
+            out.add("native core vs Python allocator, recording on", best[reference] / best["native core, on"], "x")
         print(
             f"native core vs Python allocator, recording on: {best[reference] / best['native core, on']:.1f}x faster"
             f" (median {median[reference] / median['native core, on']:.1f}x)"
@@ -164,27 +172,37 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=50_000)
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=9)
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("core", "Allocator speed with recording on/off, recording rate, replay, timeline.", vars(args))
 
-    bench_pairs(args.pairs, args.repeats)
+    bench_pairs(args.pairs, args.repeats, results)
 
     log, elapsed = build_log(args.events)
     n = len(log)
     print(f"events recorded                  : {n} in {elapsed:.2f} s = {n / elapsed / 1e3:.0f}k events/s")
+    results.add("recording rate (native core, in memory)", n / elapsed, "events/s", note=f"{n:,} events")
 
     _, wall, cpu = timed(lambda: log.columns)
     print(f"first read of the log's columns  : {wall:.3f} s [{cpu:.3f} s CPU] (EventLog: staged blocks -> columns)")
+    walls = []
     for _ in range(3):
         series, wall, cpu = timed(lambda: timeline_series(log))
+        walls.append(wall)
         print(f"timeline series of {n} events: {wall:.3f} s [{cpu:.3f} s CPU] ({len(series)} points)")  # type: ignore[arg-type]
+    results.add(f"timeline series of {n:,} events (best of 3)", min(walls), "s")
 
+    rates = []
     for _ in range(3):
         heap = replay(log)
         _, wall, cpu = timed(lambda h=heap: h.state_at(-1))  # first query: one pass over all events, checkpoints
+        rates.append(n / wall)
         print(
             f"replay (first pass, checkpoints) : {wall:.3f} s [{cpu:.3f} s CPU] = {n / wall / 1e6:.1f}M events/s"
             f" [{n / cpu / 1e6:.1f}M events/s of CPU]"
         )
+
+    results.add("replay, first pass with checkpoints (best of 3)", max(rates), "events/s")
 
     rng = np.random.default_rng(0)
     times = []
@@ -196,6 +214,9 @@ def main() -> None:
         f"state_at random index            : median {statistics.median(times) * 1e3:.1f} ms,"
         f" max {max(times) * 1e3:.1f} ms over 50 queries"
     )
+    results.add("state_at a random index (median of 50)", statistics.median(times) * 1e3, "ms")
+    results.add("state_at a random index (max of 50)", max(times) * 1e3, "ms")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

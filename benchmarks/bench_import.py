@@ -447,13 +447,18 @@ FORMATS: dict[str, Callable[[int, Path], list[dict[str, Any]]]] = {
 
 def main() -> None:
     global REPEAT, FRESH
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+    from benchmarks._results import Results, add_json_option
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("formats", nargs="*", help=f"formats (default: all): {', '.join(FORMATS)}")
     parser.add_argument("--entries", type=int, default=1_000_000, help="entries of the synthetic traces")
     parser.add_argument("--repeat", type=int, default=REPEAT, help="fresh processes per input (the best is kept)")
     parser.add_argument("--fresh", action="store_true", help="warm up with the input itself (first load's growth)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "gpuviz-bench-import")
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("import", "Importers: time and peak memory of gpuviz.load per foreign format.", vars(args))
     unknown = [name for name in args.formats if name not in FORMATS]
     if unknown:
         parser.error(f"unknown formats {unknown}; choose from {', '.join(FORMATS)}")
@@ -464,6 +469,10 @@ def main() -> None:
     for name in args.formats or FORMATS:
         for row in FORMATS[name](args.entries, args.work):
             print(json.dumps({"format": name, **row}))
+            what = f"{name}, {row['file']} ({row['events']:,} events, {row['content_bytes'] / 1e6:.2f} MB)"
+            results.add(f"{what}: load", row["seconds"], "s", note=f"{row['cpu_seconds']} s CPU")
+            results.add(f"{what}: peak memory growth over the content", row["peak_x_content"], "x")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ well under a second, so ``--busy-ops 400000`` gives the ~7 s busy cell of earlie
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import start_new_kernel
@@ -90,19 +92,27 @@ def run(client: Any, code: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+    from benchmarks._results import Results, add_json_option
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--busy-ops", type=int, default=40000)
-    busy = BUSY.replace("{ops}", str(parser.parse_args().busy_ops))
+    add_json_option(parser)
+    args = parser.parse_args()
+    results = Results("live", "The live dashboard in a real kernel: first draw, updates, cost to the cell.", vars(args))
+    busy = BUSY.replace("{ops}", str(args.busy_ops))
     manager, client = start_new_kernel(kernel_name="python3")
     try:
         run(client, "%load_ext gpuviz")
         cold = run(client, "%%gpuviz\npass")  # the kernel's first: sends plotly.js, starts the runtime
         drawn = f"{cold['first_draw'] * 1e3:.0f} ms" if cold["first_draw"] is not None else "after the cell"
         print(f"first %%gpuviz cell of a kernel: {cold['total'] * 1e3:.0f} ms, first draw {drawn}")
+        results.add("first %%gpuviz cell of a kernel", cold["total"] * 1e3, "ms")
         empty = [run(client, "%%gpuviz\npass")["total"] for _ in range(5)]
         plain = [run(client, "pass")["total"] for _ in range(5)]
         print(f"empty %%gpuviz cell: {min(empty) * 1e3:.0f} ms (plain empty cell {min(plain) * 1e3:.0f} ms)"
               f" -> overhead {(min(empty) - min(plain)) * 1e3:.0f} ms")  # fmt: skip
+        results.add("empty %%gpuviz cell over a plain empty cell (best of 5)", (min(empty) - min(plain)) * 1e3, "ms")
         for name, code in (("sleepy 10 s cell", SLEEPY), ("busy cell", busy)):  # best of REPEAT each
             bares, lives, cpus, counts = [], [], [], []
             for _ in range(REPEAT):  # alternated, so that load from elsewhere hits both alike
@@ -120,6 +130,11 @@ def main() -> None:
                   f" = {100 * cpu / live['cell']:.1f} % of the cell, {1e3 * cpu / max(count, 1):.1f} ms an update;"
                   f" first draw {live['first_draw'] * 1e3:.0f} ms"
                   f" after the request; {len(during)} updates while it ran ({rate:.1f} Hz)")  # fmt: skip
+            results.add(f"{name}: cost of the live dashboard (best of {REPEAT})", 100 * (live["cell"] / bare - 1), "%")
+            results.add(f"{name}: dashboard thread CPU, share of the cell", 100 * cpu / live["cell"], "%")
+            results.add(f"{name}: live updates while it ran", rate, "Hz")
+            if live["first_draw"] is not None:
+                results.add(f"{name}: first draw after the request", live["first_draw"] * 1e3, "ms")
             pairs = ", ".join(f"{b['cell']:.2f}/{lv['cell']:.2f} s {100 * (lv['cell'] / b['cell'] - 1):+.0f} %"
                               f" (main thread CPU {b['cell_cpu']:.2f}/{lv['cell_cpu']:.2f} s)"
                               f" {len([t for t in lv['updates'] if t <= lv['cell']]) / lv['cell']:.1f} Hz,"
@@ -129,6 +144,7 @@ def main() -> None:
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._results import Results, add_json_option
+
 CHILD = """
 import json, sys, time
 
@@ -58,7 +60,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--log", type=Path, help="the log file to measure (built there when missing)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement (best is reported)")
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("logfile", "Event-log files: opening (memory-mapped, verified) and summarising.", vars(args))
     folder = tempfile.TemporaryDirectory()
     path: Path = args.log or Path(folder.name) / "bench.arrow"
     if not path.exists():
@@ -73,6 +77,7 @@ def main() -> None:
         del log
     size = os.path.getsize(path)
     print(f"file: {size / 2**20:.0f} MiB")
+    results.add("file size", size / 2**20, "MiB")
     for what in ("open", "summary"):
         runs = [measure(path, what) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["seconds"])
@@ -81,7 +86,11 @@ def main() -> None:
             f"{what:<8} {best['seconds']:.2f} s (open {best['open_seconds']:.2f} s)  "
             f"memory {memory:.2f}x the file  [{int(best['events']):,} events, truncated={best['truncated']}]"
         )
+        what_ = "open" if what == "open" else "open and summarise"
+        results.add(f"{what_} {int(best['events']):,} events (best of {args.repeat})", best["seconds"], "s")
+        results.add(f"{what_}: memory over the file's size", memory, "x")
     folder.cleanup()
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -85,10 +86,15 @@ def _text(t: tuple[float, float, float | None]) -> str:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+    from benchmarks._results import Results, add_json_option
+
     parser = argparse.ArgumentParser()
     parser.add_argument("sources", type=Path, nargs="+", help="log files or run directories")
     parser.add_argument("--loads", type=int, default=4, help="loads of each page, alternated")
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("plotlyjs", "Chromium loads a report: plotly.js's cartesian bundle vs the full one.", vars(args))
     for source in args.sources:
         start = time.perf_counter()
         documents = pages_html(source)
@@ -110,6 +116,10 @@ def main() -> None:
                 loads, drawn = sorted(t[0] for t in values), sorted(t[1] for t in values)
                 print(f"  {name}: load event {loads[0]:.2f}-{loads[-1]:.2f} s, drawn {drawn[0]:.2f}-{drawn[-1]:.2f} s "
                       f"(median {drawn[len(drawn) // 2]:.2f} s)")  # fmt: skip
+                results.add(
+                    f"{source.name}, {name} bundle: drawn (median of {len(drawn)})", drawn[len(drawn) // 2], "s"
+                )
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -44,10 +44,15 @@ def run_once(path: Path) -> dict[str, object]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+    from benchmarks._results import Results, add_json_option
+
     parser = argparse.ArgumentParser()
     parser.add_argument("logs", type=Path, nargs="+", help="saved event logs (.arrow)")
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per log")
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("report", "The profile and the HTML report of saved logs, each in a fresh process.", vars(args))
     for path in args.logs:
         best: dict[str, float] = {}
         for attempt in range(args.runs):
@@ -61,6 +66,10 @@ def main() -> None:
             print(f"{path.name} ({r['events']:,} events) #{attempt + 1}: {', '.join(words)}, report {size:.2f} MB;"
                   f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
         print(f"{path.name}: best of {args.runs}: profile {best['profile']:.3f} s, report {best['report']:.3f} s")
+        events = f"{r['events']:,} events"
+        results.add(f"{path.name} ({events}): profile, best of {args.runs}", best["profile"], "s")
+        results.add(f"{path.name} ({events}): report HTML, best of {args.runs}", best["report"], "s")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

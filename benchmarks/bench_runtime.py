@@ -21,6 +21,7 @@ import timeit
 import numpy as np
 
 import gpuviz
+from benchmarks._results import Results, add_json_option
 
 OPS = 5000
 
@@ -59,7 +60,11 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--child", choices=["numpy", "DeviceArray"])
     parser.add_argument("--ops", type=int, default=OPS)
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results(
+        "runtime", "Runtime: a small DeviceArray op vs NumPy, a recorded transfer vs a bare copy.", vars(args)
+    )
     if args.child:
         child(args.child, args.ops)
         return
@@ -69,6 +74,9 @@ def main() -> None:
         numpy_op, device_op = instructions("numpy", args.ops), instructions("DeviceArray", args.ops)
         print(f"small op (16x16 float32 add): numpy {numpy_op:,.0f} instructions, DeviceArray {device_op:,.0f}"
               f" ({device_op / numpy_op:.0f}x)")  # fmt: skip
+        results.add("small op (16x16 float32 add), NumPy", numpy_op, "instructions")
+        results.add("small op (16x16 float32 add), DeviceArray", device_op, "instructions")
+        results.write(args.json)
         return
     host = np.ones((16, 16), dtype=np.float32)
     x = gpuviz.asarray(host)
@@ -76,6 +84,8 @@ def main() -> None:
     device_add = best(lambda: x + x, 5000)
     print(f"small op (16x16 float32 add): numpy {numpy_add:.2f} us, DeviceArray {device_add:.2f} us"
           f" -> overhead {device_add - numpy_add:.1f} us per op")  # fmt: skip
+    results.add("small op (16x16 float32 add), NumPy", numpy_add, "us")
+    results.add("small op (16x16 float32 add), DeviceArray", device_add, "us")
 
     for size in (4 << 10, 1 << 20, 64 << 20):
         data = np.ones(size, dtype=np.uint8)
@@ -84,6 +94,9 @@ def main() -> None:
         recorded = best(lambda d=data: gpuviz.asarray(d), 20 if size > 1 << 20 else 2000)
         print(f"H2D copy of {size >> 10:>6} KiB: memcpy {bare:9.2f} us, recorded transfer {recorded:9.2f} us"
               f" -> overhead {recorded - bare:8.2f} us")  # fmt: skip
+        results.add(f"H2D copy of {size >> 10} KiB, bare memcpy", bare, "us")
+        results.add(f"H2D copy of {size >> 10} KiB, recorded transfer", recorded, "us")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._results import Results, add_json_option
 from gpuviz import BFCAllocator, EventLog, SimUpstream
 from gpuviz.analysis.diagnosis import diagnose
 from gpuviz.analysis.profile import profile
@@ -56,10 +57,15 @@ def build_log(n_events: int, seed: int = 0) -> EventLog:
     return log
 
 
+TIMES: list[tuple[str, float]] = []  # (label, seconds) of every timed() call, in order
+
+
 def timed(label: str, func, *args, **kwargs):  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     result = func(*args, **kwargs)
-    print(f"  {label:<40} {time.perf_counter() - start:8.3f} s")
+    seconds = time.perf_counter() - start
+    TIMES.append((label, seconds))
+    print(f"  {label:<40} {seconds:8.3f} s")
     return result
 
 
@@ -83,9 +89,12 @@ def chromium_load(path: Path) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, nargs="+", default=[10_000, 1_000_000])
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("views", "Views: time to build each view of a log, report size, Chromium load time.", vars(args))
     for n in args.events:
         print(f"log of {n} events")
+        TIMES.clear()
         log = timed("record the log", build_log, n)
         series = timed("timeline series", timeline_series, log, "GPU:0")
         timed("timeline figure (2000 points)", timeline, series)
@@ -102,13 +111,19 @@ def main() -> None:
         document = timed("report HTML (40 scrub frames)", report_html, p)
         text = timed("result JSON (.gpuviz.json, notebook output)", result_json, p)
         print(f"  {'result size':<40} {len(text) / 1e6:8.2f} MB")
+        for label, seconds in TIMES:
+            results.add(f"{n:,} events: {label}", seconds, "s")
+        results.add(f"{n:,} events: result JSON size", len(text) / 1e6, "MB")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "report.html"
             path.write_text(document, encoding="utf-8")
             print(f"  {'report size':<40} {path.stat().st_size / 1e6:8.2f} MB")
+            results.add(f"{n:,} events: report size", path.stat().st_size / 1e6, "MB")
             seconds = chromium_load(path)
             if seconds is not None:
                 print(f"  {'Chromium: load and draw the report':<40} {seconds:8.3f} s")
+                results.add(f"{n:,} events: Chromium loads and draws the report", seconds, "s")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from benchmarks._results import Results, add_json_option
 from benchmarks.bench_core import mixed_workload
 from gpuviz import BFCAllocator, SimUpstream
 from gpuviz.analysis.requests import request_stream
@@ -32,7 +33,9 @@ def recorded_run(requests: int) -> BFCAllocator:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=1_000_000)
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results("whatif", "What-if: replaying a recorded run's request stream under each policy.", vars(args))
     started = time.perf_counter()
     run = recorded_run(args.requests)
     stream = request_stream(run.log, "GPU:0")
@@ -43,6 +46,8 @@ def main() -> None:
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         print(f"{spec:9s} {served} requests in {seconds:.2f} s wall [{cpu:.2f} s CPU] "
               f"({served / seconds / 1e6:.2f} M requests/s), {len(log)} events")  # fmt: skip
+        results.add(f"replay of {served:,} requests under {spec}", seconds, "s", note=f"{cpu:.2f} s CPU")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -60,10 +60,14 @@ def count(mode: str, pairs: int, *, run: bool) -> int:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script too
+    from benchmarks._results import Results, add_json_option
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=5_000)
     parser.add_argument("--child", choices=list(MODES))
     parser.add_argument("--run", action="store_true")
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.pairs, args.run)
@@ -71,6 +75,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     n = args.pairs
+    results = Results("instructions", "Instructions per allocate+free pair (valgrind callgrind).", vars(args))
     per_pair = {mode: (count(mode, n, run=True) - count(mode, n, run=False)) / n for mode in MODES}
     for mode, instructions in per_pair.items():
         line = f"recording {mode:20s}: {instructions:8.0f} instructions per allocate+free pair"
@@ -78,6 +83,8 @@ def main() -> None:
         if mode != off:
             line += f", overhead {(instructions / per_pair[off] - 1) * 100:.1f} %"
         print(line)
+        results.add(f"allocate+free pair, recording {mode}", instructions, "instructions")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

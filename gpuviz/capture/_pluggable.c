@@ -90,14 +90,18 @@ static void emit_row(void *ctx, int kind, int64_t address, int64_t size, int64_t
 /* --------------------------------------------------------------- upstream */
 static int load_cuda(void) {
     if (cuda_malloc) return 0;
-    const char *names[] = {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0", NULL};
-    for (int i = 0; names[i]; i++) {
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
-        if (lib == NULL) continue;
-        cuda_mem_info = (cuda_mem_info_fn)dlsym(lib, "cudaMemGetInfo");
-        cuda_free = (cuda_free_fn)dlsym(lib, "cudaFree");
-        cuda_malloc = (cuda_malloc_fn)dlsym(lib, "cudaMalloc");
-        if (cuda_malloc && cuda_free) return 0;
+    /* first the runtime the process has loaded (PyTorch's own, found by its soname: a CUDA 13
+     * build loads libcudart.so.13), then one on the library path */
+    const char *names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so", NULL};
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; names[i]; i++) {
+            void *lib = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL | (pass == 0 ? RTLD_NOLOAD : 0));
+            if (lib == NULL) continue;
+            cuda_mem_info = (cuda_mem_info_fn)dlsym(lib, "cudaMemGetInfo");
+            cuda_free = (cuda_free_fn)dlsym(lib, "cudaFree");
+            cuda_malloc = (cuda_malloc_fn)dlsym(lib, "cudaMalloc");
+            if (cuda_malloc && cuda_free) return 0;
+        }
     }
     return -1;
 }
