@@ -13,7 +13,7 @@ _load = gpuviz.importers.load
 def load(path, *args, **kwargs):  # type: ignore[no-untyped-def]
     name = os.path.basename(str(path))
     if name == "stall.arrow":
-        open(os.path.join(os.path.dirname(str(path)), "stalled"), "w").close()  # noqa: SIM115
+        open(os.path.join(os.path.dirname(str(path)), "stalled"), "w").close()
         threading.Event().wait()
     if name == "hog.arrow":
         bytearray(1 << 40)
