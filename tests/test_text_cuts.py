@@ -4,6 +4,7 @@ CSV either loads flagged ``truncated`` (with a note) or is refused with a gpuviz
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,16 @@ def test_an_rmm_field_past_the_csv_limit_is_a_gpuviz_error(tmp_path: Path) -> No
     path.write_bytes(header + b"\n1," + b"9" * 200_000 + b"\n")
     with pytest.raises(gpuviz.LogFormatError, match=r"line 2 is not CSV gpuviz reads \(field larger than field limit"):
         gpuviz.load(path, progress=False)
+
+
+def test_special_files_and_hostile_inputs_are_gpuviz_errors(tmp_path: Path) -> None:
+    fifo = tmp_path / "x.arrow"
+    os.mkfifo(fifo)  # reading it would block until a writer comes
+    with pytest.raises(gpuviz.LogFormatError, match=r"x\.arrow is a FIFO, not a file gpuviz opens"):
+        gpuviz.load(fifo)
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(gpuviz.LogFormatError, match=r"nested\.json"):
+        gpuviz.load(nested, progress=False)
+    with pytest.raises(FileNotFoundError):
+        gpuviz.load(tmp_path / "missing.arrow")
