@@ -124,6 +124,8 @@ def load(path: str | Path, *, progress: bool | None = None) -> EventLog:
     source = Source(path)
     try:
         module = _choose(source)
+    except LogFormatError:
+        raise
     except _PARSE_ERRORS as exc:
         raise LogFormatError(f"{source.path}: gpuviz cannot tell its format ({type(exc).__name__}: {exc})") from None
     bar: Progress = make_progress(source.size, f"importing {source.path.name}", progress)
