@@ -92,3 +92,24 @@ def test_special_files_and_hostile_inputs_are_gpuviz_errors(tmp_path: Path) -> N
         gpuviz.load(nested, progress=False)
     with pytest.raises(FileNotFoundError):
         gpuviz.load(tmp_path / "missing.arrow")
+
+
+def test_every_view_of_a_cut_log_says_so(tmp_path: Path) -> None:
+    from gpuviz.views.report import report_html  # noqa: F401  (registers the notebook renderer)
+    from gpuviz.views.result import MIME_TYPE
+
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), log=log)
+    for _ in range(2000):
+        alloc.free(alloc.allocate(4096))
+    log.save(tmp_path / "run.arrow")
+    data = (tmp_path / "run.arrow").read_bytes()
+    (tmp_path / "cut.arrow").write_bytes(data[: len(data) * 2 // 3])
+    cut = gpuviz.load(tmp_path / "cut.arrow")
+    assert cut.truncated
+    bundle = cut._repr_mimebundle_()
+    warning = "the file is truncated (cut short before its end): the events after its last complete part are lost"
+    assert str(bundle[MIME_TYPE]["summary"][0]).startswith(f"warning: {warning}")
+    assert f"<b>warning:</b> {warning}" in bundle["text/html"]
+    whole = gpuviz.load(tmp_path / "run.arrow")._repr_mimebundle_()
+    assert "warning" not in str(whole[MIME_TYPE]["summary"]) and "warning" not in whole["text/html"]

@@ -157,9 +157,11 @@ def _summary(args: argparse.Namespace) -> int:
         print(_printable(cluster_text(cluster_summary(load_run(args.log)))))
         return 0
     log = load(args.log)
+    from gpuviz.analysis.integrity import integrity_lines
+
     print(_printable(summary_text(log)))
-    if log.truncated:
-        print("(the file is truncated: events after the last complete batch are lost)")
+    for line in integrity_lines(log):
+        print(_printable(f"({line})"))
     return 0
 
 
