@@ -79,3 +79,21 @@ def test_a_hostile_trace_ends_cleanly(tmp_path: Path, case: str) -> None:
     path = tmp_path / name
     path.write_bytes(data)
     assert _open(path).startswith(expected)
+
+
+def test_a_long_json_value_is_read_in_linear_work_and_refused_past_the_cap() -> None:
+    import json as jsonlib
+
+    from gpuviz.importers.jsonstream import MAX_VALUE, JsonStream
+
+    def stream(length: int) -> JsonStream:
+        head, tail = '{"a": "', '", "b": 1}'
+        body = (("x" * 65536) for _ in range(length // 65536))
+        return JsonStream(iter([head, *body, tail]))
+
+    doc = stream(1 << 22)  # read in chunks of 64 KiB: decoded a few times over, not once per chunk
+    assert [(key, len(doc.value()) if key == "a" else doc.value()) for key in doc.items()] == [("a", 1 << 22), ("b", 1)]
+    doc = stream(MAX_VALUE + (1 << 20))
+    with pytest.raises(jsonlib.JSONDecodeError, match=f"a value longer than {MAX_VALUE:,} characters"):
+        for _ in doc.items():
+            doc.value()
