@@ -103,6 +103,8 @@ class JsonStream:
                 raise self._error("nested too deeply") from None
             if end + _LOOKAHEAD > len(self._buffer) and not self._eof and self._more():
                 continue  # a number or literal may go on in the next chunk: decode it again
+            if end - self._pos > MAX_VALUE:
+                raise self._error(f"a value longer than {MAX_VALUE:,} characters")
             self._pos = end
             return value
 
