@@ -97,3 +97,40 @@ def test_a_long_json_value_is_read_in_linear_work_and_refused_past_the_cap() -> 
     with pytest.raises(jsonlib.JSONDecodeError, match=f"a value longer than {MAX_VALUE:,} characters"):
         for _ in doc.items():
             doc.value()
+
+
+PLACEMENT_LINE = b"Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0\n"
+
+
+def _gzip_bomb(path: Path, head: bytes, filler: bytes, total: int) -> None:
+    """``head`` then ``filler`` repeated to ``total`` bytes, gzip-compressed as it is made (never whole in memory)."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = filler * ((1 << 20) // len(filler))
+    with open(path, "wb") as out:
+        out.write(packer.compress(head))
+        for _ in range((total - len(head)) // len(block)):
+            out.write(packer.compress(block))
+        out.write(packer.flush())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "head", "filler"),
+    [
+        ("snapshot.pickle.gz", b"\x80\x04}\x94\x8c\x08segments\x94\x8d" + (3 << 30).to_bytes(8, "little"), b"x"),
+        (
+            "placement.txt.gz",
+            b"Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0\n",
+            b"x" * 1023 + b"\n",
+        ),
+    ],
+)
+def test_a_gzip_bomb_is_refused_within_the_limits(tmp_path: Path, name: str, head: bytes, filler: bytes) -> None:
+    path = tmp_path / name
+    _gzip_bomb(path, head, filler, (1 << 30) + (64 << 20))  # past the 1 GiB floor, ~1000x its compressed size
+    assert path.stat().st_size < 8 << 20
+    outcome = _open(path)
+    assert outcome.startswith("refused: "), outcome
+    assert "decompresses to more than 1,073,741,824 bytes" in outcome or "MemoryError" in outcome, outcome

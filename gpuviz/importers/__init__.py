@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.importers.source import Progress, Source, make_progress
+from gpuviz.importers.source import InputTooLarge, Progress, Source, make_progress
 from gpuviz.log.eventlog import EventLog
 
 __all__ = ["load", "detect", "formats", "IMPORTERS"]
@@ -134,6 +134,8 @@ def load(path: str | Path, *, progress: bool | None = None) -> EventLog:
         log: EventLog = module.read(source, progress=bar)
     except LogFormatError:
         raise
+    except InputTooLarge as exc:
+        raise LogFormatError(str(exc)) from None
     except _PARSE_ERRORS as exc:
         raise LogFormatError(
             f"{source.path} could not be read as {module.DESCRIPTION}: {type(exc).__name__}: {exc}"

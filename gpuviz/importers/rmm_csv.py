@@ -164,7 +164,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
         with source.open() as stream:
             lines = TextLines(io.TextIOWrapper(stream, encoding="utf-8", newline=""))
             rows = csv.reader(lines)
-            next(rows)
+            next(rows, None)  # the header (a cut stream may end before it: see lines.cut)
             number, current = 2, next(rows, None)
             while current is not None:
                 following = next(rows, None)
