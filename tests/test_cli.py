@@ -166,7 +166,7 @@ def test_errors_name_the_file_they_are_about(tmp_path: Path, capsys) -> None:  #
     good = _saved_log(tmp_path / "good.arrow")
     target = tmp_path / "no such folder" / "out.html"
     assert main(["report", str(good), "-o", str(target)]) == 2
-    assert capsys.readouterr().err == f"gpuviz: error: {target}: No such file or directory\n"
+    assert capsys.readouterr().err == f"gpuviz: error: {target}: the folder {target.parent} does not exist\n"
     (tmp_path / "text.arrow").write_text("nope")
     assert main(["summary", str(tmp_path / "text.arrow")]) == 2
     err = capsys.readouterr().err

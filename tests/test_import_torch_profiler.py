@@ -188,7 +188,7 @@ def test_cut_short_files_give_their_prefix_flagged_truncated(tmp_path: Path) -> 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     bad_bytes = SMALL.read_bytes().replace(b'"Bytes": 512', b'"Bytes": "512"')
-    with pytest.raises(LogFormatError, match=r"Bytes is '512', not an integer"):
+    with pytest.raises(LogFormatError, match=r"Bytes is '512', not a 64-bit integer"):
         gpuviz.load(_write(tmp_path / "bad.json", bad_bytes))
     no_ts = SMALL.read_bytes().replace(b'"ts": 102}', b'"ts": null}')
     with pytest.raises(LogFormatError, match="has no numeric ts"):

@@ -154,7 +154,7 @@ def test_truncated_json_and_gzip_raise_clear_errors(tmp_path: Path) -> None:
     raw = gzip.decompress(GPU_JSON.read_bytes())
     cut = tmp_path / "cut.memory_profile.json"
     cut.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(LogFormatError, match="not a readable an XProf/TensorBoard memory profile"):
+    with pytest.raises(LogFormatError, match="could not be read as an XProf/TensorBoard memory profile"):
         load(cut)
     cut_gz = tmp_path / "cut.memory_profile.json.gz"
     cut_gz.write_bytes(GPU_JSON.read_bytes()[:60_000])
@@ -215,7 +215,7 @@ def test_a_profile_cut_anywhere_is_refused_naming_the_file(tmp_path: Path) -> No
     for fraction in (0.001, 0.25, 0.5, 0.999):
         cut = tmp_path / f"cut{fraction}.memory_profile.json"
         cut.write_bytes(raw[: int(len(raw) * fraction)])
-        with pytest.raises(LogFormatError, match=f"{cut.name} is not a readable .*character \\d+ of the document"):
+        with pytest.raises(LogFormatError, match=f"{cut.name} could not be read as .*character \\d+ of the document"):
             load(cut)
         cut_gz = tmp_path / f"cut{fraction}.memory_profile.json.gz"
         cut_gz.write_bytes(TPU_JSON.read_bytes()[: int(TPU_JSON.stat().st_size * fraction)])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,11 @@ from gpuviz.base.ranks import RankInfo, device_prefix
 from gpuviz.importers import load
 from gpuviz.log.eventlog import DeviceInfo, EventLog
 
-__all__ = ["RUN_EXTENSION", "Run", "RankLog", "load_run"]
+__all__ = ["RUN_EXTENSION", "Run", "RankLog", "RunOutsideRoot", "load_run"]
+
+
+class RunOutsideRoot(ValueError):
+    """A run names files outside the directory it is confined to (``load_run(within=...)``)."""
 
 
 @dataclass(frozen=True)
@@ -93,18 +98,34 @@ def _manifest_source(manifest: Path) -> str:
     return str(manifest.parent / logs)
 
 
-def load_run(source: str | Path) -> Run:
+def _inside(path: Path, root: str) -> bool:
+    """Whether ``path`` resolves (links followed) inside the directory ``root`` (itself resolved)."""
+    real = os.path.realpath(path)
+    return os.path.commonpath([root, real]) == root
+
+
+def load_run(source: str | Path, *, within: str | Path | None = None) -> Run:
     """The run in directory ``source`` (every regular file not starting with ``.``, run
     manifests aside), matched by the glob pattern ``source`` (e.g. ``"logs/*.arrow"``), or
     named by the run manifest ``source`` (a ``*.gpuviz-run`` file, see ``RUN_EXTENSION``).
 
+    ``within``: a directory every file of the run must resolve inside (links followed), as a
+    server confines what a manifest in its root may name; a run naming anything outside it
+    is refused without listing, opening or naming those files.
+
     Files are only listed here; ``Run.open`` loads them. Raises ``FileNotFoundError`` when
-    the directory or pattern names no file, ``ValueError`` for a malformed manifest.
+    the directory or pattern names no file, ``ValueError`` for a malformed manifest,
+    ``RunOutsideRoot`` (a ``ValueError``) for a run reaching outside ``within``.
     """
     text = str(source)
+    root = None if within is None else os.path.realpath(within)
+    if root is not None and not _inside(Path(text), root):
+        raise RunOutsideRoot(f"{text}: outside the directory the run is confined to")
     if text.endswith(RUN_EXTENSION) and Path(text).is_file():
         text = _manifest_source(Path(text))
     folder = Path(text)
+    if root is not None and (folder.is_dir() or folder.is_file()) and not _inside(folder, root):
+        raise RunOutsideRoot(f"{source}: the run's logs must lie inside the directory it is confined to")
     if folder.is_dir():
         paths = sorted(
             p for p in folder.iterdir()
@@ -114,6 +135,8 @@ def load_run(source: str | Path) -> Run:
         paths = [folder]
     else:
         paths = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+    if root is not None and any(not _inside(p, root) for p in paths):
+        raise RunOutsideRoot(f"{source}: the run's logs must lie inside the directory it is confined to")
     if not paths:
         raise FileNotFoundError(f"{text}: no log files (a run is a directory of logs or a glob pattern)")
     return Run(tuple(paths))

@@ -15,6 +15,7 @@ gpuviz info
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import platform
 import sys
@@ -48,13 +49,29 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters (but newlines and tabs) escaped: names read from a
+    file reach the terminal as text, never as escape sequences that retitle or clear it."""
+    return "".join(c if c in "\n\t" or (c.isprintable() and c != "\x7f") else repr(c)[1:-1] for c in text)
+
+
+def _check_output(path: Path) -> None:
+    """``OSError`` naming ``path`` when no file can be written there: checked before the work."""
+    from gpuviz.frontends.options import output_problem
+
+    problem = output_problem(path)
+    if problem is not None:
+        raise OSError(errno.EINVAL, problem, str(path))
+
+
 def _report(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
     if _is_run(args.log):
         return _run_report(args)
-    log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
+    _check_output(output)
+    log = load(args.log)
     write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}")
     print(f"report written to {output}" + (" (the log was truncated)" if log.truncated else ""))
     return 0
@@ -117,6 +134,7 @@ def _run_report(args: argparse.Namespace) -> int:
     folder = Path(args.log)
     name = folder.name.removesuffix(".gpuviz-run")
     output = Path(args.output) if args.output else folder.with_name(name + ".html")
+    _check_output(output)
     written = write_run_report(
         load_run(folder), output, rank_reports=args.rank_reports, options=view_options(args), cdn=args.cdn,
         title=f"gpuviz run: {name}", align=args.align,
@@ -136,12 +154,14 @@ def _summary(args: argparse.Namespace) -> int:
         from gpuviz.analysis.run import load_run
         from gpuviz.views.cluster import cluster_text
 
-        print(cluster_text(cluster_summary(load_run(args.log))))
+        print(_printable(cluster_text(cluster_summary(load_run(args.log)))))
         return 0
     log = load(args.log)
-    print(summary_text(log))
-    if log.truncated:
-        print("(the file is truncated: events after the last complete batch are lost)")
+    from gpuviz.analysis.integrity import integrity_lines
+
+    print(_printable(summary_text(log)))
+    for line in integrity_lines(log):
+        print(_printable(f"({line})"))
     return 0
 
 
@@ -165,9 +185,10 @@ def _import(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path(source.name.split(".")[0] + ".arrow")
     if output.exists() and output.resolve() == source.resolve():
         raise ValueError(f"the output {output} is the file being imported; name another with -o")
+    _check_output(output)
     log = load(source)
     log.save(output)
-    print(_imported(log, source))
+    print(_printable(_imported(log, source)))
     print(f"event log written to {output}")
     return 0
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-import os
 import shlex
-import tempfile
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
@@ -33,7 +31,7 @@ from IPython.display import display as _display
 
 from gpuviz.base.devices import parse_device
 from gpuviz.capture.marks import run_log, span
-from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+from gpuviz.frontends.options import add_view_arguments, output_problem, view_options, write_report
 from gpuviz.frontends.whatif_options import add_whatif_arguments, run_whatif
 from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
@@ -101,21 +99,10 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace:
 
 
 def _check_writable(option: str, path: str) -> None:
-    """``UsageError`` unless a file can be written at ``path`` (probed with a nameless
-    temporary file in its folder, so nothing is left behind)."""
-    target = Path(path).expanduser()
-    folder = target.parent
-    if target.is_dir():
-        raise UsageError(f"%gpuviz {option} {path}: that is a folder, not a file")
-    if not folder.is_dir():
-        raise UsageError(f"%gpuviz {option} {path}: the folder {folder} does not exist")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise UsageError(f"%gpuviz {option} {path}: cannot write in {folder} ({error.strerror})") from None
-    if target.exists() and not os.access(target, os.W_OK):
-        raise UsageError(f"%gpuviz {option} {path}: the file is not writable")
+    """``UsageError`` unless a file can be written at ``path`` (``output_problem``)."""
+    problem = output_problem(path)
+    if problem is not None:
+        raise UsageError(f"%gpuviz {option} {path}: {problem}")
 
 
 def check_cell_options(args: argparse.Namespace) -> None:
@@ -340,7 +327,6 @@ class GpuvizMagics(Magics):
     def _show_file(self, path: str, view: Any, *, align: str | None = None) -> None:
         """``%gpuviz show SRC``: the dashboard of a saved log or an imported trace; of a run
         (a directory or a ``.gpuviz-run`` manifest), its cluster view lined up by ``align``."""
-        from pathlib import Path
 
         from gpuviz.base.errors import GpuvizError
         from gpuviz.importers import load

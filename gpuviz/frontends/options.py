@@ -8,6 +8,8 @@ turn the result into ``ViewOptions`` with ``view_options``; both write reports w
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
 from gpuviz.analysis.profile import COLOR_BY, GROUP_BY, ViewOptions, profile
@@ -16,7 +18,27 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.views.report import report_html
 from gpuviz.views.result import FILE_EXTENSION, result_json
 
-__all__ = ["add_view_arguments", "view_options", "write_report"]
+__all__ = ["add_view_arguments", "view_options", "write_report", "output_problem"]
+
+
+def output_problem(path: str | Path) -> str | None:
+    """Why no file can be written at ``path`` (a folder, a missing or unwritable folder, an
+    unwritable file), or None: checked before any work, with a nameless temporary file in
+    the folder, so nothing is left behind."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir():
+        return "that is a folder, not a file"
+    if not folder.is_dir():
+        return f"the folder {folder} does not exist"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return f"cannot write in {folder} ({error.strerror})"
+    if target.exists() and not os.access(target, os.W_OK):
+        return "the file is not writable"
+    return None
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,16 +18,19 @@ or ``LogFormatError``.
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
+import os
 import pickle
+import stat
 import struct
 import zlib
 from pathlib import Path
 from types import ModuleType
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.importers.source import Progress, Source, make_progress
+from gpuviz.importers.source import InputTooLarge, Progress, Source, make_progress
 from gpuviz.log.eventlog import EventLog
 
 __all__ = ["load", "detect", "formats", "IMPORTERS"]
@@ -44,11 +47,24 @@ IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.tf_placement",
 )
 
-# What a broken foreign file may raise from inside a parser; ``load`` turns each into LogFormatError.
+# What a broken or hostile foreign file may raise from inside a parser (a number past every
+# bound raises ArithmeticError, a declared length past memory MemoryError); ``load`` turns each
+# into LogFormatError.
 _PARSE_ERRORS = (
     ValueError, KeyError, IndexError, TypeError, AttributeError, EOFError, UnicodeDecodeError,
-    struct.error, zlib.error, pickle.UnpicklingError, OverflowError, RecursionError,
+    struct.error, zlib.error, pickle.UnpicklingError, ArithmeticError, RecursionError, MemoryError, csv.Error,
 )  # fmt: skip
+
+_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
+
+
+def _check_regular(path: str | Path) -> None:
+    """``LogFormatError`` for a FIFO, device or socket (never opened: reading one can block
+    forever); ``FileNotFoundError`` when missing, as ``open`` would."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+        raise LogFormatError(f"{path} is {kind}, not a file gpuviz opens")
 
 
 def _modules() -> list[ModuleType]:
@@ -80,6 +96,7 @@ def _describe(head: bytes) -> str:
 
 def detect(path: str | Path) -> str:
     """The name of the format of the file at ``path`` (``LogFormatError`` when none fits)."""
+    _check_regular(path)
     return _choose(Source(path)).NAME  # type: ignore[no-any-return]
 
 
@@ -103,17 +120,25 @@ def load(path: str | Path, *, progress: bool | None = None) -> EventLog:
     ``False`` never. ``log.meta["source"]`` says what the file was. Raises ``LogFormatError``
     naming the file and the reason when it cannot be read, ``FileNotFoundError`` when missing.
     """
+    _check_regular(path)
     source = Source(path)
-    module = _choose(source)
+    try:
+        module = _choose(source)
+    except LogFormatError:
+        raise
+    except _PARSE_ERRORS as exc:
+        raise LogFormatError(f"{source.path}: gpuviz cannot tell its format ({type(exc).__name__}: {exc})") from None
     bar: Progress = make_progress(source.size, f"importing {source.path.name}", progress)
     source.progress = bar
     try:
         log: EventLog = module.read(source, progress=bar)
     except LogFormatError:
         raise
+    except InputTooLarge as exc:
+        raise LogFormatError(str(exc)) from None
     except _PARSE_ERRORS as exc:
         raise LogFormatError(
-            f"{source.path} is not a readable {module.DESCRIPTION}: {type(exc).__name__}: {exc}"
+            f"{source.path} could not be read as {module.DESCRIPTION}: {type(exc).__name__}: {exc}"
         ) from None
     finally:
         bar.close()

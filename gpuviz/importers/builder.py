@@ -4,7 +4,7 @@ inferred segments, and where the log came from.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,52 @@ def infer_segments_of(addresses: np.ndarray, sizes: np.ndarray) -> list[tuple[in
     return [(b, e - b) for b, e in zip(starts[first].tolist(), ends[last].tolist(), strict=True)]
 
 
+META_NODES = 10_000
+"""The most values (containers, strings, numbers) an importer copies from a file into ``meta``."""
+META_DEPTH = 32
+"""The deepest nesting copied into ``meta``; deeper values become ``"…"``."""
+META_TEXT = 4_096
+"""The longest string copied into ``meta``, in characters; longer ones are cut and say so."""
+
+
+def bounded(value: Any) -> Any:
+    """``value`` (from a file) as plain JSON-able data within ``META_NODES`` values and
+    ``META_DEPTH`` levels: a structure whose parts are shared many times over (a pickle's
+    memo makes 300 bytes hold 2^40 leaves) costs at most the budget, never its expansion."""
+    left = [META_NODES]
+
+    def copy(item: Any, depth: int) -> Any:
+        left[0] -= 1
+        if left[0] < 0 or depth > META_DEPTH:
+            return "…"
+        if item is None or isinstance(item, (bool, float)):
+            return item
+        if isinstance(item, int):
+            return item if item.bit_length() <= 64 else f"{str(item)[:20]}… ({item.bit_length()}-bit integer)"
+        if isinstance(item, (str, bytes)):
+            text = item if isinstance(item, str) else repr(item)
+            return text if len(text) <= META_TEXT else f"{text[:META_TEXT]}… ({len(text):,} characters)"
+        if isinstance(item, Mapping):
+            out: dict[str, Any] = {}
+            for key, inner in item.items():
+                if left[0] <= 0:
+                    out["…"] = f"{len(item) - len(out)} more"
+                    break
+                out[str(copy(key, depth + 1))] = copy(inner, depth + 1)
+            return out
+        if isinstance(item, (list, tuple)):
+            items: list[Any] = []
+            for inner in item:
+                if left[0] <= 0:
+                    items.append(f"… {len(item) - len(items)} more")
+                    break
+                items.append(copy(inner, depth + 1))
+            return items
+        return copy(repr(item), depth)
+
+    return copy(value, 0)
+
+
 def set_source_meta(
     log: EventLog,
     *,
@@ -67,12 +113,13 @@ def set_source_meta(
     ``meta["source"]`` = {format, version, tool, file, **extra}; ``meta["columns"]`` says for
     each column whether it is ``exact`` (from the source), ``inferred`` (derived by the
     importer) or ``absent`` (the source has no such data); ``meta["notes"]`` lists what was
-    inferred or skipped, in words.
+    inferred or skipped, in words. ``extra`` is copied ``bounded``: what came from the file
+    costs at most ``META_NODES`` values, however its parts are shared.
     """
     bad = {name: value for name, value in columns.items() if value not in COLUMN_FIDELITY}
     if bad:
         raise ValueError(f"column fidelity must be one of {COLUMN_FIDELITY}, got {bad}")
-    log.meta["source"] = {"format": format, "version": version, "tool": tool, "file": file, **(extra or {})}
+    log.meta["source"] = {"format": format, "version": version, "tool": tool, "file": file, **bounded(extra or {})}
     log.meta["columns"] = dict(columns)
     log.meta["notes"] = list(notes)
 

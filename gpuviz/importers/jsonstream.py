@@ -27,6 +27,9 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _LOOKAHEAD = 32  # characters past a decoded value that must be read (a number cut by a chunk boundary)
 _DECODER = json.JSONDecoder()
 _SKIP_DEPTH = 1  # levels ``skip`` walks (a big array: element by element); deeper values are decoded whole
+MAX_VALUE = 1 << 26
+"""The most characters one value decoded whole may span (64 Mi): a longer string or member is
+refused, so memory stays a small multiple of this whatever the file holds."""
 
 
 class JsonStream:
@@ -39,16 +42,24 @@ class JsonStream:
         self._dropped = 0  # characters before the buffer
         self._eof = False
 
-    def _more(self) -> bool:
-        """Read one more chunk (dropping what was consumed); False at the end of the document."""
+    def _more(self, at_least: int = 1) -> bool:
+        """Read more chunks, ``at_least`` characters of them where the document has them
+        (dropping what was consumed); False at the end of the document."""
+        pieces: list[str] = []
+        read = 0
         for chunk in self._chunks:
             if chunk:
-                self._dropped += self._pos
-                self._buffer = self._buffer[self._pos :] + chunk
-                self._pos = 0
-                return True
-        self._eof = True
-        return False
+                pieces.append(chunk)
+                read += len(chunk)
+                if read >= at_least:
+                    break
+        if not pieces:
+            self._eof = True
+            return False
+        self._dropped += self._pos
+        self._buffer = self._buffer[self._pos :] + "".join(pieces)
+        self._pos = 0
+        return True
 
     def _error(self, message: str, pos: int | None = None) -> json.JSONDecodeError:
         at = self._dropped + (self._pos if pos is None else pos)
@@ -80,13 +91,20 @@ class JsonStream:
                 value, end = _DECODER.raw_decode(self._buffer, self._pos)
             except json.JSONDecodeError as exc:
                 incomplete = exc.pos >= len(self._buffer) - _LOOKAHEAD or exc.msg.startswith("Unterminated")
-                if incomplete and self._more():
+                spanned = len(self._buffer) - self._pos
+                if incomplete and spanned > MAX_VALUE:
+                    raise self._error(f"a value longer than {MAX_VALUE:,} characters") from None
+                # read as much again as the value spans so far: each retry decodes the value
+                # from its start, so doubling keeps the work linear in its length
+                if incomplete and self._more(spanned):
                     continue
                 raise self._error(exc.msg, exc.pos) from None
             except RecursionError:
                 raise self._error("nested too deeply") from None
             if end + _LOOKAHEAD > len(self._buffer) and not self._eof and self._more():
                 continue  # a number or literal may go on in the next chunk: decode it again
+            if end - self._pos > MAX_VALUE:
+                raise self._error(f"a value longer than {MAX_VALUE:,} characters")
             self._pos = end
             return value
 

@@ -34,6 +34,7 @@ from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.addressed import Change, apply, prepare
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
 from gpuviz.importers.source import Progress, Source
+from gpuviz.importers.textlines import TextLines
 from gpuviz.log.eventlog import EventLog
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "HEADER"]
@@ -158,13 +159,19 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     heap = HeapBuilder(log, log.add_device(device, allocator="rmm"))
     parsed = _Rows()
     notes: list[str] = []
+    lines: TextLines | None = None
     try:
         with source.open() as stream:
-            rows = csv.reader(io.TextIOWrapper(stream, encoding="utf-8", newline=""))
-            next(rows)
+            lines = TextLines(io.TextIOWrapper(stream, encoding="utf-8", newline=""))
+            rows = csv.reader(lines)
+            next(rows, None)  # the header (a cut stream may end before it: see lines.cut)
             number, current = 2, next(rows, None)
             while current is not None:
                 following = next(rows, None)
+                if following is None and (not lines.complete or lines.cut is not None):
+                    log.truncated = True  # the last row was cut: even if it parses, its last field may be short
+                    notes.append(f"the file is cut short inside row {number}: imported the rows before it")
+                    break
                 try:
                     parsed.add(number, current)
                 except LogFormatError:
@@ -173,6 +180,12 @@ def read(source: Source, *, progress: Progress) -> EventLog:
                     log.truncated = True
                     notes.append(f"the file is cut short inside row {number}: imported the rows before it")
                 number, current = number + 1, following
+            if lines.cut is not None and not log.truncated:
+                log.truncated = True
+                notes.append(f"the compressed file is cut short ({lines.cut}): imported the rows before the cut")
+    except csv.Error as exc:  # a field over the csv module's limit (131,072 characters), a NUL byte
+        line = lines.count if lines is not None else 1
+        raise LogFormatError(f"{source.name}: line {line} is not CSV gpuviz reads ({exc})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         log.truncated = True
         notes.append(f"the compressed file is cut short ({exc}): imported the rows before the cut")

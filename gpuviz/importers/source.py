@@ -18,14 +18,49 @@ import zlib
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from gpuviz.base.errors import LogFormatError
+from gpuviz.base.errors import GpuvizError, LogFormatError
 
-__all__ = ["Source", "Progress", "NullProgress", "Passes", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES"]
+__all__ = ["Source", "Progress", "NullProgress", "Passes", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES",
+           "InputTooLarge"]  # fmt: skip
 
 HEAD_BYTES = 1 << 16  # how much decompressed content the importers sniff
 PROGRESS_MIN_BYTES = 8 << 20  # files smaller than this import without a progress bar (auto mode)
 _GZIP_MAGIC = b"\x1f\x8b"
 _SPOOL_CHUNK = 1 << 20  # bytes decompressed at a time into the spool file
+DECOMPRESSED_RATIO = 200
+"""A gzip file may decompress to this many bytes per compressed byte (real traces: 5-50x)..."""
+DECOMPRESSED_FLOOR = 1 << 30
+"""... or to 1 GiB, whichever is more ..."""
+DECOMPRESSED_CAP = 1 << 36
+"""... and never to more than 64 GiB: past its limit a stream stops with ``InputTooLarge``."""
+
+
+class InputTooLarge(GpuvizError, MemoryError):
+    """A compressed file decompresses to more than its limit (a gzip bomb): refused, not read."""
+
+
+class _Capped(io.RawIOBase):
+    """A decompressed stream that raises ``InputTooLarge`` once it passes ``limit`` bytes."""
+
+    def __init__(self, stream: IO[bytes], limit: int, path: Path) -> None:
+        self._stream, self._limit, self._path, self._total = stream, limit, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._stream.readinto(buffer)  # type: ignore[attr-defined]
+        self._total += n
+        if self._total > self._limit:
+            raise InputTooLarge(
+                f"{self._path} decompresses to more than {self._limit:,} bytes ({DECOMPRESSED_RATIO}x its size, "
+                "at least 1 GiB, at most 64 GiB): refused as a gzip bomb"
+            )
+        return int(n)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
 
 
 class Progress(Protocol):
@@ -147,7 +182,9 @@ class Source:
         counting = _CountingReader(open(self.path, "rb", buffering=0), self.progress)  # noqa: SIM115
         raw: IO[bytes] = io.BufferedReader(counting, 1 << 20) if buffered else counting  # type: ignore[assignment]
         if self.compressed:
-            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+            limit = min(DECOMPRESSED_CAP, max(DECOMPRESSED_FLOOR, DECOMPRESSED_RATIO * self.size))
+            capped = _Capped(gzip.GzipFile(fileobj=raw, mode="rb"), limit, self.path)  # type: ignore[arg-type]
+            return io.BufferedReader(capped, 1 << 20) if buffered else capped  # type: ignore[return-value]
         return raw
 
     def mapped(self) -> bytes | mmap.mmap:

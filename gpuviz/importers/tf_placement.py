@@ -33,6 +33,7 @@ from typing import IO, NamedTuple
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import event_row, finish, set_source_meta
 from gpuviz.importers.source import Progress, Source
+from gpuviz.importers.textlines import TextLines
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
@@ -148,7 +149,8 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     duplicates = 0
     timed = True
     with _open_text(source, is_notebook) as text:
-        for line in placements(text):
+        lines = TextLines(text)
+        for line in placements(lines):
             if line.node is not None:
                 if (line.node, line.op, line.device) in seen:
                     duplicates += 1
@@ -173,6 +175,12 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     ]
     if duplicates:
         notes.append(f"{duplicates} repeated graph-placer lines (printed to stdout and to the log) counted once")
+    if lines.cut is not None:
+        log.truncated = True
+        notes.append(f"the compressed file is cut short ({lines.cut}): imported the lines before the cut")
+    elif not lines.complete:
+        log.truncated = True
+        notes.append("the file ends inside a line (no newline after it): it may have been cut short there")
     set_source_meta(
         log,
         format=NAME,

@@ -62,15 +62,21 @@ def _rows(data: bytes, name: str) -> tuple[list[list[int]], bool]:
     try:
         rows = json.loads(data)
         truncated = False
-    except ValueError:
-        cut = data.rfind(b"]", 0, len(data))
-        while cut > 0:
+    except ValueError as exc:
+        # the complete rows before where decoding failed (rows hold only numbers: characters are
+        # bytes); a few tries back from there, never one per ']' of the file (quadratic)
+        cut = data.rfind(b"]", 0, getattr(exc, "pos", len(data)))
+        for _ in range(3):
+            if cut <= 0:
+                break
             try:
                 rows = json.loads(data[: cut + 1] + b"]")
                 break
             except ValueError:
                 cut = data.rfind(b"]", 0, cut)
         else:
+            cut = -1
+        if cut <= 0:
             raise LogFormatError(f"{name} is not a readable memory timeline: no complete row") from None
         truncated = True
     if not isinstance(rows, list):

@@ -110,17 +110,33 @@ def _event_start(buffer: bytes, marker: int, floor: int) -> int:
         pos = brace
 
 
+_I64 = 1 << 63
+
+
 def _int(value: Any, name: str, position: int) -> int:
+    """``value`` as an int64; ``LogFormatError`` for anything else (a number past 64 bits is
+    refused before it is converted: ``int(Decimal("1e999999"))`` alone takes minutes)."""
     if type(value) is int:
-        return value
-    if isinstance(value, Decimal) and value == value.to_integral_value():
+        if -_I64 <= value < _I64:
+            return value
+    elif (
+        isinstance(value, Decimal) and value.is_finite() and value.adjusted() < 19
+        and value == value.to_integral_value() and -_I64 <= int(value) < _I64
+    ):  # fmt: skip
         return int(value)
-    raise LogFormatError(f"[memory] event #{position}: {name} is {value!r}, not an integer")
+    raise LogFormatError(f"[memory] event #{position}: {name} is {value!r:.60}, not a 64-bit integer")
 
 
 def _optional(args: dict[str, Any], name: str, position: int) -> int | None:
     value = args.get(name)
     return None if value is None else _int(value, name, position)
+
+
+def _address(args: dict[str, Any], position: int) -> int | None:
+    address = _optional(args, "Addr", position)
+    if address is not None and address < 0:
+        raise LogFormatError(f"[memory] event #{position}: Addr is {address}, a negative address")
+    return address
 
 
 def _decode(event: Any, position: int) -> MemoryEvent | None:
@@ -131,12 +147,12 @@ def _decode(event: Any, position: int) -> MemoryEvent | None:
     if type(args) is not dict or "Bytes" not in args:
         raise LogFormatError(f"[memory] event #{position} has no args.Bytes: {event!r:.200}")
     ts = event.get("ts")
-    if type(ts) is int:
+    if type(ts) is int and -_I64 <= ts * 1000 < _I64:
         time_ns = ts * 1000
-    elif isinstance(ts, Decimal):
+    elif isinstance(ts, Decimal) and ts.is_finite() and ts.adjusted() < 16:  # µs: ns within int64
         time_ns = int(ts * 1000)
     else:
-        raise LogFormatError(f"[memory] event #{position} has no numeric ts: {event!r:.200}")
+        raise LogFormatError(f"[memory] event #{position} has no numeric ts in range (µs, 64-bit ns): {event!r:.200}")
     tid = event.get("tid", 0)
     return MemoryEvent(
         time_ns,
@@ -145,7 +161,7 @@ def _decode(event: Any, position: int) -> MemoryEvent | None:
         _int(args.get("Device Type", 0), "Device Type", position),
         _int(args.get("Device Id", -1), "Device Id", position),
         tid if type(tid) is int else int(tid) if isinstance(tid, str) and tid.isdigit() else 0,
-        _optional(args, "Addr", position),
+        _address(args, position),
         _int(args["Bytes"], "Bytes", position),
         _optional(args, "Total Allocated", position),
         _optional(args, "Total Reserved", position),

@@ -119,6 +119,10 @@ class Event(NamedTuple):
     stack: int
 
 
+MAX_DEVICES = 32_767
+"""The most devices one log holds: device indexes are stored as int16."""
+
+
 class EventLog:
     """All events of a run.
 
@@ -158,6 +162,10 @@ class EventLog:
         self.stacks: list[tuple[Frame, ...]] = []
         self._stack_ids: dict[tuple[Frame, ...], int] = {}
         self.devices: list[DeviceInfo] = []
+        # name -> index in devices, kept by add_device; ``devices`` may be replaced by a new list
+        # (noticed by its id and length), not edited in place other than through add_device
+        self._device_index: dict[str, int] = {}
+        self._indexed: tuple[int, int] = (0, 0)  # (id, length) of the devices list when indexed
         self.meta: dict[str, Any] = dict(meta or {})
         self.header: dict[str, Any] = {}  # a loaded file's header (clock, units, versions)
         self.truncated = False  # a loaded file ended before its end-of-log marker (not the whole log)
@@ -219,15 +227,28 @@ class EventLog:
         return self._intern(frames, self.stacks, self._stack_ids)
 
     def add_device(self, name: str, **options: Any) -> int:
-        """Index of device ``name``, registering it (with its allocator options) if new."""
+        """Index of device ``name``, registering it (with its allocator options) if new.
+
+        Constant time: a name index, rebuilt only when ``devices`` was changed from outside.
+        ``ValueError`` past ``MAX_DEVICES`` (the ``device`` column is int16)."""
         with self._lock:
-            for index, info in enumerate(self.devices):
-                if info.name == name:
-                    if options:
-                        self.devices[index] = DeviceInfo(name, {**info.options, **options})
-                    return index
-            self.devices.append(DeviceInfo(name, dict(options)))
-            return len(self.devices) - 1
+            devices = self.devices
+            index = self._device_index.get(name)
+            if index is None or index >= len(devices) or devices[index].name != name:
+                if self._indexed != (id(devices), len(devices)):  # changed from outside: index again
+                    self._device_index = {info.name: i for i, info in reversed(list(enumerate(devices)))}
+                index = self._device_index.get(name)
+            if index is not None and index < len(devices) and devices[index].name == name:
+                if options:
+                    devices[index] = DeviceInfo(name, {**devices[index].options, **options})
+                self._indexed = (id(devices), len(devices))
+                return index
+            if len(devices) >= MAX_DEVICES:
+                raise ValueError(f"a log holds at most {MAX_DEVICES:,} devices; {name!r} would be one more")
+            devices.append(DeviceInfo(name, dict(options)))
+            self._device_index[name] = len(devices) - 1
+            self._indexed = (id(devices), len(devices))
+            return len(devices) - 1
 
     def mark(self, label: str, *, phase: MarkPhase = MarkPhase.POINT, time_ns: int | None = None) -> None:
         """Record a ``mark`` event (a user or front-end annotation) with ``label`` as its tag."""

@@ -35,7 +35,6 @@ import io
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ import pyarrow.ipc as ipc
 from gpuviz.base.errors import LogFormatError
 from gpuviz.log.checksums import CHUNK_ROWS, batch_checksum, digest
 from gpuviz.log.eventlog import DeviceInfo, EventLog
+from gpuviz.log.pathlock import check_free, claim, temporary_name
 from gpuviz.log.reader import ARROW_SCHEMA, read_log
 from gpuviz.log.rows import ROW_BYTES, split_rows
 from gpuviz.log.schema import COLUMNS, DTYPES, FORMAT_MAGIC, FORMAT_VERSION, KIND_NAMES
@@ -116,13 +116,6 @@ def _end_marker(events: int, batches: int) -> list[tuple[bytes, bytes]]:
 def _target(path: str | Path) -> Path:
     """The file ``path`` names, symlinks followed (a link stays a link to the new file)."""
     return Path(os.path.realpath(path))
-
-
-def _remove_old(path: Path) -> None:
-    """Remove ``path`` (if it is a file) so that a new file gets a new inode: a log loaded
-    from the old file keeps its memory mapping intact."""
-    if path.is_file():
-        path.unlink()
 
 
 class _ArrowBatches:
@@ -223,8 +216,9 @@ class LogWriter:
         elif native and _BatchWriter is None:
             raise RuntimeError("the C batch writer (gpuviz.log._batchwriter) was not built")
         self.path = _target(path)
-        _remove_old(self.path)
-        self._file = io.FileIO(self.path, "w")  # closed in close() or abandon()
+        self._claim = claim(self.path)  # PathInUse while another recorder writes there
+        self._file = self._claim.file  # closed in close() or abandon(); the claim released after
+
         self._strings = 0
         self._stacks = 0
         self._devices: list[dict[str, Any]] = []
@@ -239,6 +233,7 @@ class LogWriter:
             self.write(log, dict(zip(_NAMES, _empty_columns(), strict=True)))
         except BaseException:
             self._file.close()
+            self._claim.release()
             raise
 
     def _delta(self, log: EventLog) -> bytes:
@@ -320,6 +315,7 @@ class LogWriter:
         self._batches.abandon()
         with contextlib.suppress(OSError, ValueError):  # the failure, again; closed
             self._file.close()
+        self._claim.release()
 
     def close(self, log: EventLog | None = None, columns: dict[str, np.ndarray] | None = None) -> None:
         """Write the end-of-log marker and close the file; given the ``log`` and all its
@@ -328,8 +324,11 @@ class LogWriter:
         self._batches.write(_empty_columns(), _end_marker(self._batches.events, self._batches.batches))
         self._batches.finish()
         self._file.close()
-        if log is not None and columns is not None:
-            write_random_access(log, columns, self.path)
+        try:
+            if log is not None and columns is not None:
+                write_random_access(log, columns, self.path, claimed=True)
+        finally:
+            self._claim.release()
 
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC: a continuation marker and a length of 0
@@ -343,11 +342,17 @@ def _digest16(data: bytes) -> bytes:
 _NO_DELTA_DIGEST = _digest16(_NO_DELTA)
 
 
-def write_random_access(log: EventLog, columns: dict[str, np.ndarray], path: str | Path) -> None:
+def write_random_access(
+    log: EventLog, columns: dict[str, np.ndarray], path: str | Path, *, claimed: bool = False
+) -> None:
     """Write ``log`` with these ``columns`` to ``path`` in the random-access form (one data
-    batch, then the end marker), through a temporary file renamed over ``path``."""
+    batch, then the end marker), through a temporary file renamed over ``path``. Unless the
+    caller is the recorder that holds ``path`` (``claimed``), ``PathInUse`` when a live
+    recorder writes there."""
     path = _target(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    if not claimed:
+        check_free(path)
+    temporary = temporary_name(path)
     arrays = [np.ascontiguousarray(columns[name]) for name in _NAMES]
     delta: dict[str, Any] = {
         "strings": list(log.strings),

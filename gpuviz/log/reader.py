@@ -74,7 +74,7 @@ def _apply(log: EventLog, delta: _Delta) -> None:
         log._stack_ids.setdefault(frames, len(log.stacks))
         log.stacks.append(frames)
     if delta.devices is not None:
-        log.devices[:] = delta.devices
+        log.devices = list(delta.devices)  # a new list: add_device indexes it afresh
     if delta.meta is not None:
         log.meta.clear()
         log.meta.update(delta.meta)

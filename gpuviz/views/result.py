@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 from plotly.utils import PlotlyJSONEncoder
 
+from gpuviz.analysis.integrity import integrity_lines
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.tables import devices_present
 from gpuviz.base.units import format_size
@@ -50,7 +51,8 @@ LIVE_ROWS = 200
 
 
 def _summary(p: Profile) -> list[str]:
-    lines = [f"{len(p.log)} events · devices: {', '.join(devices_present(p.log)) or 'none'}"]
+    lines = [f"warning: {line}" for line in integrity_lines(p.log)]
+    lines.append(f"{len(p.log)} events · devices: {', '.join(devices_present(p.log)) or 'none'}")
     lines += [f"hint: {hint}" for hint in p.diagnosis.hints]
     for d in p.diagnosis.devices:
         lines.append(

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuviz.analysis.integrity import integrity_lines
 from gpuviz.analysis.profile import Profile, profile
 from gpuviz.analysis.tables import devices_present
 from gpuviz.analysis.timeline import resample
@@ -35,6 +36,10 @@ def sparkline_svg(values: np.ndarray, *, width: int = 360, height: int = 48, col
 
 def static_html(p: Profile, *, title: str = "gpuviz") -> str:
     parts = [f"<style>{TABLE_CSS}</style>", '<div class="gpuviz">', f"<h3>{html.escape(title)}</h3>"]
+    parts += [
+        f'<div class="gpuviz-warning" style="color:#b00020"><b>warning:</b> {html.escape(line)}</div>'
+        for line in integrity_lines(p.log)
+    ]
     parts.append(
         f"<div>{len(p.log)} events · devices: {html.escape(', '.join(devices_present(p.log)) or 'none')}</div>"
     )

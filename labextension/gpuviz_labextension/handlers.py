@@ -1,18 +1,25 @@
 """``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON; for a run
 manifest (``RUN.gpuviz-run``), the result of the distributed run it names (``run_result_json``).
 
-The path is checked through the server's contents manager (only files the user may open,
-relative to the server's root) and resolved on disk; a path whose symlinks lead outside
-the root is refused like any path outside it. The file is then opened where it lies by
-``gpuviz.load`` of the server's environment — any format it reads: gpuviz event logs,
-and the foreign traces its importers know (PyTorch snapshots, XPlane, ...) — and
-analysed in a worker process: the server never reads the file itself, its event loop
-stays free while a large log is analysed, and its memory does not grow with the log
-(one worker, so one analysis at a time; later requests wait their turn).
+Confinement: the path is checked through the server's contents manager (only files the user
+may open, relative to the server's root) and resolved on disk, links followed; a path that
+leads outside the root, a link loop and a missing file answer 404; a FIFO, device or socket
+is refused (400) without being opened. A run manifest's directory or glob is confined the
+same way: every log it names must resolve inside the root, or the run is refused without
+naming, opening or quoting anything outside it.
 
-Errors are JSON replies: 400 for a file gpuviz cannot read (the reason, naming the path
-as requested), 404 for a missing file or one outside the root, 501 when gpuviz is not
-installed here or the contents are not on a local file system, 500 when the worker died.
+Isolation: each analysis runs in a process of its own (forked from a preloaded fork server,
+so it starts in milliseconds), off the server's event loop and off other requests, with an
+address-space limit (``GPUVIZ_RESULT_MEMORY_MB``, default 4096 MiB above what the process
+holds at its start) and a time limit (``GPUVIZ_RESULT_TIMEOUT_S``, default 120 s); at most
+``GPUVIZ_RESULT_WORKERS`` (default 4) run at once. A file that needs more memory answers 400
+with the reason, one that needs more time 503 and its process is killed: neither holds up
+the next request.
+
+Errors are JSON replies with the same message the CLI prints: 400 for a file gpuviz cannot
+read (the reason, naming the path as requested), 404 for a missing file or one outside the
+root, 501 when gpuviz is not installed here or the contents are not on a local file system,
+503 when the analysis ran past its time limit, 500 when its process died.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ import json
 import multiprocessing
 import os
 import posixpath
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import stat
+from multiprocessing.connection import Connection
 from typing import Any
 
 import tornado
@@ -33,59 +40,128 @@ from jupyter_server.utils import ensure_async, url_path_join
 
 ROUTE = ("gpuviz", "result")
 
-_workers: list[ProcessPoolExecutor] = []  # at most one: created at the first request
+
+def _setting(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
-def result_json(os_path: str, title: str) -> tuple[bool, str]:
-    """In the worker: (True, the ``gpuviz-result`` JSON of the file at ``os_path``), or
-    (False, why gpuviz cannot read it), the file named ``title`` in the reason."""
-    from gpuviz import LogFormatError, load
+TIMEOUT_S = _setting("GPUVIZ_RESULT_TIMEOUT_S", 120.0)
+"""Seconds one analysis may take before its process is killed and the request answers 503."""
+MEMORY_BYTES = int(_setting("GPUVIZ_RESULT_MEMORY_MB", 4096.0) * 2**20)
+"""Bytes of address space one analysis may add to what its process holds when it starts."""
+WORKERS = int(_setting("GPUVIZ_RESULT_WORKERS", 4.0))
+"""Analyses that run at once; later requests wait for a free slot."""
+
+_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
+
+
+def result_json(os_path: str, title: str, root: str | None = None) -> tuple[int, str]:
+    """(200, the ``gpuviz-result`` JSON of the file at ``os_path``), or (400, why gpuviz
+    cannot read it), the file named ``title`` in the reason; a run manifest's logs must lie
+    inside ``root`` (when given), else (404, ...)."""
+    from gpuviz import GpuvizError, load
     from gpuviz.analysis.profile import profile
     from gpuviz.views.result import result_json as to_json
 
     if os_path.endswith(".gpuviz-run"):
-        return run_result_json(os_path, title)
+        return run_result_json(os_path, title, root)
     try:
         log = load(os_path)
-    except LogFormatError as error:
-        return False, str(error).replace(os_path, title)
-    return True, to_json(profile(log), title=title)
+    except (GpuvizError, OSError, ValueError) as error:
+        return 400, str(error).replace(os_path, title)
+    return 200, to_json(profile(log), title=title)
 
 
-def run_result_json(os_path: str, title: str) -> tuple[bool, str]:
-    """In the worker: the result of the run that the manifest at ``os_path`` names (its
-    heatmaps and per-rank table), each table row linked to its rank's file by that file's
-    path under the server's root (None for a file outside the manifest's tree), so that the
-    extension opens a rank through this route; or (False, why the run cannot be read)."""
+def run_result_json(os_path: str, title: str, root: str | None = None) -> tuple[int, str]:
+    """The result of the run that the manifest at ``os_path`` names (its heatmaps and
+    per-rank table), each table row linked to its rank's file by that file's path under the
+    server's root (None for a file outside the manifest's tree), so that the extension opens
+    a rank through this route; or (400, why the run cannot be read). With ``root``, every
+    log of the run must resolve inside it, else (404, ...) naming nothing outside."""
     from gpuviz import GpuvizError
     from gpuviz.analysis.cluster import cluster_summary
-    from gpuviz.analysis.run import load_run
+    from gpuviz.analysis.run import RunOutsideRoot, load_run
     from gpuviz.views.cluster import cluster_result
 
     folder, base = os.path.dirname(os_path), posixpath.dirname(title)
     try:
-        run = load_run(os_path)
+        run = load_run(os_path, within=root)
         summary = cluster_summary(run)
+    except RunOutsideRoot:
+        return 404, f"{title}: the run's logs must lie inside the server's root"
     except (OSError, ValueError, GpuvizError) as error:
-        return False, str(error).replace(os_path, title).replace(folder, base or ".")
+        return 400, str(error).replace(os_path, title).replace(folder, base or ".")
     by_name = {path.name: os.path.relpath(path, folder).replace(os.sep, "/") for path in run.paths}
     links = [
         None if by_name[name].startswith("../") else posixpath.normpath(posixpath.join(base, by_name[name]))
         for name in summary.table["file"]
     ]
-    return True, json.dumps(cluster_result(summary, title=title, links=links), separators=(",", ":"))
+    return 200, json.dumps(cluster_result(summary, title=title, links=links), separators=(",", ":"))
 
 
-def _lower_priority() -> None:
-    """The worker yields the CPU to the server (and everything else): analysis is batch work."""
-    os.nice(10)
+def _analyse(conn: Connection, os_path: str, title: str, root: str | None, memory_bytes: int) -> None:
+    """In the analysis process: cap its memory, lower its priority, send back ``result_json``."""
+    import resource
+
+    os.nice(10)  # batch work: the server (and everything else) goes first
+    held = 0
+    with open("/proc/self/statm") as statm:  # pages of address space held at the start
+        held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = held + memory_bytes
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        answer = result_json(os_path, title, root)
+    except MemoryError:
+        answer = (400, f"{title}: analysing it needs more than {memory_bytes >> 20} MiB of memory "
+                         "(GPUVIZ_RESULT_MEMORY_MB); open it with `gpuviz report` instead")  # fmt: skip
+    except RecursionError:
+        answer = (400, f"{title}: nested too deeply to analyse")
+    conn.send(answer)
+    conn.close()
 
 
-def _worker() -> ProcessPoolExecutor:
-    if not _workers:  # spawned, not forked: the server has threads of its own
-        context = multiprocessing.get_context("spawn")
-        _workers.append(ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_lower_priority))
-    return _workers[0]
+_context: list[Any] = []  # the fork-server context, made at the first request
+
+
+def _process_context() -> Any:
+    if not _context:  # a fork server, not fork: the Jupyter server has threads of its own
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["gpuviz_labextension.handlers", "gpuviz", "gpuviz.importers"])
+        _context.append(context)
+    return _context[0]
+
+
+def run_analysis(os_path: str, title: str, root: str | None) -> tuple[int, str]:
+    """Run ``result_json`` in a process of its own under the time and memory limits:
+    (200, JSON), (400, reason), (503, time-out) or (500, the process died). Blocking: the
+    route calls it from a thread."""
+    context = _process_context()
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_analyse, args=(send, os_path, title, root, MEMORY_BYTES), daemon=True)
+    process.start()
+    send.close()
+    try:
+        if not receive.poll(TIMEOUT_S):
+            return 503, (f"{title}: the analysis ran past its time limit of {TIMEOUT_S:g} s "
+                         "(GPUVIZ_RESULT_TIMEOUT_S); open it with `gpuviz report` instead")  # fmt: skip
+        try:
+            status, text = receive.recv()
+        except (EOFError, OSError):
+            process.join()
+            return 500, f"the process analysing {title} died (exit code {process.exitcode}, out of memory?)"
+        return status, text
+    finally:
+        receive.close()
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
+_slots: list[asyncio.Semaphore] = []
 
 
 class ResultHandler(APIHandler):  # type: ignore[misc]
@@ -94,31 +170,40 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
         path = self.get_query_argument("path")
         if importlib.util.find_spec("gpuviz") is None:
             raise tornado.web.HTTPError(501, "gpuviz is not installed in the Jupyter server's environment")
-        os_path = await self._os_path(path)
-        try:
-            # submitted from a thread: the first submission starts the worker process
-            future = await asyncio.to_thread(lambda: _worker().submit(result_json, os_path, path))
-            readable, text = await asyncio.wrap_future(future)
-        except BrokenProcessPool:
-            _workers.clear()  # the next request starts a new worker
-            raise tornado.web.HTTPError(500, f"the worker analysing {path} died (out of memory?)") from None
-        if not readable:
-            raise tornado.web.HTTPError(400, text)
+        os_path, root = await self._os_path(path)
+        if not _slots:
+            _slots.append(asyncio.Semaphore(WORKERS))
+        async with _slots[0]:
+            status, text = await asyncio.to_thread(run_analysis, os_path, path, root)
+        if status != 200:
+            raise tornado.web.HTTPError(status, text)
         self.set_header("Content-Type", "application/json")
         self.finish(text)
 
-    async def _os_path(self, path: str) -> str:
-        """The real path of the file ``path`` names; 404 when it is missing or lies outside the root."""
+    async def _os_path(self, path: str) -> tuple[str, str]:
+        """(the real path of the file ``path`` names, the server's real root); 404 when it
+        is missing, a link loop or lies outside the root; 400 for a special file."""
         manager = self.contents_manager
-        model = await ensure_async(manager.get(path, content=False, type="file"))  # 404, 400 for a folder
+        missing = tornado.web.HTTPError(404, f"file does not exist: {path}")
+        try:
+            model = await ensure_async(manager.get(path, content=False, type="file"))  # 404, 400 for a folder
+        except OSError:  # a link loop, a name too long
+            raise missing from None
         root = getattr(manager, "root_dir", None)
         if root is None or not hasattr(manager, "_get_os_path"):
             raise tornado.web.HTTPError(501, "gpuviz results need the contents on the server's local file system")
         real_root = os.path.realpath(root)
         os_path = os.path.realpath(manager._get_os_path(model["path"]))
         if os.path.commonpath([real_root, os_path]) != real_root:
-            raise tornado.web.HTTPError(404, f"file does not exist: {path}")  # a symlink out of the root
-        return os_path
+            raise missing  # a symlink out of the root
+        try:
+            mode = os.stat(os_path).st_mode
+        except OSError:
+            raise missing from None
+        if not stat.S_ISREG(mode):
+            kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+            raise tornado.web.HTTPError(400, f"{path}: {kind}, not a file gpuviz opens")
+        return os_path, real_root
 
 
 def setup_handlers(web_app: Any) -> None:
