@@ -134,3 +134,27 @@ def test_a_gzip_bomb_is_refused_within_the_limits(tmp_path: Path, name: str, hea
     outcome = _open(path)
     assert outcome.startswith("refused: "), outcome
     assert "decompresses to more than 1,073,741,824 bytes" in outcome or "MemoryError" in outcome, outcome
+
+
+def test_rmm_times_must_be_times_of_day_and_xprof_numbers_in_range(tmp_path: Path) -> None:
+    import gpuviz
+
+    header = "Thread,Time,Action,Pointer,Size,Stream\n"
+    path = tmp_path / "rmm_log.dev0.csv"
+    path.write_text(header + "1,99:99:99.999999,allocate,0x1000,512,0x0\n")
+    with pytest.raises(gpuviz.LogFormatError, match=r"row 2: time '99:99:99.999999' is not a time of day"):
+        gpuviz.load(path)
+    path.write_text(header + "1,23:59:59.999999,allocate,0x1000,512,0x0\n")
+    assert len(gpuviz.load(path)) > 0
+    snapshot = {
+        "timeOffsetPs": "1500",
+        "aggregationStats": {"heapAllocatedBytes": "256", "peakBytesInUse": "256"},
+        "activityMetadata": {"memoryActivity": "ALLOCATION", "address": "-4096", "allocationBytes": "256",
+                             "requestedBytes": "256", "tfOpName": "Op", "stepId": "4"},
+    }  # fmt: skip
+    document = {"memoryProfilePerAllocator": {"GPU_0_bfc": {"sampledTimelineSnapshots": [snapshot],
+                "profileSummary": {"memoryCapacity": "1024"}}}, "memoryIds": ["GPU_0_bfc"], "version": 1}  # fmt: skip
+    bad = tmp_path / "bad.memory_profile.json"
+    bad.write_text(json.dumps(document))
+    with pytest.raises(gpuviz.LogFormatError, match="-4096 is out of range"):
+        gpuviz.load(bad)

@@ -62,16 +62,24 @@ def sniff(head: bytes) -> bool:
 
 
 def _time_ns(text: str, row: int) -> int:
+    """RMM's ``HH:MM:SS.ffffff`` (a time of day: hours 0-23, minutes and seconds 0-59) in ns."""
     if len(text) == 15 and text[2] == ":" and text[5] == ":" and text[8] == "." and text.isascii():
         try:  # RMM's own form, HH:MM:SS.ffffff
-            return (int(text[:2]) * 3600 + int(text[3:5]) * 60 + int(text[6:8])) * 10**9 + int(text[9:]) * 1000
+            hours, minutes, seconds, micros = int(text[:2]), int(text[3:5]), int(text[6:8]), int(text[9:])
         except ValueError:
             pass
+        else:
+            if hours < 24 and minutes < 60 and seconds < 60 and micros >= 0:
+                return ((hours * 60 + minutes) * 60 + seconds) * 10**9 + micros * 1000
+            raise LogFormatError(f"row {row}: time {text!r} is not a time of day (HH < 24, MM and SS < 60)")
     match = _TIME.match(text.strip())
     if match is None:
         raise LogFormatError(f"row {row}: time {text!r} is not HH:MM:SS.ffffff")
-    hours, minutes, seconds, fraction = match.groups()
-    return ((int(hours) * 60 + int(minutes)) * 60 + int(seconds)) * 10**9 + int(fraction.ljust(9, "0"))
+    hours, minutes, seconds, fraction = (int(part) for part in match.groups()[:3]), match[4]
+    h, m, sec = hours
+    if h >= 24 or m >= 60 or sec >= 60:
+        raise LogFormatError(f"row {row}: time {text!r} is not a time of day (HH < 24, MM and SS < 60)")
+    return ((h * 60 + m) * 60 + sec) * 10**9 + int(fraction.ljust(9, "0"))
 
 
 def _pointer(text: str, row: int) -> int:

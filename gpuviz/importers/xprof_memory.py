@@ -58,10 +58,16 @@ def sniff(head: bytes) -> bool:
 
 
 def _int(value: Any, default: int = 0) -> int:
-    """A proto3-JSON int64 (a string, or a number from other writers)."""
+    """A proto3-JSON int64 (a string, or a number from other writers) that is not negative
+    (addresses, sizes, steps): ``LogFormatError`` otherwise."""
     if value is None or value == "":
         return default
-    return int(value)
+    if isinstance(value, str) and len(value) > 20:
+        raise LogFormatError(f"{value[:24]!r}... is not a 64-bit integer")
+    number = int(value)
+    if not 0 <= number < 1 << 64:
+        raise LogFormatError(f"{number} is out of range (a size, address or step from 0 to 2^64)")
+    return number
 
 
 def _record(allocator: str, snapshot: Any, skipped: Counter[str]) -> MemoryRecord | None:
