@@ -158,3 +158,11 @@ def test_rmm_times_must_be_times_of_day_and_xprof_numbers_in_range(tmp_path: Pat
     bad.write_text(json.dumps(document))
     with pytest.raises(gpuviz.LogFormatError, match="-4096 is out of range"):
         gpuviz.load(bad)
+
+
+def test_rmm_times_in_other_writers_forms_are_checked_too() -> None:
+    from gpuviz.importers.rmm_csv import _time_ns
+
+    assert _time_ns(" 01:02:03.5 ", 2) == 3_723_500_000_000
+    with pytest.raises(Exception, match=r"row 2: time '01:99:03.5' is not a time of day"):
+        _time_ns("01:99:03.5", 2)

@@ -75,11 +75,10 @@ def _time_ns(text: str, row: int) -> int:
     match = _TIME.match(text.strip())
     if match is None:
         raise LogFormatError(f"row {row}: time {text!r} is not HH:MM:SS.ffffff")
-    hours, minutes, seconds, fraction = (int(part) for part in match.groups()[:3]), match[4]
-    h, m, sec = hours
+    h, m, sec = int(match[1]), int(match[2]), int(match[3])
     if h >= 24 or m >= 60 or sec >= 60:
         raise LogFormatError(f"row {row}: time {text!r} is not a time of day (HH < 24, MM and SS < 60)")
-    return ((h * 60 + m) * 60 + sec) * 10**9 + int(fraction.ljust(9, "0"))
+    return ((h * 60 + m) * 60 + sec) * 10**9 + int(match[4].ljust(9, "0"))
 
 
 def _pointer(text: str, row: int) -> int:
