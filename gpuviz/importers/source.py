@@ -15,10 +15,12 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from gpuviz.base.errors import LogFormatError
+from gpuviz.importers.jsontop import JsonTop, scan
 
 __all__ = ["Source", "Progress", "NullProgress", "Passes", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES"]
 
@@ -135,6 +137,27 @@ class Source:
                 ) from None
         else:
             self.head = raw_head
+        self._json_top: JsonTop | None = None
+
+    def json_top(self) -> JsonTop:
+        """The top level of the content read as JSON (``jsontop.scan``: its top-level keys and
+        small values, skipped values never decoded), scanned once, streamed and bounded.
+        A gzip stream cut short or corrupt ends the scan with ``problem`` set."""
+        if self._json_top is None:
+            broken: list[str] = []
+
+            def chunks(stream: IO[bytes]) -> Iterator[bytes]:
+                try:
+                    yield from iter(lambda: stream.read(_SPOOL_CHUNK), b"")
+                except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                    broken.append(f"the gzip stream is cut short or corrupt ({exc})")
+
+            with gzip.GzipFile(self.path, mode="rb") if self.compressed else open(self.path, "rb") as stream:
+                top = scan(chunks(stream))  # type: ignore[arg-type]
+            if broken:
+                top.problem = broken[0]
+            self._json_top = top
+        return self._json_top
 
     @property
     def name(self) -> str:

@@ -42,6 +42,7 @@ import numpy as np
 from gpuviz.base.errors import LogFormatError
 from gpuviz.base.torch_rules import FREE_REQUESTED_MARK, CachingRules
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, set_source_meta
+from gpuviz.importers.jsontop import JsonTop
 from gpuviz.importers.snapshot_reader import (
     ACTIONS,
     HAS_ADDR,
@@ -60,7 +61,7 @@ from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind, MarkPhase
 from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "from_snapshot", "load_snapshot", "ALLOCATOR"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "sniff_keys", "read", "from_snapshot", "load_snapshot", "ALLOCATOR"]
 
 NAME = "pytorch-snapshot"
 DESCRIPTION = "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot pickle, or its JSON form)"
@@ -85,6 +86,11 @@ def sniff(head: bytes) -> bool:
         start = head[:64]
         return any(key in start for key in _KEYS)
     return _JSON_FIRST_KEY.match(head) is not None
+
+
+def sniff_keys(top: JsonTop) -> bool:
+    """A JSON object with ``segments`` and ``device_traces`` at its top level, wherever they sit."""
+    return "segments" in top.keys and "device_traces" in top.keys
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
