@@ -52,6 +52,8 @@ from gpuviz.importers.snapshot_reader import (
     OTHER,
     Stacks,
     TraceColumns,
+    as_snapshot,
+    is_segments_list,
     load_snapshot,
     read_snapshot,
     traces_of,
@@ -68,6 +70,8 @@ DESCRIPTION = "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot pickl
 ALLOCATOR = "pytorch-caching"  # the ``allocator`` option of every device of an imported snapshot
 _US = 1000  # ns per µs: time_us -> time_ns, and the spacing of entries without times
 _KEYS = (b"segments", b"device_traces")
+_LIST_PICKLE = re.compile(rb"\x80[\x02-\x05](?:\x95.{8})?\]", re.S)  # PROTO, FRAME, EMPTY_LIST
+_SEGMENT_KEYS = (b"address", b"total_size", b"blocks")
 _JSON_FIRST_KEY = re.compile(rb'\s*\{\s*"(segments|device_traces|allocator_settings|external_annotations)"\s*:')
 _MARK = int(Kind.MARK)
 _BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indices
@@ -81,11 +85,21 @@ _BLOCK_SIZES = 1 << 16  # block sizes remembered per device (the same requests a
 
 
 def sniff(head: bytes) -> bool:
-    """A pickle (protocol 2+) whose first dict key is a snapshot key, or a JSON object that starts with one."""
+    """A pickle (protocol 2+) whose first dict key is a snapshot key, a pickle of a list whose
+    first item is a segment (``torch.cuda.memory_snapshot()``), or a JSON object that starts
+    with a snapshot key."""
     if head[:1] == b"\x80":
         start = head[:64]
-        return any(key in start for key in _KEYS)
+        return any(key in start for key in _KEYS) or _segments_list(head)
     return _JSON_FIRST_KEY.match(head) is not None
+
+
+def _segments_list(head: bytes) -> bool:
+    """A pickle of a list (``]`` after the protocol and frame) whose first dict has a segment's keys."""
+    if _LIST_PICKLE.match(head) is None:
+        return False
+    start = head[:512]
+    return all(key in start for key in _SEGMENT_KEYS)
 
 
 def sniff_keys(top: JsonTop) -> bool:
@@ -98,11 +112,19 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     stacks = Stacks(log)
     snapshot, traces = read_snapshot(source, stacks)
     version = "json" if source.head[:1] != b"\x80" else None
+    if "device_traces" not in snapshot and _segments_list(source.head):
+        version = "segments list (torch.cuda.memory_snapshot())"
     return _build(log, stacks, snapshot, traces, file=str(source.path), version=version, owned=True)
 
 
-def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str | None = None) -> EventLog:
-    """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it)."""
+def from_snapshot(snapshot: Mapping[str, Any] | list[Any], *, file: str = "", version: str | None = None) -> EventLog:
+    """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it), or
+    of a list of segments (as ``torch.cuda.memory_snapshot()`` returns it: the heap at that moment)."""
+    if is_segments_list(snapshot):
+        snapshot = as_snapshot(snapshot)
+        version = version or "segments list (torch.cuda.memory_snapshot())"
+    if not isinstance(snapshot, Mapping):
+        raise LogFormatError(f"a PyTorch snapshot is a dict or a list of segments, not a {type(snapshot).__name__}")
     log = EventLog(arena=False)  # built at once, then read whole
     stacks = Stacks(log)
     traces = traces_of(snapshot, stacks)
@@ -460,10 +482,13 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
         "stacks keep the Python frames of each entry (C++ frames left out), innermost first",
     ]
     initial = sum(d.initial_blocks for d in devices.values())
-    if initial:
+    if not entries:
+        notes.append("the snapshot has no trace: the log is the allocator's heap at the moment the snapshot was "
+                     "taken (its segments and blocks, all at time 0), with no history")  # fmt: skip
+    elif initial:
         notes.append(f"{initial} allocations alive before the trace began were taken from the snapshot's segments "
                      "(as PyTorch's viewer does); their times are the trace's start")  # fmt: skip
-    if not exact_times:
+    if not exact_times and entries:
         notes.append("the trace has no time_us: entries keep their order, 1 µs apart (time_ns inferred)")
     pending = sum(d.pending_frees for d in devices.values())
     if pending:
@@ -490,8 +515,10 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
     trace_allocs = sum(int(np.count_nonzero(d.trace.action == _ALLOC)) for d in devices.values())
     if exact_sizes:
         notes.append(f"{exact_sizes} of {trace_allocs} allocations carry their block size (a snapshot gpuviz wrote)")
+    tool = "torch.cuda.memory_snapshot" if version and version.startswith("segments list") else (
+        "torch.cuda.memory._dump_snapshot")  # fmt: skip
     set_source_meta(
-        log, format=NAME, file=file, version=version, tool="torch.cuda.memory._dump_snapshot",
+        log, format=NAME, file=file, version=version, tool=tool,
         columns={
             "time_ns": "exact" if exact_times else "inferred", "address": "exact",
             "size": "exact" if exact_sizes == trace_allocs else "inferred",
