@@ -18,6 +18,7 @@ Each policy's replay is an ordinary EventLog; this module measures each one the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,10 +144,8 @@ class Comparison:
         (``"torch:expandable_segments=1"`` for ``"torch:expandable_segments=true"``)."""
         names = [name]
         if self.resolve is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 names.append(self.resolve(name))
-            except ValueError:
-                pass
         for wanted in names:
             for item in self.outcomes:
                 if item.name == wanted:

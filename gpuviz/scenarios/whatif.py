@@ -203,9 +203,7 @@ def served_failed(stream: RequestStream, replayed: EventLog, served: int, *, sto
     cols = replayed.columns
     is_oom = cols["kind"] == Kind.OOM
     refused = set(zip(cols["time_ns"][is_oom].tolist(), cols["requested"][is_oom].tolist(), strict=True))
-    return tuple(
-        (int(stream.time_ns[index]), int(stream.requested[index])) not in refused for index in failed
-    )
+    return tuple((int(stream.time_ns[index]), int(stream.requested[index])) not in refused for index in failed)
 
 
 def smallest_capacity(
