@@ -46,6 +46,8 @@ def _fixture_owner(path: Path) -> str | None:
         return "pytorch-snapshot"
     if name.endswith(".xplane.pb.gz"):
         return "xplane"
+    if name.endswith(".prof") and path.parent.name == "jax_memory_profile":
+        return "jax-memory-profile"
     return None  # the legacy RMM CSV (rejected by its own reader), scripts, manifests
 
 

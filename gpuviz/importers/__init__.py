@@ -38,6 +38,7 @@ IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.torch_snapshot",
     "gpuviz.importers.xplane",
+    "gpuviz.importers.jax_memory_profile",
     "gpuviz.importers.xprof_memory",
     "gpuviz.importers.torch_profiler",
     "gpuviz.importers.torch_memory_timeline",

@@ -3,7 +3,7 @@
 ``scan(chunks)`` reads a document from an iterator of byte chunks and says what it is: for an
 object, its top-level keys in order and the raw text of each small top-level value; for
 anything else, its kind. Nested values are skipped with regular expressions (strings and
-containers up to three levels deep are matched whole, in C), deeper nesting is followed with
+containers up to six levels deep are matched whole, in C), deeper nesting is followed with
 a counter, never with recursion, so the scan's memory is one chunk plus what it keeps, and
 its time is linear in the document's length:
 
@@ -35,25 +35,26 @@ MAX_KEY_BYTES = 4096  # bytes of one key, as written
 MAX_VALUE_BYTES = 1 << 16  # a top-level value kept as raw text when at most this long
 MAX_CAPTURED_BYTES = 1 << 20  # raw text kept in all
 
-_STR = rb'"(?:[^"\\]++|\\.)*+"'
-_PLAIN = rb'[^"\[\]{}]++'
+# Every pattern is an "unrolled loop": runs of plain bytes between strings and containers, whose
+# pieces start with different bytes, so a failed match backtracks in time linear in what it read
+# (Python 3.10 has no possessive quantifiers).
+_PLAIN = rb'[^"\[\]{}]*'
+_STR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 
 
 def _container(levels: int) -> bytes:
-    inner = _PLAIN + rb"|" + _STR
-    if levels > 1:
-        inner += rb"|" + _container(levels - 1)
-    return rb"[\[{](?:" + inner + rb")*+[\]}]"
+    inner = _STR if levels == 1 else rb"(?:" + _STR + rb"|" + _container(levels - 1) + rb")"
+    return rb"[\[{]" + _PLAIN + rb"(?:" + inner + _PLAIN + rb")*[\]}]"
 
 
-_CONTAINER = _container(3)
+_CONTAINER = _container(6)
 _STRING = re.compile(_STR, re.S)
-_WHOLE = re.compile(_CONTAINER, re.S)  # a container nested at most 3 levels, whole
-_SKIP = re.compile(rb"(?:" + _PLAIN + rb"|" + _STR + rb"|" + _CONTAINER + rb")*+", re.S)
-_STRING_REST = re.compile(rb'(?:[^"\\]++|\\.)*+"', re.S)  # the rest of a string, its closing quote
-_STRING_PART = re.compile(rb'(?:[^"\\]++|\\.)*+', re.S)  # the rest of a string that goes on
-_SPACE = re.compile(rb"[ \t\n\r]*+")
-_SCALAR = re.compile(rb'[^,}\]\[{" \t\n\r]*+')
+_WHOLE = re.compile(_CONTAINER, re.S)  # a container nested at most 6 levels, whole
+_SKIP = re.compile(_PLAIN + rb"(?:(?:" + _STR + rb"|" + _CONTAINER + rb")" + _PLAIN + rb")*", re.S)
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # the rest of a string, its closing quote
+_STRING_PART = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)  # the rest of a string that goes on
+_SPACE = re.compile(rb"[ \t\n\r]*")
+_SCALAR = re.compile(rb'[^,}\]\[{" \t\n\r]*')
 _LITERALS = (b"true", b"false", b"null")
 
 # states of the scan of a top-level object
