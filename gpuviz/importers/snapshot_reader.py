@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import pickle
+import re
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
 
 __all__ = ["ACTIONS", "OTHER", "HAS_ADDR", "HAS_SIZE", "HAS_TIME", "HAS_BLOCK_SIZE", "TraceColumns", "Stacks",
            "columns_of", "load_snapshot", "read_snapshot", "native_reader_available", "as_snapshot",
-           "is_segments_list"]  # fmt: skip
+           "is_segments_list", "segments_list_head"]  # fmt: skip
 
 # action codes of TraceColumns.action (the C reader's ACTION_NAMES, in this order)
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
@@ -238,6 +239,19 @@ def is_segments_list(data: Any) -> bool:
         and bool(data)
         and all(isinstance(s, dict) and "address" in s and "total_size" in s for s in data)
     )
+
+
+_LIST_PICKLE = re.compile(rb"\x80[\x02-\x05](?:\x95.{8})?\]", re.S)  # PROTO, FRAME, EMPTY_LIST
+_SEGMENT_KEYS = (b"address", b"total_size", b"blocks")
+
+
+def segments_list_head(head: bytes) -> bool:
+    """Whether ``head`` starts a pickle of a list (``]`` after the protocol and frame) whose first
+    dict has a segment's keys: what ``torch.cuda.memory_snapshot()`` returns, pickled."""
+    if _LIST_PICKLE.match(head) is None:
+        return False
+    start = head[:512]
+    return all(key in start for key in _SEGMENT_KEYS)
 
 
 def as_snapshot(data: Any) -> Any:

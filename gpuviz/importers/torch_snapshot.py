@@ -22,7 +22,9 @@ allocator's recent actions), newer ones also ``allocator_settings`` and
 - ``time_us`` -> ``time_ns``; without it the entries keep their order one µs apart
   (``time_ns`` inferred); ``external_annotations`` -> marks (START -> begin, END -> end);
 - frames -> stacks of the Python frames (innermost first), as gpuviz records its own;
-- ``allocator_settings`` -> ``meta["source"]["allocator_settings"]``.
+- ``allocator_settings`` -> ``meta["source"]["allocator_settings"]``;
+- a snapshot without a trace, or the list of segments ``torch.cuda.memory_snapshot()`` returns,
+  is the heap at that moment: its segments and blocks, at time 0, with no history.
 
 Pickles are untrusted: they are read with every class and function refused, so a pickle
 naming any global is rejected before anything of it runs. Each trace is read as columns
@@ -56,6 +58,7 @@ from gpuviz.importers.snapshot_reader import (
     is_segments_list,
     load_snapshot,
     read_snapshot,
+    segments_list_head,
     traces_of,
 )
 from gpuviz.importers.source import Progress, Source
@@ -70,8 +73,6 @@ DESCRIPTION = "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot pickl
 ALLOCATOR = "pytorch-caching"  # the ``allocator`` option of every device of an imported snapshot
 _US = 1000  # ns per µs: time_us -> time_ns, and the spacing of entries without times
 _KEYS = (b"segments", b"device_traces")
-_LIST_PICKLE = re.compile(rb"\x80[\x02-\x05](?:\x95.{8})?\]", re.S)  # PROTO, FRAME, EMPTY_LIST
-_SEGMENT_KEYS = (b"address", b"total_size", b"blocks")
 _JSON_FIRST_KEY = re.compile(rb'\s*\{\s*"(segments|device_traces|allocator_settings|external_annotations)"\s*:')
 _MARK = int(Kind.MARK)
 _BEFORE, _AFTER = -1, 1 << 16  # merge ranks of annotations beside device indices
@@ -90,16 +91,8 @@ def sniff(head: bytes) -> bool:
     with a snapshot key."""
     if head[:1] == b"\x80":
         start = head[:64]
-        return any(key in start for key in _KEYS) or _segments_list(head)
+        return any(key in start for key in _KEYS) or segments_list_head(head)
     return _JSON_FIRST_KEY.match(head) is not None
-
-
-def _segments_list(head: bytes) -> bool:
-    """A pickle of a list (``]`` after the protocol and frame) whose first dict has a segment's keys."""
-    if _LIST_PICKLE.match(head) is None:
-        return False
-    start = head[:512]
-    return all(key in start for key in _SEGMENT_KEYS)
 
 
 def sniff_keys(top: JsonTop) -> bool:
@@ -112,7 +105,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     stacks = Stacks(log)
     snapshot, traces = read_snapshot(source, stacks)
     version = "json" if source.head[:1] != b"\x80" else None
-    if "device_traces" not in snapshot and _segments_list(source.head):
+    if "device_traces" not in snapshot and segments_list_head(source.head):
         version = "segments list (torch.cuda.memory_snapshot())"
     return _build(log, stacks, snapshot, traces, file=str(source.path), version=version, owned=True)
 

@@ -19,7 +19,9 @@ TensorFlow's BFC allocator records every decision as a ``MemoryAllocation`` or
 (or ``tensor_shape``), ``data_type`` (the DataType enum), ``region_type``, ``id`` (step id)
 and ``group_id`` (the profiler's step number). Each allocator becomes one device
 (``tf_memory.allocator_device``); every ``/device:GPU:N`` plane adds ``GPU:N`` even without
-memory events, so a multi-GPU profile shows all its GPUs.
+memory events, so a multi-GPU profile shows all its GPUs. TPU profiles put their memory events on
+the host plane with no ``allocator_name`` but an ``index_on_host`` stat (the TPU core): core k
+is a device of its own, named after the k-th ``/device:TPU:N`` plane (``TPU:N``).
 
 Segments are not in the trace (TF does not trace its region growth): they are inferred as
 the connected address ranges ever allocated (``builder.infer_segments``). An allocation freed
