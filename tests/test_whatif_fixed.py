@@ -187,6 +187,11 @@ def test_the_runs_failed_request_is_replayed_and_each_policy_says_if_it_serves_i
         comparison.headline()
     )
     assert comparison.table()[1]["source_ooms_served"] == [False]
+    from gpuviz.views.comparison import _table_rows
+
+    columns, rows = _table_rows(comparison)
+    assert columns[-1] == "run's failed requests served"
+    assert [row[-1] for row in rows] == ["0 / 1", "0 / 1", "1 / 1", "1 / 1"]
     assert any(note.startswith("the run failed 1 requests (out of memory)") for note in comparison.notes)
     skipping = whatif(source.log, ["torch"], capacity=64 * MiB, stop_at_oom=False)["torch"]
     assert (skipping.source_ooms, skipping.served) == ((False,), 11)
