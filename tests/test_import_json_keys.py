@@ -181,3 +181,23 @@ def test_the_h100_tracelens_trace_opens_and_matches_its_own_totals() -> None:
     final = replay(log).state_at(-1, device="GPU:0")
     assert sum(c.requested for s in final.segments for c in s.chunks if c.in_use) == raw_final(raw, 1)
     assert not any("contradict" in note for note in log.meta["notes"])
+
+
+def test_a_gzip_bomb_is_scanned_only_to_a_multiple_of_its_size(tmp_path: Path) -> None:
+    """200 MB of white space compress to 200 KB: the key scan stops at SCAN_FLOOR bytes."""
+    from gpuviz.importers.source import SCAN_FLOOR, Source
+
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", compresslevel=9) as file:
+        file.write(b'{"a": 1, "b": "')
+        block = b" " * (1 << 20)
+        for _ in range(200):
+            file.write(block)
+        file.write(b'", "traceEvents": [], "schemaVersion": 1}')
+    top = Source(path).json_top()
+    assert top.keys == ["a", "b"] and top.problem == f"not scanned past its first {SCAN_FLOOR} bytes"
+    assert SCAN_FLOOR < top.scanned <= SCAN_FLOOR + (1 << 20)
+    with pytest.raises(
+        LogFormatError, match="it looks like a JSON object with top-level keys a, b \\(not scanned past"
+    ):
+        gpuviz.load(path)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.importers.jsontop import JsonTop, scan
+from gpuviz.importers.jsontop import MAX_SCAN_BYTES, JsonTop, scan
 
 __all__ = ["Source", "Progress", "NullProgress", "Passes", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES"]
 
@@ -28,6 +28,8 @@ HEAD_BYTES = 1 << 16  # how much decompressed content the importers sniff
 PROGRESS_MIN_BYTES = 8 << 20  # files smaller than this import without a progress bar (auto mode)
 _GZIP_MAGIC = b"\x1f\x8b"
 _SPOOL_CHUNK = 1 << 20  # bytes decompressed at a time into the spool file
+SCAN_RATIO = 256  # the key scan of a gzip file reads at most this many times its compressed size...
+SCAN_FLOOR = 64 << 20  # ...or this many bytes, whichever is more (and never more than jsontop.MAX_SCAN_BYTES)
 
 
 class Progress(Protocol):
@@ -141,7 +143,8 @@ class Source:
 
     def json_top(self) -> JsonTop:
         """The top level of the content read as JSON (``jsontop.scan``: its top-level keys and
-        small values, skipped values never decoded), scanned once, streamed and bounded.
+        small values, skipped values never decoded), scanned once, streamed and bounded: a gzip
+        file's content at most ``SCAN_RATIO`` times its size (at least ``SCAN_FLOOR`` bytes).
         A gzip stream cut short or corrupt ends the scan with ``problem`` set."""
         if self._json_top is None:
             broken: list[str] = []
@@ -152,8 +155,9 @@ class Source:
                 except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
                     broken.append(f"the gzip stream is cut short or corrupt ({exc})")
 
+            limit = min(MAX_SCAN_BYTES, max(SCAN_FLOOR, SCAN_RATIO * self.size)) if self.compressed else MAX_SCAN_BYTES
             with gzip.GzipFile(self.path, mode="rb") if self.compressed else open(self.path, "rb") as stream:
-                top = scan(chunks(stream))  # type: ignore[arg-type]
+                top = scan(chunks(stream), max_bytes=limit)  # type: ignore[arg-type]
             if broken:
                 top.problem = broken[0]
             self._json_top = top
