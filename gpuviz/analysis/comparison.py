@@ -161,7 +161,8 @@ class Comparison:
                 over = (
                     " (more than the capacity)" if self.capacity is not None and o.peak_reserved > self.capacity else ""
                 )
-                failed = f"{len(o.source_ooms)} requests failed (out of memory), " if o.source_ooms else ""
+                count = len(o.source_ooms)
+                failed = f"{count} request{'' if count == 1 else 's'} failed (out of memory), " if count else ""
                 parts.append(f"as recorded: {failed}reserved at most {format_bytes(o.peak_reserved)}{over}")
             elif o.oom is not None:
                 parts.append(

@@ -185,7 +185,7 @@ def whatif(
         notes.append(f"{stream.unmatched_frees} frees of allocations made before the log began were left out")
     if len(failed):
         notes.append(
-            f"the run failed {len(failed)} requests (out of memory): each policy replays them too, as an allocation"
+            f"the run failed {_requests(len(failed))} (out of memory): each policy replays them too, as an allocation"
             " freed at once (the program never held it)"
         )
     source = str(log.meta.get("source", {}).get("file", "")) if isinstance(log.meta.get("source"), dict) else ""
@@ -193,6 +193,10 @@ def whatif(
         source=source, device=name, capacity=size, outcomes=tuple(outcomes), notes=tuple(notes),
         resolve=lambda spec: parse_policy(spec).label,
     )  # fmt: skip
+
+
+def _requests(count: int) -> str:
+    return f"{count} request" if count == 1 else f"{count} requests"
 
 
 def served_failed(stream: RequestStream, replayed: EventLog, served: int, *, stop_at_oom: bool) -> tuple[bool, ...]:
