@@ -191,8 +191,13 @@ def whatif(
     source = str(log.meta.get("source", {}).get("file", "")) if isinstance(log.meta.get("source"), dict) else ""
     return Comparison(
         source=source, device=name, capacity=size, outcomes=tuple(outcomes), notes=tuple(notes),
-        resolve=lambda spec: parse_policy(spec).label,
+        resolve=policy_label,
     )  # fmt: skip
+
+
+def policy_label(spec: str) -> str:
+    """The label of the policy ``spec`` selects (what a Comparison names it)."""
+    return parse_policy(spec).label
 
 
 def _requests(count: int) -> str:
