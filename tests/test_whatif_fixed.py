@@ -277,3 +277,27 @@ def test_the_expandable_model_fails_the_real_runs_oom_on_the_real_device(real_ru
     # with no capacity the model serves it (the run's failure was the device's size)
     unbounded = whatif(real_run, [EXPANDABLE], device=device)[EXPANDABLE]
     assert unbounded.source_ooms == (True,) and unbounded.fits
+
+
+@pytest.mark.parametrize("spec", ["torch", "rmm-pool", "no-pool", "tf-bfc"])
+@pytest.mark.parametrize("stop", [True, False])
+def test_the_c_replay_serves_a_stream_with_failed_requests_as_python_does(spec: str, stop: bool) -> None:
+    from gpuviz.scenarios import replay_policy
+    from gpuviz.scenarios.native import native_replay_available, replay_native
+
+    if not native_replay_available():
+        pytest.skip("the C what-if replay is not built")
+    source = _run()
+    stream = request_stream(source.log, "GPU:0", failed=True)
+    policy = parse_policy(spec)
+    python_upstream, c_upstream = SimUpstream(64 * MiB), SimUpstream(64 * MiB)
+    built = policy.build(python_upstream, device="GPU:0", log=EventLog())
+    python_log, python_served = replay_policy(stream, source.log, policy, python_upstream, stop_at_oom=stop,
+                                              allocator=built)  # fmt: skip
+    native = replay_native(stream, source.log, policy.build(c_upstream, device="GPU:0", log=EventLog()), c_upstream,
+                           stop_at_oom=stop)  # fmt: skip
+    assert native is not None
+    c_log, c_served = native
+    assert c_served == python_served
+    for name in ("time_ns", "kind", "address", "size", "requested"):
+        assert c_log[name].tolist() == python_log[name].tolist(), name
