@@ -12,7 +12,9 @@ from gpuviz.importers.source import Source
 
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
 FIXTURES = Path(__file__).parent / "fixtures"
-SNIFFERS = {module.NAME: module.sniff for module in map(__import__("importlib").import_module, IMPORTERS)}
+MODULES = list(map(__import__("importlib").import_module, IMPORTERS))
+SNIFFERS = {module.NAME: module.sniff for module in MODULES}
+KEY_SNIFFERS = {module.NAME: module.sniff_keys for module in MODULES if hasattr(module, "sniff_keys")}
 OWN = {
     "pt_profiler_cuda_v100_hta_df_index_resolver.json.gz": "pytorch-profiler",
     "pt_profiler_cuda_v100_kineto_resnet50_2021_oldschema.json.gz": "pytorch-profiler",
@@ -29,6 +31,8 @@ OWN = {
     "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz": "xprof-memory-profile",
     "tb_memory_profile_tpu_xprof_golden.json.gz": "xprof-memory-profile",
     "pt_memory_timeline_raw_hta.json.gz": "pytorch-memory-timeline",
+    "pt_profiler_h100_owlv2_tracelens.json.gz": "pytorch-profiler",  # by its keys: they sit past the head
+    "pt_snapshot_codelocation_3gpu_expandable_oom.pickle": "pytorch-snapshot",
 }
 
 
@@ -42,12 +46,19 @@ def _fixture_owner(path: Path) -> str | None:
         return "pytorch-snapshot"
     if name.endswith(".xplane.pb.gz"):
         return "xplane"
+    if name.endswith(".prof") and path.parent.name == "jax_memory_profile":
+        return "jax-memory-profile"
     return None  # the legacy RMM CSV (rejected by its own reader), scripts, manifests
 
 
 def _accepted(path: Path) -> set[str]:
-    head = Source(path).head
-    return {name for name, sniff in SNIFFERS.items() if sniff(head)}
+    """The formats whose sniffer accepts the head, and those whose key sniffer accepts a JSON object's keys."""
+    source = Source(path)
+    accepted = {name for name, sniff in SNIFFERS.items() if sniff(source.head)}
+    if source.head.lstrip().startswith(b"{"):
+        top = source.json_top()
+        accepted |= {name for name, sniff_keys in KEY_SNIFFERS.items() if sniff_keys(top)}
+    return accepted
 
 
 @pytest.mark.parametrize("path", sorted(p for p in TRACES.iterdir() if p.name != "SOURCES.md"), ids=lambda p: p.name)

@@ -126,7 +126,10 @@ def test_unknown_files_name_what_they_are_not_and_the_formats_tried(tmp_path: Pa
     assert names[0] == "gpuviz"
     cases = {
         "empty.json": (b"", "it is empty"),
-        "other.json": (b'{"hello": 1, "world": [1]}', "JSON with keys ['hello', 'world']"),
+        "other.json": (
+            b'{"hello": 1, "world": [1]}',
+            "a JSON object with top-level keys hello, world: not a format gpuviz opens",
+        ),
         "binary.bin": (b"\x00\x01\x02garbage", "starts with bytes"),
     }
     for name, (content, what) in cases.items():
@@ -138,7 +141,10 @@ def test_unknown_files_name_what_they_are_not_and_the_formats_tried(tmp_path: Pa
         assert str(path) in message and what in message and "Formats tried: a gpuviz event log" in message
     compressed = tmp_path / "other.json.gz"
     compressed.write_bytes(gzip.compress(b'{"hello": 1}'))
-    expected = r"\(gzip-compressed\) is not a gpuviz event log nor a trace gpuviz can open: it is JSON"
+    expected = (
+        r"\(gzip-compressed\) is not a gpuviz event log nor a trace gpuviz can open:"
+        " it is a JSON object with top-level keys hello: not a format"
+    )
     with pytest.raises(LogFormatError, match=expected):
         load(compressed)
     with pytest.raises(FileNotFoundError):

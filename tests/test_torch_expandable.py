@@ -135,7 +135,7 @@ def test_policy_option_and_whatif_comparison() -> None:
     for _ in range(10):
         source.allocate(6 * MiB)
     comparison = gpuviz.whatif(source.log, ["torch", "torch:expandable_segments=true"], capacity=64 * MiB)
-    fixed, grown = comparison["torch"], comparison["torch:expandable_segments=True"]
+    fixed, grown = comparison["torch"], comparison["torch:expandable_segments=true"]
     assert fixed.oom is not None and fixed.served == 9
     assert grown.oom is None and grown.served == 10 and grown.peak_reserved == 60 * MiB
     assert replay(grown.log).state_at(-1).segments[0].size == 60 * MiB
@@ -181,7 +181,7 @@ def test_cli_whatif_compares_fixed_and_expandable_segments(tmp_path, capsys) -> 
     assert main([*args, "--capacity", "64MiB", "-o", str(tmp_path / "w.html")]) == 0
     out = capsys.readouterr().out
     assert "torch: out of memory on 64.00MiB after 9 of 10 requests" in out
-    assert "torch:expandable_segments=True: fits on 64.00MiB, reserving at most 60.00MiB" in out
+    assert "torch:expandable_segments=true: fits on 64.00MiB, reserving at most 60.00MiB" in out
 
 
 def test_a_run_exported_to_pytorchs_format_imports_back_exactly() -> None:

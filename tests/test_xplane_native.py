@@ -179,15 +179,16 @@ def test_generated_xspaces_import_the_same_with_and_without_the_decoder(
 
 
 def test_a_mapped_file_is_decoded_the_same_while_its_pages_are_handed_back(tmp_path: Path) -> None:
-    stats = [(0, "GPU_0_bfc"), (6, 1 << 40), (8, 512), (9, 1024), (1, "l0/MatMul"), (3, "[128]")]
+    stats = [("allocator_name", "GPU_0_bfc"), ("addr", 1 << 40), ("allocation_bytes", 512),
+             ("bytes_allocated", 1024), ("tf_op", "l0/MatMul"), ("shape", "[128]")]  # fmt: skip
 
-    def stat(slot: int, value: int | str) -> bytes:
+    def stat(name: str, value: int | str) -> bytes:
         payload = _field(5, value.encode()) if isinstance(value, str) else _field(4, value)
-        return _field(4, _field(1, slot + 1) + payload)
+        return _field(4, _field(1, xp._native.SLOT_NAMES.index(name) + 1) + payload)
 
     common = b"".join(stat(s, v) for s, v in stats)
     events = b"".join(  # 9 MB in one line: the decoder hands pages back every 4 MB
-        _field(4, _field(1, 1 + i % 2) + _field(2, i * 1000) + common + stat(6, i)) for i in range(120_000)
+        _field(4, _field(1, 1 + i % 2) + _field(2, i * 1000) + common + stat("addr", i)) for i in range(120_000)
     )
     names = b"".join(_field(5, _field(1, i + 1) + _field(2, _field(1, i + 1) + _field(2, n.encode())))
                      for i, n in enumerate(xp._native.SLOT_NAMES))  # fmt: skip

@@ -18,6 +18,7 @@ Each policy's replay is an ordinary EventLog; this module measures each one the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,14 +79,18 @@ class PolicyOutcome:
     oom: OomAt | None
     worst_index: int
     series: TimelineSeries = field(repr=False)
+    source_ooms: tuple[bool, ...] = ()  # per request the source failed (its OOMs), whether this policy served it
 
     @property
     def fits(self) -> bool:
         return self.oom is None
 
 
-def outcome(name: str, log: EventLog, device: str, *, requests: int, served: int) -> PolicyOutcome:
-    """Measure one policy's replay ``log`` (its device ``device``)."""
+def outcome(
+    name: str, log: EventLog, device: str, *, requests: int, served: int, source_ooms: tuple[bool, ...] = ()
+) -> PolicyOutcome:
+    """Measure one policy's replay ``log`` (its device ``device``); ``source_ooms``: for each request
+    the source failed, whether this replay served it."""
     series = timeline_series(log, device)
     kinds = log.columns["kind"][series.index]
     settled = np.flatnonzero((kinds == Kind.ALLOC) | (kinds == Kind.FREE) | (kinds == Kind.OOM))
@@ -117,8 +122,9 @@ def outcome(name: str, log: EventLog, device: str, *, requests: int, served: int
         )
         worst = index
     return PolicyOutcome(
-        name, log, device, requests, served, *values, final_reserved=final, oom=oom, worst_index=worst, series=series
-    )
+        name, log, device, requests, served, *values, final_reserved=final, oom=oom, worst_index=worst, series=series,
+        source_ooms=source_ooms,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,11 +136,20 @@ class Comparison:
     capacity: int | None
     outcomes: tuple[PolicyOutcome, ...]
     notes: tuple[str, ...] = ()
+    # a policy as written (any spelling that selects it) -> its outcome's name; None: names only
+    resolve: Callable[[str], str] | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> PolicyOutcome:
-        for item in self.outcomes:
-            if item.name == name:
-                return item
+        """The outcome of the policy ``name``: its label, or any string that selects the same policy
+        (``"torch:expandable_segments=1"`` for ``"torch:expandable_segments=true"``)."""
+        names = [name]
+        if self.resolve is not None:
+            with contextlib.suppress(ValueError):
+                names.append(self.resolve(name))
+        for wanted in names:
+            for item in self.outcomes:
+                if item.name == wanted:
+                    return item
         raise KeyError(f"no policy {name!r}; policies are {', '.join(o.name for o in self.outcomes)}")
 
     def headline(self) -> str:
@@ -146,14 +161,19 @@ class Comparison:
                 over = (
                     " (more than the capacity)" if self.capacity is not None and o.peak_reserved > self.capacity else ""
                 )
-                parts.append(f"as recorded: reserved at most {format_bytes(o.peak_reserved)}{over}")
+                count = len(o.source_ooms)
+                failed = f"{count} request{'' if count == 1 else 's'} failed (out of memory), " if count else ""
+                parts.append(f"as recorded: {failed}reserved at most {format_bytes(o.peak_reserved)}{over}")
             elif o.oom is not None:
                 parts.append(
                     f"{o.name}: out of memory{where} after {o.served} of {o.requests} requests ({o.oom.cause()})"
                 )
+                if o.source_ooms and any(o.source_ooms):
+                    parts[-1] += f", though it serves {sum(o.source_ooms)} of the run's own failed requests"
             else:
+                served = " (the run's own failed requests included)" if o.source_ooms else ""
                 parts.append(
-                    f"{o.name}: fits{where}, reserving at most {format_bytes(o.peak_reserved)} "
+                    f"{o.name}: fits{where}{served}, reserving at most {format_bytes(o.peak_reserved)} "
                     f"({format_bytes(o.waste_at_peak)} of it unused at that moment)"
                 )
         return "; ".join(parts) + "."
@@ -171,6 +191,7 @@ class Comparison:
                 "served": o.served,
                 "requests": o.requests,
                 "oom": None if o.oom is None else o.oom.cause(),
+                "source_ooms_served": list(o.source_ooms),
             }
             for o in self.outcomes
         ]

@@ -32,7 +32,9 @@ class RequestStream:
     ``requested`` (bytes), ``time_ns``, ``tag``/``stack`` (indices into the source log's tables)
     describe allocations; ``address`` is the source's address of each request; ``position`` is
     each request's index in the source log. ``unmatched_frees`` counts frees of allocations made
-    before the stream begins.
+    before the stream begins. ``failed`` (None: no such requests): True for the requests the
+    source failed to serve (an ``oom`` event: an allocation of the bytes asked for, followed by a
+    free of it at the same position, since the program never held it).
     """
 
     device: str
@@ -46,6 +48,14 @@ class RequestStream:
     stack: np.ndarray
     position: np.ndarray
     unmatched_frees: int
+    failed: np.ndarray | None = None
+
+    @property
+    def failed_allocations(self) -> np.ndarray:
+        """Stream indices of the allocations the source failed (its OOMs), in order."""
+        if self.failed is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.failed & self.is_alloc)
 
     def __len__(self) -> int:
         return len(self.is_alloc)
@@ -60,11 +70,15 @@ class RequestStream:
         return int((~self.is_alloc & ~self.deferred).sum())
 
 
-def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched: bool = False) -> RequestStream:
+def request_stream(
+    log: EventLog, device: str, *, start: int = 0, keep_unmatched: bool = False, failed: bool = False
+) -> RequestStream:
     """The requests of ``device`` in ``log`` from log position ``start`` on (allocations and frees).
 
     Frees of allocations made before ``start`` are left out, unless ``keep_unmatched`` (for a
-    replay seeded with the heap at ``start``, where those allocations exist).
+    replay seeded with the heap at ``start``, where those allocations exist). ``failed``: the
+    requests the source failed (its ``oom`` events) are in the stream too, each an allocation
+    and its free (``RequestStream.failed``), so that a replay says whether it would serve them.
     """
     device_id = log.device_index(device)
     cols = log.columns
@@ -100,7 +114,7 @@ def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched
     new_index = np.cumsum(keep) - 1
     alloc_of = np.where(alloc_of >= 0, new_index[np.maximum(alloc_of, 0)], -1)[keep]
     kept = positions[keep]
-    return RequestStream(
+    stream = RequestStream(
         device=device,
         is_alloc=is_alloc[keep],
         deferred=deferred[keep],
@@ -112,4 +126,39 @@ def request_stream(log: EventLog, device: str, *, start: int = 0, keep_unmatched
         stack=cols["stack"][kept],
         position=kept,
         unmatched_frees=unmatched,
+    )
+    if not failed:
+        return stream
+    ooms = (cols["device"] == device_id) & (kinds == Kind.OOM)
+    ooms[: max(start, 0)] = False
+    return _with_failed(stream, np.flatnonzero(ooms), log)
+
+
+def _with_failed(stream: RequestStream, ooms: np.ndarray, log: EventLog) -> RequestStream:
+    """``stream`` with each source OOM (log positions ``ooms``) as an allocation and its free, in log order."""
+    n, m = len(stream), len(ooms)
+    cols = log.columns
+    positions = np.concatenate([stream.position, ooms, ooms])
+    order = np.lexsort((np.repeat(np.arange(3), [n, m, m]), positions))  # an OOM's allocation before its free
+    new_index = np.empty(n + 2 * m, dtype=np.int64)
+    new_index[order] = np.arange(n + 2 * m)
+    old_of = np.where(stream.alloc_of >= 0, new_index[np.maximum(stream.alloc_of, 0)], -1)
+    zeros = np.zeros(m, dtype=np.int64)
+
+    def joined(values: np.ndarray, allocs: np.ndarray, frees: np.ndarray) -> np.ndarray:
+        return np.concatenate([values, allocs.astype(values.dtype), frees.astype(values.dtype)])[order]
+
+    return RequestStream(
+        device=stream.device,
+        is_alloc=joined(stream.is_alloc, np.ones(m, bool), np.zeros(m, bool)),
+        deferred=joined(stream.deferred, np.zeros(m, bool), np.zeros(m, bool)),
+        alloc_of=joined(old_of, np.full(m, -1), new_index[n : n + m]),
+        requested=joined(stream.requested, cols["requested"][ooms], zeros),
+        time_ns=joined(stream.time_ns, cols["time_ns"][ooms], cols["time_ns"][ooms]),
+        address=joined(stream.address, zeros, zeros),
+        tag=joined(stream.tag, cols["tag"][ooms], np.full(m, NO_INDEX)),
+        stack=joined(stream.stack, cols["stack"][ooms], np.full(m, NO_INDEX)),
+        position=joined(stream.position, ooms, ooms),
+        unmatched_frees=stream.unmatched_frees,
+        failed=joined(np.zeros(n, bool), np.ones(m, bool), np.ones(m, bool)),
     )

@@ -21,6 +21,7 @@ are bytes. Virtual ranges are placed from ``VIRTUAL_BASE`` on, each at a multipl
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from gpuviz.base.torch_rules import LARGE_BUFFER, SMALL_BUFFER
@@ -42,7 +43,11 @@ def reservation_size(capacity: int, granule: int) -> int:
 
 
 class ExpandableSegment:
-    """One reserved virtual range ``[base, base + size)`` of one pool and stream, mapped in granules."""
+    """One reserved virtual range ``[base, base + size)`` of one pool and stream, mapped in granules.
+
+    Sparse: only the mapped granules are stored (their upstream regions, and the mapped runs as
+    sorted granule intervals), so a range the size of an unbounded device costs what is mapped,
+    and each query is a binary search over the mapped runs."""
 
     def __init__(self, base: int, size: int, granule: int, *, small: bool, stream: int) -> None:
         self.base = base
@@ -50,7 +55,10 @@ class ExpandableSegment:
         self.granule = granule
         self.small = small
         self.stream = stream
-        self._handles: list[int | None] = [None] * (size // granule)  # upstream region per granule
+        self._count = size // granule  # granules in the range
+        self._handles: dict[int, int] = {}  # granule index -> upstream region, mapped granules only
+        self._starts: list[int] = []  # mapped runs [start, end) in granule indices, sorted, disjoint,
+        self._ends: list[int] = []  # never adjacent (touching runs are merged)
 
     @property
     def end(self) -> int:
@@ -58,37 +66,46 @@ class ExpandableSegment:
 
     @property
     def mapped_bytes(self) -> int:
-        return sum(h is not None for h in self._handles) * self.granule
+        return len(self._handles) * self.granule
+
+    def mapped_runs(self) -> list[tuple[int, int]]:
+        """Every maximal mapped range as ``(address, bytes)``, in address order."""
+        g = self.granule
+        return [(self.base + a * g, (b - a) * g) for a, b in zip(self._starts, self._ends, strict=True)]
 
     def contains(self, address: int) -> bool:
         return self.base <= address < self.end
 
+    def _run_at(self, index: int) -> int:
+        """The position of the mapped run holding granule ``index``, or -1."""
+        at = bisect_right(self._starts, index) - 1
+        return at if at >= 0 and index < self._ends[at] else -1
+
     def is_mapped(self, address: int) -> bool:
-        return self._handles[(address - self.base) // self.granule] is not None
+        return (address - self.base) // self.granule in self._handles
 
     def unmapped_run(self, address: int) -> int:
         """Bytes of the unmapped run from ``address`` (a granule boundary) to the next mapped
         granule or the end of the range; 0 when ``address`` is mapped or the end."""
         first = (address - self.base) // self.granule
-        last = first
-        while last < len(self._handles) and self._handles[last] is None:
-            last += 1
+        if first >= self._count or first in self._handles:
+            return 0
+        following = bisect_right(self._starts, first)
+        last = self._starts[following] if following < len(self._starts) else self._count
         return (last - first) * self.granule
 
     def unmapped_starts(self) -> list[int]:
         """The start of every maximal unmapped run, in address order (PyTorch's ``unmapped`` blocks)."""
-        handles = self._handles
-        return [
-            self.base + i * self.granule
-            for i in range(len(handles))
-            if handles[i] is None and (i == 0 or handles[i - 1] is not None)
-        ]
+        starts = [0] if not self._starts or self._starts[0] > 0 else []
+        starts.extend(end for end in self._ends if end < self._count)
+        return [self.base + i * self.granule for i in starts]
 
     def map(self, upstream: Upstream, address: int, size: int) -> int:
         """Map the granules from ``address`` (a granule boundary) covering ``size`` bytes; returns
         the bytes mapped, or 0 when the upstream runs out (nothing mapped then)."""
         begin = (address - self.base) // self.granule
-        end = -(-(address + size - self.base) // self.granule)
+        end = min(-(-(address + size - self.base) // self.granule), self._count)
+        assert begin < end and all(i not in self._handles for i in (begin, end - 1)), "mapping a mapped granule"
         made: list[int] = []
         try:
             for _ in range(begin, end):
@@ -97,7 +114,18 @@ class ExpandableSegment:
             for handle in made:
                 upstream.free(handle)
             return 0
-        self._handles[begin:end] = made
+        self._handles.update(zip(range(begin, end), made, strict=True))
+        at = bisect_right(self._starts, begin)  # the new run goes here; merge with touching neighbours
+        new_start, new_end = begin, end
+        if at > 0 and self._ends[at - 1] == begin:
+            at -= 1
+            new_start = self._starts[at]
+            del self._starts[at], self._ends[at]
+        if at < len(self._starts) and self._starts[at] == end:
+            new_end = self._ends[at]
+            del self._starts[at], self._ends[at]
+        self._starts.insert(at, new_start)
+        self._ends.insert(at, new_end)
         return (end - begin) * self.granule
 
     def unmap(self, upstream: Upstream, address: int, size: int) -> tuple[int, int]:
@@ -107,11 +135,16 @@ class ExpandableSegment:
         end = (address + size - self.base) // self.granule
         if begin >= end:
             return address, 0
+        at = self._run_at(begin)
+        assert at >= 0 and end <= self._ends[at], "unmapping a granule that is not mapped"
         for i in range(begin, end):
-            handle = self._handles[i]
-            assert handle is not None, "unmapping a granule that is not mapped"
-            upstream.free(handle)
-            self._handles[i] = None
+            upstream.free(self._handles.pop(i))
+        run_start, run_end = self._starts[at], self._ends[at]
+        del self._starts[at], self._ends[at]
+        for piece in ((end, run_end), (run_start, begin)):  # what stays mapped on either side
+            if piece[1] > piece[0]:
+                self._starts.insert(at, piece[0])
+                self._ends.insert(at, piece[1])
         return self.base + begin * self.granule, (end - begin) * self.granule
 
 

@@ -43,6 +43,8 @@ __all__ = ["to_torch_snapshot", "write_torch_snapshot", "device_indices"]
 _GPU = re.compile(r"^GPU:(\d+)$")
 _HEAP = {int(k) for k in HEAP_KINDS} | {int(Kind.OOM)}
 _SMALL_SEGMENT = 2 << 20  # PyTorch's small-pool segments are exactly 2 MiB
+_SMALL_SIZE = 1 << 20  # the largest request of the small pool
+_LARGE_GRANULE = 20 << 20  # expandable segments map the large pool in 20 MiB granules
 _TRACE_MARKS = (FREE_REQUESTED_MARK, "snapshot")  # marks an imported snapshot's trace entries became
 _SEGMENT_ACTIONS = {int(k): k.name.lower() for k in (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.SEGMENT_MAP,
                                                      Kind.SEGMENT_UNMAP)}  # fmt: skip
@@ -145,12 +147,17 @@ def to_torch_snapshot(log: EventLog) -> dict[str, Any]:
                 for c in segment.chunks
             ]
             used = [c for c in segment.chunks if c.in_use]
+            expandable = device in mapped and segment.base not in reserved
+            # small pool: a 2 MiB segment; a mapped range of 2 MiB granules (not whole 20 MiB ones)
+            # or holding only blocks of at most 1 MiB
+            small = segment.size == _SMALL_SEGMENT or (expandable and (
+                segment.size % _LARGE_GRANULE != 0 or all(c.size <= _SMALL_SIZE for c in segment.chunks)))  # fmt: skip
             segments.append({
                 "device": indices[name], "address": segment.base, "total_size": segment.size,
                 "allocated_size": sum(c.size for c in used), "active_size": sum(c.size for c in used),
                 "requested_size": sum(c.requested for c in used), "stream": 0,
-                "segment_type": "small" if segment.size == _SMALL_SEGMENT else "large", "segment_pool_id": (0, 0),
-                "is_expandable": device in mapped and segment.base not in reserved, "frames": [], "blocks": blocks,
+                "segment_type": "small" if small else "large", "segment_pool_id": (0, 0),
+                "is_expandable": expandable, "frames": [], "blocks": blocks,
             })  # fmt: skip
     count = max([*traces, *(s["device"] for s in segments)], default=-1) + 1
     snapshot: dict[str, Any] = {

@@ -7,6 +7,8 @@ files are decompressed on the fly. An importer is a module of this package with
     NAME: str                  the format's name, e.g. "pytorch-snapshot"
     DESCRIPTION: str           what the format is, in words (used in error messages)
     sniff(head: bytes) -> bool whether the first ``HEAD_BYTES`` (decompressed) are this format
+    sniff_keys(top: JsonTop) -> bool   optional, for JSON objects: whether a document with these
+                               top-level keys is this format (asked when no ``sniff`` accepts the head)
     read(source: Source, *, progress: Progress) -> EventLog
 
 ``read`` parses only (the source framework is never needed), records what the source
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import importlib
-import json
 import os
 import pickle
 import stat
@@ -40,6 +41,7 @@ IMPORTERS: tuple[str, ...] = (
     "gpuviz.importers.gpuviz_log",
     "gpuviz.importers.torch_snapshot",
     "gpuviz.importers.xplane",
+    "gpuviz.importers.jax_memory_profile",
     "gpuviz.importers.xprof_memory",
     "gpuviz.importers.torch_profiler",
     "gpuviz.importers.torch_memory_timeline",
@@ -76,19 +78,19 @@ def formats() -> list[tuple[str, str]]:
     return [(module.NAME, module.DESCRIPTION) for module in _modules()]
 
 
-def _describe(head: bytes) -> str:
-    """A few words on what an unrecognised file looks like."""
+def _describe(source: Source) -> str:
+    """A few words on what an unrecognised file is (JSON: by a bounded scan, never decoded whole)."""
+    head = source.head
     text = head.lstrip()
     if not text:
         return "it is empty"
-    if text[:1] in (b"{", b"["):
-        try:
-            value = json.loads(head)
-        except ValueError:
-            return "it looks like JSON (cut at the sniffed bytes or invalid)"
-        if isinstance(value, dict):
-            return f"it is JSON with keys {sorted(value)[:8]}"
-        return f"it is a JSON {type(value).__name__}"
+    if text[:1] in (b"{", b"[", b'"') or text.startswith(b"\xef\xbb\xbf"):
+        top = source.json_top()
+        if top.kind == "object" and not top.problem:
+            return f"it is {top.describe()}: not a format gpuviz opens"
+        if top.kind == "object":
+            return f"it looks like {top.describe()}"
+        return f"it is {top.describe()}"
     if head[:1] == b"\x80":
         return "it is a pickle of another structure"
     return f"it starts with bytes {head[:8]!r}"
@@ -101,14 +103,23 @@ def detect(path: str | Path) -> str:
 
 
 def _choose(source: Source) -> ModuleType:
+    """The importer of ``source``: the first whose ``sniff`` accepts the head; for a JSON object
+    no head sniffer claims, the first whose ``sniff_keys`` accepts its top-level keys (found by
+    a bounded streaming scan of the whole document, wherever the keys sit)."""
     modules = _modules()
     for module in modules:
         if module.sniff(source.head):
             return module
+    if source.head.lstrip().lstrip(b"\xef\xbb\xbf").startswith(b"{"):
+        top = source.json_top()
+        for module in modules:
+            sniff_keys = getattr(module, "sniff_keys", None)
+            if sniff_keys is not None and sniff_keys(top):
+                return module
     tried = "; ".join(module.DESCRIPTION for module in modules)
     compressed = " (gzip-compressed)" if source.compressed else ""
     raise LogFormatError(
-        f"{source.path}{compressed} is not a gpuviz event log nor a trace gpuviz can open: {_describe(source.head)}. "
+        f"{source.path}{compressed} is not a gpuviz event log nor a trace gpuviz can open: {_describe(source)}. "
         f"Formats tried: {tried}"
     )
 

@@ -15,7 +15,8 @@
  * distinct values of the text slots (the first N_TEXT of SLOT_NAMES), each a tuple of what the
  * Python decoder reads for each slot: Ellipsis where the event has no such stat, None for a stat
  * without a value, else its str (UTF-8, errors replaced; equal texts are one str), int or float
- * -- for the caller to turn into (allocator, op, dtype, shape, region type) as that decoder does.
+ * -- for the caller to turn into (allocator, op, dtype, shape, region type) as that decoder does
+ * (``index_on_host``, a TPU core, is one of them: it names the allocator of events without one).
  *
  * Anything the Python decoder would treat in an unusual way -- a malformed or truncated message,
  * a field of an unexpected wire type, a number that does not fit an int64 column, a double that
@@ -35,9 +36,10 @@
 #endif
 
 enum { VARINT = 0, FIXED64 = 1, LEN = 2, FIXED32 = 5 };
-enum { S_ALLOCATOR, S_OP, S_DTYPE, S_SHAPE, S_TENSOR_SHAPE, S_REGION, N_TEXT,
+enum { S_ALLOCATOR, S_OP, S_DTYPE, S_SHAPE, S_TENSOR_SHAPE, S_REGION, S_CORE, N_TEXT,
        S_ADDR = N_TEXT, S_REQUESTED, S_SIZE, S_IN_USE, S_PEAK, S_FRAGMENTATION, S_STEP, N_SLOTS };
 static const char *SLOT_NAMES[] = {"allocator_name", "tf_op", "data_type", "shape", "tensor_shape", "region_type",
+                                   "index_on_host",
                                    "addr", "requested_bytes", "allocation_bytes", "bytes_allocated",
                                    "peak_bytes_in_use", "fragmentation", "group_id", NULL};
 enum { C_TIME, C_ADDR, C_REQUESTED, C_SIZE, C_IN_USE, C_PEAK, C_STEP, C_THREAD, C_FLAGS, C_FRAGMENTATION, C_TEXTS,

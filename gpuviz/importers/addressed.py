@@ -107,12 +107,13 @@ class Unaddressed:
         self._next = base
         self._live: dict[Hashable, list[int]] = {}
 
-    def alloc(self, time_ns: int, size: int, key: Hashable, *, tag: int = NO_INDEX, thread: int = 0) -> int:
+    def alloc(self, time_ns: int, size: int, key: Hashable, *, tag: int = NO_INDEX, thread: int = 0,
+              stack: int = NO_INDEX) -> int:  # fmt: skip
         """Allocate ``size`` bytes (> 0); returns the synthetic address."""
         address = self._next
         self._next += -(-size // self.ALIGN) * self.ALIGN
         self.heap.segment_alloc(time_ns, address, size, thread=thread)
-        self.heap.alloc(time_ns, address, size, size, thread=thread, tag=tag)
+        self.heap.alloc(time_ns, address, size, size, thread=thread, tag=tag, stack=stack)
         self._live.setdefault(key, []).append(address)
         return address
 

@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import pickle
+import re
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from gpuviz.importers.source import Source
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
 
 __all__ = ["ACTIONS", "OTHER", "HAS_ADDR", "HAS_SIZE", "HAS_TIME", "HAS_BLOCK_SIZE", "TraceColumns", "Stacks",
-           "columns_of", "load_snapshot", "read_snapshot", "native_reader_available"]  # fmt: skip
+           "columns_of", "load_snapshot", "read_snapshot", "native_reader_available", "as_snapshot",
+           "is_segments_list", "segments_list_head"]  # fmt: skip
 
 # action codes of TraceColumns.action (the C reader's ACTION_NAMES, in this order)
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
@@ -225,8 +227,38 @@ def load_snapshot(source: Source) -> dict[str, Any]:
                 raise LogFormatError(
                     f"{source.path}: the snapshot's JSON is truncated or invalid ({type(exc).__name__}: {exc})"
                 ) from None
+    data = as_snapshot(data)
     check_snapshot(data, str(source.path))
     return data  # type: ignore[no-any-return]
+
+
+def is_segments_list(data: Any) -> bool:
+    """Whether ``data`` is what ``torch.cuda.memory_snapshot()`` returns: a list of segment dicts."""
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(s, dict) and "address" in s and "total_size" in s for s in data)
+    )
+
+
+_LIST_PICKLE = re.compile(rb"\x80[\x02-\x05](?:\x95.{8})?\]", re.S)  # PROTO, FRAME, EMPTY_LIST
+_SEGMENT_KEYS = (b"address", b"total_size", b"blocks")
+
+
+def segments_list_head(head: bytes) -> bool:
+    """Whether ``head`` starts a pickle of a list (``]`` after the protocol and frame) whose first
+    dict has a segment's keys: what ``torch.cuda.memory_snapshot()`` returns, pickled."""
+    if _LIST_PICKLE.match(head) is None:
+        return False
+    start = head[:512]
+    return all(key in start for key in _SEGMENT_KEYS)
+
+
+def as_snapshot(data: Any) -> Any:
+    """A snapshot dict of ``data``: a list of segments (``torch.cuda.memory_snapshot()``, i.e.
+    ``_snapshot()["segments"]``) becomes ``{"segments": data}`` (a snapshot without a trace);
+    anything else is returned as it is."""
+    return {"segments": data} if is_segments_list(data) else data
 
 
 def check_snapshot(data: Any, file: str) -> None:
@@ -266,6 +298,8 @@ def _read_streaming(source: Source, stacks: Stacks) -> tuple[dict[str, Any], lis
             stacks.forget_identities()
             return None
     stacks.forget_identities()
+    if is_segments_list(root) and not traces:
+        return as_snapshot(root), []
     if not isinstance(root, dict) or not isinstance(root.get("device_traces"), list):
         return None
     check_snapshot(root, str(source.path))

@@ -15,10 +15,12 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from gpuviz.base.errors import GpuvizError, LogFormatError
+from gpuviz.importers.jsontop import MAX_SCAN_BYTES, JsonTop, scan
 
 __all__ = ["Source", "Progress", "NullProgress", "Passes", "make_progress", "HEAD_BYTES", "PROGRESS_MIN_BYTES",
            "InputTooLarge"]  # fmt: skip
@@ -61,6 +63,8 @@ class _Capped(io.RawIOBase):
     def close(self) -> None:
         self._stream.close()
         super().close()
+SCAN_RATIO = 256  # the key scan of a gzip file reads at most this many times its compressed size...
+SCAN_FLOOR = 64 << 20  # ...or this many bytes, whichever is more (and never more than jsontop.MAX_SCAN_BYTES)
 
 
 class Progress(Protocol):
@@ -170,6 +174,29 @@ class Source:
                 ) from None
         else:
             self.head = raw_head
+        self._json_top: JsonTop | None = None
+
+    def json_top(self) -> JsonTop:
+        """The top level of the content read as JSON (``jsontop.scan``: its top-level keys and
+        small values, skipped values never decoded), scanned once, streamed and bounded: a gzip
+        file's content at most ``SCAN_RATIO`` times its size (at least ``SCAN_FLOOR`` bytes).
+        A gzip stream cut short or corrupt ends the scan with ``problem`` set."""
+        if self._json_top is None:
+            broken: list[str] = []
+
+            def chunks(stream: IO[bytes]) -> Iterator[bytes]:
+                try:
+                    yield from iter(lambda: stream.read(_SPOOL_CHUNK), b"")
+                except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                    broken.append(f"the gzip stream is cut short or corrupt ({exc})")
+
+            limit = min(MAX_SCAN_BYTES, max(SCAN_FLOOR, SCAN_RATIO * self.size)) if self.compressed else MAX_SCAN_BYTES
+            with gzip.GzipFile(self.path, mode="rb") if self.compressed else open(self.path, "rb") as stream:
+                top = scan(chunks(stream), max_bytes=limit)  # type: ignore[arg-type]
+            if broken:
+                top.problem = broken[0]
+            self._json_top = top
+        return self._json_top
 
     @property
     def name(self) -> str:

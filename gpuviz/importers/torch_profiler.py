@@ -41,10 +41,11 @@ from typing import Any, NamedTuple
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.addressed import PREEXISTING, Change, Unaddressed, apply, prepare, unmatched_frees
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
+from gpuviz.importers.jsontop import JsonTop
 from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import EventLog
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "read_events", "MemoryEvent", "PREEXISTING"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "sniff_keys", "read", "read_events", "MemoryEvent", "PREEXISTING"]
 
 NAME = "pytorch-profiler"
 DESCRIPTION = "a PyTorch profiler Chrome trace (.pt.trace.json[.gz], [memory] events from profile_memory=True)"
@@ -81,19 +82,32 @@ def sniff(head: bytes) -> bool:
     return _MARKER in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head
 
 
+_KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "profile_memory")
+
+
+def sniff_keys(top: JsonTop) -> bool:
+    """A JSON object with ``traceEvents`` and kineto's header keys, wherever they sit in it."""
+    return "traceEvents" in top.keys and any(key in top.keys for key in _KINETO_KEYS)
+
+
 def _header(source: Source) -> dict[str, Any]:
-    """The top-level keys written before ``traceEvents`` (kineto's schemaVersion, deviceProperties,
-    distributedInfo, profile_memory), parsed from the head; ``{}`` when they cannot be parsed."""
+    """Kineto's top-level keys (schemaVersion, deviceProperties, distributedInfo, profile_memory):
+    parsed from the head when written before ``traceEvents``, else taken from the scan of the
+    document's top level (writers that put them at the end); ``{}`` when there are none."""
     head = source.head
     at = head.find(b'"traceEvents"')
-    if at < 0:
-        return {}
-    prefix = head[:at].rstrip().rstrip(b",")
-    try:
-        value = json.loads(prefix + b"}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    value: Any = {}
+    if at >= 0:
+        prefix = head[:at].rstrip().rstrip(b",")
+        try:
+            value = json.loads(prefix + b"}")
+        except (ValueError, RecursionError):
+            value = {}
+    header: dict[str, Any] = value if isinstance(value, dict) else {}
+    if not any(key in header for key in _KINETO_KEYS):
+        top = source.json_top()
+        header = {key: top.value(key) for key in _KINETO_KEYS if top.value(key) is not None}
+    return header
 
 
 def _event_start(buffer: bytes, marker: int, floor: int) -> int:

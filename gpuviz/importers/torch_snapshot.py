@@ -22,7 +22,9 @@ allocator's recent actions), newer ones also ``allocator_settings`` and
 - ``time_us`` -> ``time_ns``; without it the entries keep their order one µs apart
   (``time_ns`` inferred); ``external_annotations`` -> marks (START -> begin, END -> end);
 - frames -> stacks of the Python frames (innermost first), as gpuviz records its own;
-- ``allocator_settings`` -> ``meta["source"]["allocator_settings"]``.
+- ``allocator_settings`` -> ``meta["source"]["allocator_settings"]``;
+- a snapshot without a trace, or the list of segments ``torch.cuda.memory_snapshot()`` returns,
+  is the heap at that moment: its segments and blocks, at time 0, with no history.
 
 Pickles are untrusted: they are read with every class and function refused, so a pickle
 naming any global is rejected before anything of it runs. Each trace is read as columns
@@ -42,6 +44,7 @@ import numpy as np
 from gpuviz.base.errors import LogFormatError
 from gpuviz.base.torch_rules import FREE_REQUESTED_MARK, CachingRules
 from gpuviz.importers.builder import HeapBuilder, HeapConflict, event_row, finish, set_source_meta
+from gpuviz.importers.jsontop import JsonTop
 from gpuviz.importers.snapshot_reader import (
     ACTIONS,
     HAS_ADDR,
@@ -51,8 +54,11 @@ from gpuviz.importers.snapshot_reader import (
     OTHER,
     Stacks,
     TraceColumns,
+    as_snapshot,
+    is_segments_list,
     load_snapshot,
     read_snapshot,
+    segments_list_head,
     traces_of,
 )
 from gpuviz.importers.source import Progress, Source
@@ -60,7 +66,7 @@ from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind, MarkPhase
 from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "from_snapshot", "load_snapshot", "ALLOCATOR"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "sniff_keys", "read", "from_snapshot", "load_snapshot", "ALLOCATOR"]
 
 NAME = "pytorch-snapshot"
 DESCRIPTION = "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot pickle, or its JSON form)"
@@ -80,11 +86,18 @@ _BLOCK_SIZES = 1 << 16  # block sizes remembered per device (the same requests a
 
 
 def sniff(head: bytes) -> bool:
-    """A pickle (protocol 2+) whose first dict key is a snapshot key, or a JSON object that starts with one."""
+    """A pickle (protocol 2+) whose first dict key is a snapshot key, a pickle of a list whose
+    first item is a segment (``torch.cuda.memory_snapshot()``), or a JSON object that starts
+    with a snapshot key."""
     if head[:1] == b"\x80":
         start = head[:64]
-        return any(key in start for key in _KEYS)
+        return any(key in start for key in _KEYS) or segments_list_head(head)
     return _JSON_FIRST_KEY.match(head) is not None
+
+
+def sniff_keys(top: JsonTop) -> bool:
+    """A JSON object with ``segments`` and ``device_traces`` at its top level, wherever they sit."""
+    return "segments" in top.keys and "device_traces" in top.keys
 
 
 def read(source: Source, *, progress: Progress) -> EventLog:
@@ -92,11 +105,19 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     stacks = Stacks(log)
     snapshot, traces = read_snapshot(source, stacks)
     version = "json" if source.head[:1] != b"\x80" else None
+    if "device_traces" not in snapshot and segments_list_head(source.head):
+        version = "segments list (torch.cuda.memory_snapshot())"
     return _build(log, stacks, snapshot, traces, file=str(source.path), version=version, owned=True)
 
 
-def from_snapshot(snapshot: Mapping[str, Any], *, file: str = "", version: str | None = None) -> EventLog:
-    """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it)."""
+def from_snapshot(snapshot: Mapping[str, Any] | list[Any], *, file: str = "", version: str | None = None) -> EventLog:
+    """An EventLog of a PyTorch snapshot dict (as ``torch.cuda.memory._snapshot()`` returns it), or
+    of a list of segments (as ``torch.cuda.memory_snapshot()`` returns it: the heap at that moment)."""
+    if is_segments_list(snapshot):
+        snapshot = as_snapshot(snapshot)
+        version = version or "segments list (torch.cuda.memory_snapshot())"
+    if not isinstance(snapshot, Mapping):
+        raise LogFormatError(f"a PyTorch snapshot is a dict or a list of segments, not a {type(snapshot).__name__}")
     log = EventLog(arena=False)  # built at once, then read whole
     stacks = Stacks(log)
     traces = traces_of(snapshot, stacks)
@@ -454,10 +475,13 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
         "stacks keep the Python frames of each entry (C++ frames left out), innermost first",
     ]
     initial = sum(d.initial_blocks for d in devices.values())
-    if initial:
+    if not entries:
+        notes.append("the snapshot has no trace: the log is the allocator's heap at the moment the snapshot was "
+                     "taken (its segments and blocks, all at time 0), with no history")  # fmt: skip
+    elif initial:
         notes.append(f"{initial} allocations alive before the trace began were taken from the snapshot's segments "
                      "(as PyTorch's viewer does); their times are the trace's start")  # fmt: skip
-    if not exact_times:
+    if not exact_times and entries:
         notes.append("the trace has no time_us: entries keep their order, 1 µs apart (time_ns inferred)")
     pending = sum(d.pending_frees for d in devices.values())
     if pending:
@@ -484,8 +508,10 @@ def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[s
     trace_allocs = sum(int(np.count_nonzero(d.trace.action == _ALLOC)) for d in devices.values())
     if exact_sizes:
         notes.append(f"{exact_sizes} of {trace_allocs} allocations carry their block size (a snapshot gpuviz wrote)")
+    tool = "torch.cuda.memory_snapshot" if version and version.startswith("segments list") else (
+        "torch.cuda.memory._dump_snapshot")  # fmt: skip
     set_source_meta(
-        log, format=NAME, file=file, version=version, tool="torch.cuda.memory._dump_snapshot",
+        log, format=NAME, file=file, version=version, tool=tool,
         columns={
             "time_ns": "exact" if exact_times else "inferred", "address": "exact",
             "size": "exact" if exact_sizes == trace_allocs else "inferred",

@@ -19,7 +19,9 @@ TensorFlow's BFC allocator records every decision as a ``MemoryAllocation`` or
 (or ``tensor_shape``), ``data_type`` (the DataType enum), ``region_type``, ``id`` (step id)
 and ``group_id`` (the profiler's step number). Each allocator becomes one device
 (``tf_memory.allocator_device``); every ``/device:GPU:N`` plane adds ``GPU:N`` even without
-memory events, so a multi-GPU profile shows all its GPUs.
+memory events, so a multi-GPU profile shows all its GPUs. TPU profiles put their memory events on
+the host plane with no ``allocator_name`` but an ``index_on_host`` stat (the TPU core): core k
+is a device of its own, named after the k-th ``/device:TPU:N`` plane (``TPU:N``).
 
 Segments are not in the trace (TF does not trace its region growth): they are inferred as
 the connected address ranges ever allocated (``builder.infer_segments``). An allocation freed
@@ -68,7 +70,7 @@ try:  # the C decoder of memory events (gpuviz/importers/_xplanewire.c), built w
     _SLOTS = {name: slot for slot, name in enumerate(_native.SLOT_NAMES)}
 except ImportError:
     _native, _SLOTS = None, {}
-_TEXT_SLOTS = 6  # allocator_name, tf_op, data_type, shape, tensor_shape, region_type
+_TEXT_SLOTS = 7  # allocator_name, tf_op, data_type, shape, tensor_shape, region_type, index_on_host
 
 
 def sniff(head: bytes) -> bool:
@@ -212,11 +214,45 @@ def _line_records(
 _Texts = tuple[str, str, str | None, str | None, str]  # allocator, op, dtype, shape, region type
 
 
+_CORE = "index_on_host:"  # the provisional allocator of a TPU core's events (see _cores_to_devices)
+
+
+def core_allocator(core: int) -> str:
+    """The provisional allocator of the memory events of TPU core ``core`` (their ``index_on_host``
+    stat), events that name no allocator."""
+    return f"{_CORE}{core}"
+
+
+def _cores_to_devices(kinds: list[Any], planes: list[_Plane], notes: list[str]) -> list[Any]:
+    """Core ``k``'s events go to the ``k``-th TPU device plane (``/device:TPU:N``, in order of N):
+    its allocator becomes ``"N"`` (a TPU's allocator, named as XProf's memory profile names it)."""
+    cores = sorted({int(kind[0][len(_CORE) :]) for kind in kinds if str(kind[0]).startswith(_CORE)})
+    if not cores:
+        return kinds
+    tpus = sorted(int(m[2]) for p in planes if (m := _DEVICE_PLANE.match(p.name)) and m[1] == "TPU")
+    rename = {f"{_CORE}{k}": str(tpus[k] if k < len(tpus) else k) for k in cores}
+    notes.append(
+        "memory events without allocator_name carry the TPU core in index_on_host: each core is a device, "
+        "core k the k-th TPU plane (" + ", ".join(f"{k} -> TPU:{rename[f'{_CORE}{k}']}" for k in cores) + ")"
+    )
+    return [(rename.get(kind[0], kind[0]), *kind[1:]) for kind in kinds]
+
+
+def _allocator(stats: dict[str, Any]) -> str:
+    """``allocator_name``; without one, the TPU core of ``index_on_host``; else ""."""
+    name = stats.get("allocator_name")
+    if name is None or name == "":
+        core = stats.get("index_on_host")
+        if isinstance(core, int) and not isinstance(core, bool) and 0 <= core < 1 << 16:
+            return core_allocator(core)
+    return str(name if name is not None else "")
+
+
 def _texts(stats: dict[str, Any]) -> _Texts:
     """The text fields of a record from its stats (``MemoryColumns.kinds`` holds these)."""
     data_type = stats.get("data_type")
     return (
-        str(stats.get("allocator_name", "")),
+        _allocator(stats),
         str(stats.get("tf_op") or ""),
         dtype_name(data_type if isinstance(data_type, (int, str)) else None),
         str(stats.get("shape", stats.get("tensor_shape")) or "") or None,
@@ -314,6 +350,8 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             data.close()
     del data  # the records are columns now: the file's bytes go before they are sorted and the log is written
     records = unsorted.sorted_by_time()
+    core_notes: list[str] = []
+    records.kinds = _cores_to_devices(records.kinds, planes, core_notes)
     log = EventLog(arena=False)  # built at once, then read whole
     known = {}
     for plane in planes:
@@ -324,7 +362,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     allocators = records.counts(0)
     region_types = {k: n for k, n in records.counts(4, allocations_only=True).items() if k}
     devices = add_devices(log, list(allocators), known)
-    notes = write_events(log, records, devices)  # consumes the records' columns
+    notes = core_notes + write_events(log, records, devices)  # consumes the records' columns
     del records
     set_source_meta(
         log,

@@ -34,12 +34,13 @@ import numpy as np
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import finish, set_source_meta
 from gpuviz.importers.jsonstream import JsonStream
+from gpuviz.importers.jsontop import JsonTop
 from gpuviz.importers.memory_columns import MemoryColumnsBuilder
 from gpuviz.importers.source import Progress, Source
 from gpuviz.importers.tf_memory import MemoryRecord, add_devices, allocator_device, dtype_name, write_events
 from gpuviz.log.eventlog import EventLog
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "MAX_SNAPSHOTS"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "sniff_keys", "read", "MAX_SNAPSHOTS"]
 
 NAME = "xprof-memory-profile"
 DESCRIPTION = "an XProf/TensorBoard memory profile (.memory_profile.json)"
@@ -54,6 +55,13 @@ def sniff(head: bytes) -> bool:
         text.startswith(b"{")
         and b'"memoryProfilePerAllocator"' in text
         and any(key in text for key in (b'"memoryIds"', b'"aggregationStats"', b'"profileSummary"'))
+    )
+
+
+def sniff_keys(top: JsonTop) -> bool:
+    """A JSON object with ``memoryProfilePerAllocator`` at its top level, wherever it sits."""
+    return "memoryProfilePerAllocator" in top.keys and any(
+        key in top.keys for key in ("memoryIds", "version", "numHosts")
     )
 
 

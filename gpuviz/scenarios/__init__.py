@@ -5,6 +5,10 @@ Sits above analysis and capture: it drives capture's allocators with a log's req
 """
 
 from gpuviz.scenarios.policies import POLICY_NAMES, Policy, parse_policy
+from gpuviz.scenarios.reproduce import Agreement, reproduce
 from gpuviz.scenarios.whatif import busiest_device, replay_policy, smallest_capacity, whatif
 
-__all__ = ["whatif", "smallest_capacity", "replay_policy", "busiest_device", "Policy", "parse_policy", "POLICY_NAMES"]
+__all__ = [
+    "whatif", "smallest_capacity", "replay_policy", "busiest_device", "Policy", "parse_policy", "POLICY_NAMES",
+    "reproduce", "Agreement",
+]  # fmt: skip

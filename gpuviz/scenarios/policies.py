@@ -55,6 +55,10 @@ _OPTIONS: dict[str, dict[str, str]] = {  # option -> kind: bool, bytes, int, fra
 PolicyAllocator = BFCAllocator | TorchCachingAllocator | RmmPoolAllocator | NoPoolAllocator
 
 
+def _text(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def _value(policy: str, key: str, kind: str, text: object) -> object:
     if not isinstance(text, str):
         return text
@@ -85,9 +89,10 @@ class Policy:
 
     @property
     def label(self) -> str:
+        """The policy as ``parse_policy`` reads it back (booleans written ``true``/``false``)."""
         if not self.options:
             return self.kind
-        return self.kind + ":" + ",".join(f"{k}={v}" for k, v in self.options.items())
+        return self.kind + ":" + ",".join(f"{k}={_text(v)}" for k, v in self.options.items())
 
     def build(self, upstream: Upstream, *, device: str, log: EventLog) -> PolicyAllocator:
         """A fresh allocator of this policy over ``upstream`` recording into ``log``."""

@@ -7,7 +7,10 @@ them with a fresh allocator of each policy over a simulated device of ``capacity
 ordinary EventLog whose times are the source's, so every view works on every alternative.
 
 A replay stops at the policy's first out-of-memory error (the run would have failed there),
-unless ``stop_at_oom=False``, which skips that request and its free and goes on.
+unless ``stop_at_oom=False``, which skips that request and its free and goes on. The requests
+the run itself failed (its ``oom`` events) are replayed too, each an allocation freed at once
+(the program never held it): every policy says whether it would have served them
+(``PolicyOutcome.source_ooms``), and a policy fits only if it serves them as well.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from gpuviz.log.schema import Kind
 from gpuviz.scenarios.native import replay_native
 from gpuviz.scenarios.policies import Policy, PolicyAllocator, parse_policy
 
-__all__ = ["whatif", "replay_policy", "busiest_device", "smallest_capacity", "UNBOUNDED"]
+__all__ = ["whatif", "replay_policy", "busiest_device", "smallest_capacity", "served_failed", "UNBOUNDED"]
 
 UNBOUNDED = 1 << 50  # the simulated device when no capacity is given: 1 PiB
 
@@ -163,20 +166,53 @@ def whatif(
         if preallocating:
             raise ValueError(f"{', '.join(preallocating)} preallocates the whole device: give a capacity")
     name = device if device is not None else busiest_device(log)
-    stream = request_stream(log, name)
+    stream = request_stream(log, name, failed=True)
+    failed = stream.failed_allocations
     outcomes: list[PolicyOutcome] = []
     if include_source:
-        served = len(stream)
-        outcomes.append(outcome(RECORDED, log, name, requests=len(stream), served=served))
+        served = len(stream) - 2 * len(failed)
+        source_ooms = (False,) * len(failed)
+        outcomes.append(outcome(RECORDED, log, name, requests=len(stream), served=served, source_ooms=source_ooms))
     for policy in chosen:
         upstream = SimUpstream(size if size is not None else UNBOUNDED)
         replayed, served = replay_policy(stream, log, policy, upstream, stop_at_oom=stop_at_oom)
-        outcomes.append(outcome(policy.label, replayed, name, requests=len(stream), served=served))
+        source_ooms = served_failed(stream, replayed, served, stop_at_oom=stop_at_oom)
+        outcomes.append(
+            outcome(policy.label, replayed, name, requests=len(stream), served=served, source_ooms=source_ooms)
+        )
     notes = []
     if stream.unmatched_frees:
         notes.append(f"{stream.unmatched_frees} frees of allocations made before the log began were left out")
+    if len(failed):
+        notes.append(
+            f"the run failed {_requests(len(failed))} (out of memory): each policy replays them too, as an allocation"
+            " freed at once (the program never held it)"
+        )
     source = str(log.meta.get("source", {}).get("file", "")) if isinstance(log.meta.get("source"), dict) else ""
-    return Comparison(source=source, device=name, capacity=size, outcomes=tuple(outcomes), notes=tuple(notes))
+    return Comparison(
+        source=source, device=name, capacity=size, outcomes=tuple(outcomes), notes=tuple(notes),
+        resolve=policy_label,
+    )  # fmt: skip
+
+
+def policy_label(spec: str) -> str:
+    """The label of the policy ``spec`` selects (what a Comparison names it)."""
+    return parse_policy(spec).label
+
+
+def _requests(count: int) -> str:
+    return f"{count} request" if count == 1 else f"{count} requests"
+
+
+def served_failed(stream: RequestStream, replayed: EventLog, served: int, *, stop_at_oom: bool) -> tuple[bool, ...]:
+    """For each request the source failed (``stream.failed_allocations``), whether the replay served it."""
+    failed = stream.failed_allocations.tolist()
+    if stop_at_oom:  # the replay served its requests in order up to its first OOM
+        return tuple(index < served for index in failed)
+    cols = replayed.columns
+    is_oom = cols["kind"] == Kind.OOM
+    refused = set(zip(cols["time_ns"][is_oom].tolist(), cols["requested"][is_oom].tolist(), strict=True))
+    return tuple((int(stream.time_ns[index]), int(stream.requested[index])) not in refused for index in failed)
 
 
 def smallest_capacity(
@@ -198,7 +234,7 @@ def smallest_capacity(
     if step <= 0:
         raise ValueError("resolution must be positive")
     name = device if device is not None else busiest_device(log)
-    stream = request_stream(log, name)
+    stream = request_stream(log, name, failed=True)
 
     def fits(capacity: int) -> bool:
         _, served = replay_policy(stream, log, chosen, SimUpstream(capacity))

@@ -152,6 +152,11 @@ def _table_rows(c: Comparison) -> tuple[list[str], list[list[Any]]]:
          r["oom"] or ""]
         for r in c.table()
     ]  # fmt: skip
+    failed = [r["source_ooms_served"] for r in c.table()]
+    if any(failed):  # the run failed requests: does each policy serve them?
+        columns.append("run's failed requests served")
+        for row, served in zip(rows, failed, strict=True):
+            row.append(f"{sum(served)} / {len(served)}")
     return columns, rows
 
 
