@@ -6,7 +6,8 @@ TensorFlow wrote is imported (``gpuviz.importers.xplane``): every decision of Te
 allocators, on every device, exactly as TensorFlow made them. With ``placement=True`` (the
 default) TensorFlow logs where it runs each op (``tf.debugging.set_log_device_placement``);
 those lines are taken from the process's output (``gpuviz.tf.output``) and become
-``placement`` events of the same log, on the profile's clock.
+``placement`` events of the same log, on the profile's clock; so do the lines in which a BFC
+allocator refuses a request (``oom`` events: the profile has no event for them).
 
 On a GPU, TensorFlow's GPU memory always comes from its BFC allocator. On the CPU it does only
 when ``TF_CPU_ALLOCATOR_USE_BFC=true`` is in the environment when TensorFlow creates its CPU
@@ -34,7 +35,7 @@ from gpuviz.importers import xplane
 from gpuviz.importers.source import NullProgress, Source
 from gpuviz.log.eventlog import EventLog
 from gpuviz.tf.output import FdTee
-from gpuviz.tf.placement import is_placement_line, with_placements
+from gpuviz.tf.placement import is_kept_line, is_oom_line, is_placement_line, with_log_events
 
 __all__ = ["record", "Recording", "prepare_cpu_bfc", "CPU_BFC_VARIABLE", "cpu_bfc_problem"]
 
@@ -111,10 +112,10 @@ def record(*, placement: bool = True, logdir: str | Path | None = None) -> Itera
     with temporary as name:
         folder = Path(name)
         before = set(folder.glob("plugins/profile/*/*.xplane.pb"))
-        tee = FdTee(is_placement_line) if placement else None
-        was_logging = bool(tf.debugging.get_log_device_placement()) if placement else False
-        if tee is not None:
-            tee.__enter__()
+        tee = FdTee(is_kept_line, echo=is_oom_line)
+        was_logging = bool(tf.debugging.get_log_device_placement())
+        tee.__enter__()
+        if placement:
             tf.debugging.set_log_device_placement(True)
         try:
             tf.profiler.experimental.start(str(folder))
@@ -128,21 +129,26 @@ def record(*, placement: bool = True, logdir: str | Path | None = None) -> Itera
                 tf.profiler.experimental.stop()
             finally:
                 _stop_placement(tf, tee, was_logging)
-            _import(recording, folder, before, tee.kept if tee is not None else None, late, tf.__version__)
+            _import(recording, folder, before, tee.kept, placement, late, tf.__version__)
             if logdir is None:
                 recording.xplane = None  # the temporary folder goes now
 
 
-def _stop_placement(tf: Any, tee: FdTee | None, was_logging: bool) -> None:
-    if tee is not None:
-        try:
-            tf.debugging.set_log_device_placement(was_logging)
-        finally:
-            tee.__exit__(None, None, None)
+def _stop_placement(tf: Any, tee: FdTee, was_logging: bool) -> None:
+    try:
+        tf.debugging.set_log_device_placement(was_logging)
+    finally:
+        tee.__exit__(None, None, None)
 
 
 def _import(
-    recording: Recording, folder: Path, before: set[Path], lines: list[str] | None, late: str | None, version: str
+    recording: Recording,
+    folder: Path,
+    before: set[Path],
+    lines: list[str],
+    placement: bool,
+    late: str | None,
+    version: str,
 ) -> None:
     written = sorted(set(folder.glob("plugins/profile/*/*.xplane.pb")) - before, key=lambda p: p.stat().st_mtime)
     if not written:
@@ -151,8 +157,7 @@ def _import(
     else:
         recording.xplane = written[-1]
         log = xplane.read(Source(written[-1]), progress=NullProgress())
-    if lines is not None:
-        log = with_placements(log, lines, Source(written[-1]) if written else None)
+    log = with_log_events(log, lines, Source(written[-1]) if written else None)
     memory = int(sum(log.meta.get("source", {}).get("allocators", {}).values()))
     if memory == 0 and written:
         why = late or (
@@ -160,7 +165,8 @@ def _import(
             "block and reused are not recorded)"
         )
         recording.problems.append(f"the recording holds no memory events: {why}")
-    if lines is not None and not lines and os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
+    quiet = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0")
+    if placement and quiet and not any(map(is_placement_line, lines)):
         recording.problems.append(
             "no placement lines: TF_CPP_MIN_LOG_LEVEL hides TensorFlow's INFO log, where placement is written; "
             "set it to 0 to record placement"
@@ -170,7 +176,8 @@ def _import(
         "version": version,
         "mode": recording.mode,
         "recorded": "TensorFlow's profiler (XSpace): every BFC allocator decision"
-        + (", and its device-placement log" if lines is not None else ""),
+        + (", its device-placement log" if placement else "")
+        + " and its out-of-memory log lines",
         "problems": list(recording.problems),
     }
     log.problems.extend(recording.problems)

@@ -31,7 +31,7 @@ def _flush_c_streams() -> None:
 class _Pipe:
     """One descriptor redirected into a pipe read by a thread."""
 
-    def __init__(self, fd: int, keep: Callable[[str], bool], kept: list[str]) -> None:
+    def __init__(self, fd: int, keep: Callable[[str], bool], echo: Callable[[str], bool], kept: list[str]) -> None:
         self.fd = fd
         self.saved = os.dup(fd)  # where the descriptor pointed: lines not kept go there
         read, write = os.pipe()
@@ -39,6 +39,7 @@ class _Pipe:
         os.close(write)
         self._read = read
         self._keep = keep
+        self._echo = echo
         self._kept = kept
         self._thread = threading.Thread(target=self._pump, name=f"gpuviz-fd{fd}", daemon=True)
         self._thread.start()
@@ -59,8 +60,9 @@ class _Pipe:
             text = raw.decode("utf-8", errors="replace")
             if self._keep(text):
                 self._kept.append(text)
-            else:
-                passed.append(raw + b"\n" if newline else raw)
+                if not self._echo(text):
+                    continue
+            passed.append(raw + b"\n" if newline else raw)
         if passed:
             with contextlib.suppress(OSError):
                 os.write(self.saved, b"".join(passed))
@@ -74,10 +76,14 @@ class _Pipe:
 class FdTee:
     """``with FdTee(keep) as tee:`` ... ``tee.kept``: the lines written to file descriptors 1
     and 2 during the block for which ``keep(line)`` is true (without their newline), in the
-    order each descriptor received them (stderr's first); every other line is passed on."""
+    order each descriptor received them (stderr's first); every other line is passed on, and
+    so are the kept lines for which ``echo(line)`` is true."""
 
-    def __init__(self, keep: Callable[[str], bool], *, fds: tuple[int, ...] = (2, 1)) -> None:
+    def __init__(
+        self, keep: Callable[[str], bool], *, echo: Callable[[str], bool] | None = None, fds: tuple[int, ...] = (2, 1)
+    ) -> None:
         self._keep = keep
+        self._echo = echo or (lambda line: False)
         self._fds = fds
         self._pipes: list[_Pipe] = []
         self._kept: dict[int, list[str]] = {fd: [] for fd in fds}
@@ -90,7 +96,7 @@ class FdTee:
         self._flush()
         try:
             for fd in self._fds:
-                self._pipes.append(_Pipe(fd, self._keep, self._kept[fd]))
+                self._pipes.append(_Pipe(fd, self._keep, self._echo, self._kept[fd]))
         except OSError:
             self._close()
             raise
