@@ -95,7 +95,7 @@ def run_program(target: str, args: list[str], *, module: bool) -> Ending:
     sys.argv = [target, *args]
     if not module:
         sys.path.insert(0, str(Path(target).resolve().parent))
-    elif "" not in sys.path:
+    else:  # python -m: the current directory first
         sys.path.insert(0, os.getcwd())
     previous = signal.getsignal(signal.SIGTERM)
     if previous is signal.SIG_DFL:
