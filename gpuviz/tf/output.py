@@ -21,6 +21,10 @@ from types import TracebackType
 
 __all__ = ["FdTee"]
 
+_DRAIN_S = 5.0
+"""How long closing waits for the output already written to be read (seconds); longer only when
+a child process started during the block still holds the pipe."""
+
 
 def _flush_c_streams() -> None:
     """Flush C's stdio buffers (the placer's ``std::cout`` lines), so they go through the pipe."""
@@ -69,8 +73,10 @@ class _Pipe:
 
     def close(self) -> None:
         os.dup2(self.saved, self.fd)  # the write end of the pipe closes: the thread reads to its end
-        self._thread.join()
-        os.close(self.saved)
+        self._thread.join(_DRAIN_S)
+        if not self._thread.is_alive():
+            os.close(self.saved)
+        # else a child process still holds the pipe: the thread keeps passing its output on until it exits
 
 
 class FdTee:
