@@ -89,8 +89,13 @@ def _print_user_traceback(error: BaseException) -> None:
     traceback.print_exception(type(error), error, tb)
 
 
-def run_program(target: str, args: list[str], *, module: bool) -> Ending:
-    """Run the program as ``python [-m] target args`` would; how it ended (its traceback printed)."""
+def run_program(target: str, args: list[str], *, module: bool, keep: list[object] | None = None) -> Ending:
+    """Run the program as ``python [-m] target args`` would; how it ended (its traceback printed).
+
+    ``keep`` receives the program's globals (or its exception, whose traceback holds them), so
+    that what the program left alive stays alive until the caller lets go, as it does until a
+    Python process exits."""
+    kept = keep if keep is not None else []
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [target, *args]
     if not module:
@@ -102,29 +107,34 @@ def run_program(target: str, args: list[str], *, module: bool) -> Ending:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if module:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            kept.append(runpy.run_module(target, run_name="__main__", alter_sys=True))
         else:
-            runpy.run_path(target, run_name="__main__")
+            kept.append(runpy.run_path(target, run_name="__main__"))
         return Ending("exit", 0, "exit code 0")
-    except _Terminated as stop:
-        return Ending("terminated", int(stop.code or 143), "terminated by SIGTERM")
-    except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            code = int(stop.code or 0)
-            return Ending("exit", code, f"exit code {code}")
-        print(stop.code, file=sys.stderr)
-        return Ending("exit", 1, f"exit code 1 ({stop.code})")
-    except KeyboardInterrupt as error:
-        _print_user_traceback(error)
-        return Ending("interrupted", 130, "interrupted (KeyboardInterrupt, Ctrl-C)")
-    except BaseException as error:  # the program's own error: shown as Python would, then the log is written
-        _print_user_traceback(error)
-        message = " ".join(str(error).split())[:300]
-        return Ending("exception", 1, f"exception {type(error).__name__}: {message}".rstrip(": "))
+    except BaseException as error:
+        kept.append(error)
+        return _ending(error)
     finally:
         if previous is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _ending(error: BaseException) -> Ending:
+    """How a program that raised ``error`` ended (its traceback printed, as Python prints it)."""
+    if isinstance(error, _Terminated):
+        return Ending("terminated", int(error.code or 143), "terminated by SIGTERM")
+    if isinstance(error, SystemExit):
+        if error.code is None or isinstance(error.code, int):
+            code = int(error.code or 0)
+            return Ending("exit", code, f"exit code {code}")
+        print(error.code, file=sys.stderr)
+        return Ending("exit", 1, f"exit code 1 ({error.code})")
+    _print_user_traceback(error)
+    if isinstance(error, KeyboardInterrupt):
+        return Ending("interrupted", 130, "interrupted (KeyboardInterrupt, Ctrl-C)")
+    message = " ".join(str(error).split())[:300]
+    return Ending("exception", 1, f"exception {type(error).__name__}: {message}".rstrip(": "))
 
 
 def _outputs(args: argparse.Namespace, name: str) -> tuple[Path, Path | None]:
@@ -189,11 +199,13 @@ def run_command(args: argparse.Namespace) -> int:
                                              "parent": os.getpid()})  # fmt: skip
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_BOOTSTRAP), saved_env["PYTHONPATH"]) if p)
     recorder = ProcessRecorder(framework)
+    alive: list[object] = []  # what the program left alive, kept until the recording ends
     try:
         recorder.start()
-        ending = run_program(target, program_args, module=args.module)
+        ending = run_program(target, program_args, module=args.module, keep=alive)
     finally:
         log = recorder.stop()
+        alive.clear()
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
