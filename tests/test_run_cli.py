@@ -226,3 +226,16 @@ def test_a_jax_script_is_recorded_with_jax_flag(tmp_path: Path) -> None:
     log = gpuviz.load(tmp_path / "gpuviz-j.arrow")
     assert log.meta["live"]["framework"] == "jax" and log.meta["live"]["mode"] == "cpu"
     assert "JAX on the CPU records no allocator events" in done.stderr  # the difference, said
+
+
+@pytest.mark.slow
+@_needs("torch")
+def test_torchrun_workers_record_one_file_per_rank(tmp_path: Path) -> None:
+    code = "import os, torch\nrank = int(os.environ['RANK'])\nkeep = torch.empty(1000 * (rank + 1))\n"
+    _script(tmp_path, "ddp.py", code)
+    done = _gpuviz_run(tmp_path, "-o", "ddp.arrow", "-m", "torch.distributed.run", "--nproc_per_node", "2", "ddp.py")
+    assert done.returncode == 0, done.stderr
+    ranks = list(load_run(tmp_path / "ddp-run"))
+    assert [(r.info.rank, r.info.world_size) for r in ranks] == [(0, 2), (1, 2)]  # the launcher's ranks
+    assert [_requested(r.log)[-1] for r in ranks] == [4000, 8000]
+    assert (tmp_path / "ddp-run.html").is_file()
