@@ -83,3 +83,24 @@ def test_jax_cell_magic_shows_the_dashboard_and_says_what_the_cpu_records(tmp_pa
     if READER:
         assert 4000 in [e.size for e in log.filter(kind="alloc")]
     ip.run_cell("%reset -f")
+
+
+def test_a_recorder_that_cannot_start_is_a_usage_error_and_the_cell_does_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from contextlib import contextmanager
+
+    from IPython.core.error import UsageError
+
+    @contextmanager
+    def busy(**options: Any) -> Any:
+        raise RuntimeError("another profiler session is running")
+        yield
+
+    monkeypatch.setattr(gpuviz.jax, "record", busy)
+    ip = InteractiveShell.instance()
+    if "GpuvizMagics" not in ip.magics_manager.registry:
+        ip.run_line_magic("load_ext", "gpuviz")
+    with pytest.raises(UsageError, match="--jax: JAX's recording could not start: another profiler session"):
+        ip.run_cell_magic("gpuviz", "--jax", "ran = True")
+    assert "ran" not in ip.user_ns

@@ -271,6 +271,7 @@ class GpuvizMagics(Magics):
         assert shell is not None, "the magics are registered on a running IPython shell"
         failure: BaseException | None = None
         value: Any = None
+        recording: Any = None
         with warnings.catch_warnings():  # the recorder's warnings are said once, below
             warnings.filterwarnings("ignore", message=r"gpuviz\.(tf|jax): ", category=RuntimeWarning)
             try:
@@ -278,6 +279,8 @@ class GpuvizMagics(Magics):
                     value = run_cell_code(shell, line, cell)
             except BaseException as error:  # the log is built all the same; shown, then raised
                 failure = error
+        if recording is None:  # the recorder did not start: the cell did not run
+            raise UsageError(f"{flag}: {name}'s recording could not start: {failure}") from failure
         log = recording.log
         self.last = log
         for problem in getattr(recording, "problems", []):
