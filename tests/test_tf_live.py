@@ -152,6 +152,8 @@ def test_too_late_for_the_cpu_bfc_is_said_with_what_to_do(tmp_path: Path) -> Non
         import warnings
         import tensorflow as tf
         early = tf.fill([10], 1.0)  # TensorFlow's CPU allocator is made now, without its BFC
+        from IPython.core.interactiveshell import InteractiveShell
+        InteractiveShell.instance().run_line_magic("load_ext", "gpuviz")  # imports gpuviz.tf
         import gpuviz.tf
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -167,6 +169,7 @@ def test_too_late_for_the_cpu_bfc_is_said_with_what_to_do(tmp_path: Path) -> Non
     assert "TensorFlow was imported before gpuviz.tf set TF_CPU_ALLOCATOR_USE_BFC=true" in done.stdout
     assert "the recording holds no memory events" in done.stdout
     assert "import gpuviz.tf (or run %load_ext gpuviz) before tensorflow" in done.stdout
+    assert "%load_ext gpuviz: TensorFlow was imported before gpuviz.tf set TF_CPU_ALLOCATOR_USE_BFC" in done.stderr
 
 
 @pytest.mark.slow

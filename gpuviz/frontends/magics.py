@@ -402,7 +402,10 @@ class GpuvizMagics(Magics):
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    import gpuviz.tf  # noqa: F401 - sets TF_CPU_ALLOCATOR_USE_BFC=true while TensorFlow is not yet imported
+    import gpuviz.tf  # sets TF_CPU_ALLOCATOR_USE_BFC=true while TensorFlow is not yet imported
 
+    late = gpuviz.tf.cpu_bfc_problem() if "tensorflow" in sys.modules else None
+    if late:  # %%gpuviz --tf may then find no CPU memory events: said now, when it can still be fixed
+        print(f"%load_ext gpuviz: {late}", file=sys.stderr)
     ipython.register_magics(GpuvizMagics)
     plotly_library()  # plotly.js goes to the front-end now, not with the first dashboard
