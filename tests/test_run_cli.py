@@ -173,6 +173,7 @@ def test_child_processes_record_one_file_each_into_a_run_directory(tmp_path: Pat
     assert [p.name for p in run.paths] == [f"{run.open(0).info.host}-rank{i}.arrow" for i in range(2)]
     requested = sorted(_requested(rank.log)[0] for rank in run)
     assert requested == [4000, 8000]  # one process each, exact
+    assert "run: 2 ranks on 1 hosts, 2 devices" in done.stderr
     report = subprocess.run([sys.executable, "-m", "gpuviz", "report", "pool-run"], cwd=tmp_path, env=_env(),
                             capture_output=True, text=True)  # fmt: skip
     assert report.returncode == 0 and (tmp_path / "pool-run.html").is_file(), report.stderr
@@ -238,4 +239,5 @@ def test_torchrun_workers_record_one_file_per_rank(tmp_path: Path) -> None:
     ranks = list(load_run(tmp_path / "ddp-run"))
     assert [(r.info.rank, r.info.world_size) for r in ranks] == [(0, 2), (1, 2)]  # the launcher's ranks
     assert [_requested(r.log)[-1] for r in ranks] == [4000, 8000]
+    assert "rank0/CPU:0: peak 3.9 KiB" in done.stderr and "rank1/CPU:0: peak 7.8 KiB" in done.stderr  # the CPUs
     assert (tmp_path / "ddp-run.html").is_file()

@@ -232,12 +232,19 @@ def _write(
             write_process_log(log, run_dir)
         else:
             lines.append("this process recorded no memory events: only its child processes are in the run")
+        from gpuviz.analysis.cluster import cluster_summary
         from gpuviz.analysis.run import load_run
         from gpuviz.frontends.run_report import write_run_report
+        from gpuviz.views.cluster import cluster_text
 
+        run = load_run(run_dir)
+        summary = cluster_summary(run)
+        if not len(summary.table):  # no process used a GPU: the run's CPUs, not an empty table
+            summary = cluster_summary(run, gpus_only=False)
+        lines += cluster_text(summary).splitlines()
         report = Path(args.report) if args.report else run_dir.with_name(run_dir.name + ".html")
-        write_run_report(load_run(run_dir), report, title=title)
-        lines.append(f"{len(list(run_dir.glob('*.arrow')))} process logs in {run_dir}/ (gpuviz report {run_dir})")
+        write_run_report(run, report, summary=summary, title=title)
+        lines.append(f"{len(run)} process logs in {run_dir}/ (gpuviz report {run_dir})")
         lines.append(f"report:    {report}")
     else:
         log.save(output)
