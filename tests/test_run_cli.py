@@ -241,3 +241,14 @@ def test_torchrun_workers_record_one_file_per_rank(tmp_path: Path) -> None:
     assert [_requested(r.log)[-1] for r in ranks] == [4000, 8000]
     assert "rank0/CPU:0: peak 3.9 KiB" in done.stderr and "rank1/CPU:0: peak 7.8 KiB" in done.stderr  # the CPUs
     assert (tmp_path / "ddp-run.html").is_file()
+
+
+def test_a_framework_recorder_that_cannot_start_leaves_the_program_running(tmp_path: Path) -> None:
+    """A module named jax that is not JAX: its recorder fails inside the program's import, which goes on."""
+    (tmp_path / "jax").mkdir()
+    (tmp_path / "jax" / "__init__.py").write_text("")
+    _script(tmp_path, "uses.py", "import jax\nprint('still running', flush=True)\n")
+    done = _gpuviz_run(tmp_path, "uses.py")
+    assert done.returncode == 0 and "still running" in done.stdout
+    assert "gpuviz run: JAX's recorder could not start (AttributeError" in done.stderr
+    assert "recorded: gpuviz's runtime (JAX's recorder could not start" in done.stderr

@@ -119,6 +119,7 @@ class ProcessRecorder:
         self._stack = ExitStack()
         self._own = EventLog()
         self._finder: _ImportWatch | None = None
+        self.failure: str | None = None  # why the framework's recorder did not start, if it did not
 
     def start(self) -> None:
         if self.requested in ("tf", "auto"):
@@ -144,7 +145,11 @@ class ProcessRecorder:
     def _on_import(self, framework: str) -> None:
         self._unwatch()
         module = next(m for m, f in FRAMEWORK_MODULES.items() if f == framework)
-        self._begin(framework, f"the program imported {module}")
+        try:
+            self._begin(framework, f"the program imported {module}")
+        except Exception as error:  # inside the program's import: it must go on, unrecorded by the framework
+            self.failure = f"{framework_names(framework)}'s recorder could not start ({type(error).__name__}: {error})"
+            print(f"gpuviz run: {self.failure}", file=sys.stderr)
 
     def _begin(self, framework: str, reason: str) -> None:
         if self.framework is not None and self.framework != "gpuviz":
@@ -172,7 +177,7 @@ class ProcessRecorder:
             record_from_start(EventLog())  # later work no longer lands in the finished log
         if self.framework is None:
             self.framework = "gpuviz"
-            self.reason = (
+            self.reason = self.failure or (
                 "the program imported none of torch, tensorflow, jax"
                 if self.requested == "auto"
                 else f"the program never imported {self.requested}"
