@@ -21,7 +21,9 @@ from gpuviz.importers import xplane
 from gpuviz.importers.source import Source
 
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed (pip install 'gpuviz[jax]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("jax") is None, reason="JAX is not installed (pip install 'gpuviz[jax]')"
+    ),
     # said by record() while gpuviz has no reader of JAX's memory profiles (the tests check the problem itself)
     pytest.mark.filterwarnings("ignore:gpuviz.jax. the recording holds no memory events:RuntimeWarning"),
 ]
