@@ -47,7 +47,7 @@ from gpuviz.widgets.plots import plotly_library
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
 
 _FRAMEWORKS = {  # flag -> (name, module to find, how to install it)
-    "torch": ("PyTorch", "torch", "pip install torch"),
+    "torch": ("PyTorch", "torch", "pip install 'gpuviz[torch]' (or torch)"),
     "tf": ("TensorFlow", "tensorflow", "pip install 'gpuviz[tensorflow]' (or tensorflow-cpu)"),
     "jax": ("JAX", "jax", "pip install 'gpuviz[jax]'"),
 }
