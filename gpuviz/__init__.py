@@ -44,6 +44,17 @@ def load_ipython_extension(ipython: object) -> None:
     load(ipython)
 
 
+def __getattr__(name: str) -> object:
+    """``gpuviz.tf`` and ``gpuviz.jax``, imported when first used: importing ``gpuviz.tf`` sets
+    ``TF_CPU_ALLOCATOR_USE_BFC=true`` while TensorFlow is not imported, which ``import gpuviz``
+    alone does not do."""
+    if name in ("tf", "jax"):
+        import importlib
+
+        return importlib.import_module(f"gpuviz.{name}")
+    raise AttributeError(f"module 'gpuviz' has no attribute {name!r}")
+
+
 __all__ = [
     "AllocatorStats",
     "DeviceArray",

@@ -9,6 +9,7 @@ gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o wh
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
 gpuviz export RUN_DIR --to parquet -o DATASET_DIR   (a run, or one log: host=.../rank=.../part-0.parquet)
+gpuviz run [--torch|--tf|--jax|--gpuviz] [-o RUN.arrow] [--report RUN.html] (script.py | -m module) [args...]
 gpuviz info
 """
 
@@ -286,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="file to write (.pickle as _dump_snapshot; .json: JSON); parquet: the dataset's folder "
                         "(new or empty)")  # fmt: skip
     export.set_defaults(run=_export)
+    from gpuviz.frontends.run import add_run_arguments, run_command
+
+    run = commands.add_parser("run", help="run a Python program with recording on; write its log and report at exit")
+    add_run_arguments(run)
+    run.set_defaults(run=run_command)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(run=_info)
     return parser

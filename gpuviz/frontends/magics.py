@@ -3,6 +3,7 @@
     %%gpuviz [--device D] [--memory-limit 4GiB] [--growth/--no-growth] [--live/--no-live]
              [--stacks] [--save run.arrow] [--report report.html] [view options]
     %%gpuviz --torch [--save run.arrow] [--report report.html] [view options]   (PyTorch's own memory)
+    %%gpuviz --tf | --jax [...]           (TensorFlow's / JAX's own memory, from their profilers)
     %gpuviz start [--live/--no-live] [--run-dir DIR] | stop | status | show [view options] | report PATH [--cdn] | reset
     %gpuviz show SRC [view options]      a saved event log or any trace gpuviz imports (PyTorch snapshot, ...)
     %gpuviz show RUN_DIR                 a distributed run: heatmap, per-rank table, a rank's views on selection
@@ -20,6 +21,8 @@ import argparse
 import ast
 import importlib.util
 import shlex
+import sys
+import warnings
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +44,12 @@ from gpuviz.widgets.plots import plotly_library
 
 __all__ = ["GpuvizMagics", "load_ipython_extension"]
 
+_FRAMEWORKS = {  # flag -> (name, module to find, how to install it)
+    "torch": ("PyTorch", "torch", "pip install 'gpuviz[torch]' (or torch)"),
+    "tf": ("TensorFlow", "tensorflow", "pip install 'gpuviz[tensorflow]' (or tensorflow-cpu)"),
+    "jax": ("JAX", "jax", "pip install 'gpuviz[jax]'"),
+}
+
 
 def display(obj: object) -> None:
     _display(obj)  # type: ignore[no-untyped-call]
@@ -60,7 +69,13 @@ def _cell_parser() -> _Parser:
     parser.add_argument("--stacks", action="store_true", help="record call sites (re-initialises the runtime)")
     parser.add_argument("--save", help="save the event log to this .arrow file")
     parser.add_argument("--report", help="write the HTML report (or a .gpuviz.json result) to this file")
-    parser.add_argument("--torch", action="store_true", help="record PyTorch's memory instead (gpuviz.torch.record)")
+    frameworks = parser.add_mutually_exclusive_group()
+    frameworks.add_argument("--torch", action="store_const", const="torch", dest="framework",
+                            help="record PyTorch's memory instead (gpuviz.torch.record)")  # fmt: skip
+    frameworks.add_argument("--tf", action="store_const", const="tf", dest="framework",
+                            help="record TensorFlow's memory and placement instead (gpuviz.tf.record)")  # fmt: skip
+    frameworks.add_argument("--jax", action="store_const", const="jax", dest="framework",
+                            help="record JAX's memory instead (gpuviz.jax.record)")  # fmt: skip
     add_view_arguments(parser)
     return parser
 
@@ -182,8 +197,8 @@ class GpuvizMagics(Magics):
     def _cell(self, line: str, cell: str) -> Any:
         args = _parse(_cell_parser(), line)
         check_cell_options(args)
-        if args.torch:
-            return self._torch_cell(args, line, cell)
+        if args.framework is not None:
+            return self._framework_cell(args, line, cell)
         if args.memory_limit is not None or args.growth is not None or args.stacks:
             reconfigure()
             try:
@@ -232,26 +247,34 @@ class GpuvizMagics(Magics):
         if failure is not None:
             raise failure
 
-    def _torch_cell(self, args: argparse.Namespace, line: str, cell: str) -> Any:
-        """``%%gpuviz --torch``: the cell's PyTorch memory (CUDA snapshot or CPU profiler), shown when it ends."""
-        from gpuviz.torch import record
-
-        if importlib.util.find_spec("torch") is None:
-            raise UsageError("%%gpuviz --torch needs PyTorch: pip install torch")
+    def _framework_cell(self, args: argparse.Namespace, line: str, cell: str) -> Any:
+        """``%%gpuviz --torch|--tf|--jax``: the cell's memory as the framework records it, shown when it ends."""
+        name, module, install = _FRAMEWORKS[args.framework]
+        flag = f"%%gpuviz --{args.framework}"
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"{flag} needs {name}, which is not installed here: {install}, then restart the kernel")
+        record = importlib.import_module(f"gpuviz.{args.framework}").record
         shell = self.shell
         assert shell is not None, "the magics are registered on a running IPython shell"
         failure: BaseException | None = None
         value: Any = None
-        try:
-            with record() as recording:
-                value = run_cell_code(shell, line, cell)
-        except BaseException as error:  # the log is built all the same; shown, then raised
-            failure = error
+        recording: Any = None
+        with warnings.catch_warnings():  # the recorder's warnings are said once, below
+            warnings.filterwarnings("ignore", message=r"gpuviz\.(tf|jax): ", category=RuntimeWarning)
+            try:
+                with record() as recording:
+                    value = run_cell_code(shell, line, cell)
+            except BaseException as error:  # the log is built all the same; shown, then raised
+                failure = error
+        if recording is None:  # the recorder did not start: the cell did not run
+            raise UsageError(f"{flag}: {name}'s recording could not start: {failure}") from failure
         log = recording.log
         self.last = log
-        self.dashboard = Dashboard(log, args.view, live=False, title=f"%%gpuviz --torch ({recording.mode})")
+        for problem in getattr(recording, "problems", []):
+            print(f"{flag}: {problem}", file=sys.stderr)
+        self.dashboard = Dashboard(log, args.view, live=False, title=f"{flag} ({recording.mode})")
         display(self.dashboard)
-        self._finish(log, args, failure, title="%%gpuviz --torch report")
+        self._finish(log, args, failure, title=f"{flag} report")
         return value
 
     # --------------------------------------------------------------------- line
@@ -365,5 +388,10 @@ class GpuvizMagics(Magics):
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    import gpuviz.tf  # sets TF_CPU_ALLOCATOR_USE_BFC=true while TensorFlow is not yet imported
+
+    late = gpuviz.tf.cpu_bfc_problem() if "tensorflow" in sys.modules else None
+    if late:  # %%gpuviz --tf may then find no CPU memory events: said now, when it can still be fixed
+        print(f"%load_ext gpuviz: {late}", file=sys.stderr)
     ipython.register_magics(GpuvizMagics)
     plotly_library()  # plotly.js goes to the front-end now, not with the first dashboard

@@ -45,6 +45,7 @@ __all__ = [
     "reconfigure",
     "record_into",
     "record_run",
+    "record_from_start",
     "Session",
     "current_scope",
     "device_names",
@@ -360,6 +361,17 @@ def record_into(log: EventLog) -> None:
     set_default_log(log)
 
 
+def record_from_start(log: EventLog) -> None:
+    """Like ``record_into``, but a runtime not started yet stays so: it records into ``log``
+    when the first array makes it (no device is initialised for a program that never uses one)."""
+    with _runtime_lock:
+        started = bool(_runtime)
+    if started:
+        record_into(log)
+    else:
+        set_default_log(log)
+
+
 def record_run(directory: str | Path) -> EventLog:
     """Record this process of a distributed run into its own file in ``directory`` from now on.
 
@@ -368,12 +380,7 @@ def record_run(directory: str | Path) -> EventLog:
     ``record_into``. Setting ``GPUVIZ_LOG_DIR`` before the first use does the same.
     """
     log = run_log(directory)
-    with _runtime_lock:
-        started = bool(_runtime)
-    if started:
-        record_into(log)
-    else:
-        set_default_log(log)
+    record_from_start(log)
     return log
 
 
