@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuviz.base.errors import GpuvizError
-from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+from gpuviz.frontends.options import add_user_code_argument, add_view_arguments, view_options, write_report
 
 if TYPE_CHECKING:
     from gpuviz.log.eventlog import EventLog
@@ -139,7 +139,7 @@ def _summary(args: argparse.Namespace) -> int:
         print(cluster_text(cluster_summary(load_run(args.log))))
         return 0
     log = load(args.log)
-    print(summary_text(log))
+    print(summary_text(log, user_code=args.user_code))
     if log.truncated:
         print("(the file is truncated: events after the last complete batch are lost)")
     return 0
@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
     summary.add_argument("log", help="an event-log file (.arrow), or a directory of per-rank logs (a run)")
+    add_user_code_argument(summary)
     summary.set_defaults(run=_summary)
     from gpuviz.frontends.whatif_options import add_whatif_arguments
 

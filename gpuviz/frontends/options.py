@@ -16,13 +16,26 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.views.report import report_html
 from gpuviz.views.result import FILE_EXTENSION, result_json
 
-__all__ = ["add_view_arguments", "view_options", "write_report"]
+__all__ = ["add_view_arguments", "add_user_code_argument", "view_options", "write_report"]
+
+
+def add_user_code_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-code", metavar="PATTERN",
+                        help="regular expression matching your own files: call sites are the first frame it matches "
+                        "(default: the first frame outside PyTorch, TensorFlow, JAX, CuPy, the standard library, "
+                        "site-packages and gpuviz)")  # fmt: skip
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="device for the single-device views, e.g. GPU:0")
     parser.add_argument("--color-by", choices=COLOR_BY, default="state", help="color of used chunks in maps")
-    parser.add_argument("--group-by", choices=GROUP_BY, default="tag", help="grouping of the top allocations")
+    parser.add_argument(
+        "--group-by",
+        choices=GROUP_BY,
+        default="auto",
+        help="grouping of the top allocations (auto: by tag where there are tags, else call site)",
+    )
+    add_user_code_argument(parser)
     parser.add_argument("--points", type=int, default=2000, help="most points a timeline draws")
     parser.add_argument("--scrub-points", type=int, default=40, help="instants the time scrubber offers")
 
@@ -33,6 +46,7 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
         device=parse_device(args.device).short if args.device else None,
         color_by=args.color_by,
         group_by=args.group_by,
+        user_code=args.user_code,
         points=args.points,
         scrub_points=args.scrub_points,
     )
