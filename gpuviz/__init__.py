@@ -25,7 +25,7 @@ from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, record_run, reset
-from gpuviz.scenarios import whatif
+from gpuviz.scenarios import advise, whatif
 
 
 def show_run(source: str, *, threshold: float = 0.1, align: str = "auto") -> object:
@@ -93,4 +93,5 @@ __all__ = [
     "span",
     "timeline_series",
     "whatif",
+    "advise",
 ]

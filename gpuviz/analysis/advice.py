@@ -37,29 +37,39 @@ __all__ = ["FAMILIES", "source_allocator", "device_capacity", "fragmentation_hin
 
 FAMILIES = ("pytorch", "tensorflow", "jax", "rmm", "gpuviz")
 
-_CAPACITY_KEYS = ("total_memory", "memory_size", "memory_capacity", "capacity")
+_CAPACITY_KEYS = ("total_memory", "memory_size", "memory_capacity", "capacity", "memory_limit")
 
 
 def source_allocator(log: EventLog, device: str) -> str:
     """The allocator family (one of ``FAMILIES``) that made ``device``'s events in ``log``."""
     options = log.devices[log.device_index(device)].options
-    allocator = str(options.get("allocator", "")).lower()
+    allocator = str(options.get("allocator", options.get("policy", ""))).lower()
     source = log.meta.get("source")
     fmt = str(source.get("format", "")) if isinstance(source, dict) else ""
     tool = str(source.get("tool", "")).lower() if isinstance(source, dict) else ""
-    if fmt.startswith("pytorch") or allocator.startswith("pytorch"):
+    if fmt.startswith("pytorch") or allocator.startswith(("pytorch", "torch")):
         return "pytorch"
     if "rmm" in fmt or allocator == "rmm" or allocator.startswith("rmm"):
         return "rmm"
     if fmt in ("xplane", "xprof-memory-profile", "tf-memory") or fmt.startswith("tensorflow") or fmt.startswith("tf"):
-        jax = "jax" in tool or "xla" in allocator or device.startswith("TPU") or "jax" in str(options).lower()
-        return "jax" if jax else "tensorflow"
+        return "jax" if _looks_like_jax(log, device, tool) else "tensorflow"
     return "gpuviz"
+
+
+def _looks_like_jax(log: EventLog, device: str, tool: str) -> bool:
+    """A TensorFlow/JAX profile made by JAX: a TPU, a tool that says so, or jitted function names
+    (``jit_*``, ``pjit``) and no TensorFlow function names (``__inference_*``)."""
+    if device.startswith("TPU") or (tool and "jax" in tool and "tensorflow" not in tool):
+        return True
+    names = log.strings[: min(len(log.strings), 5000)]
+    jitted = any(s.startswith(("jit_", "pjit", "xla_computation")) for s in names)
+    tf_functions = any(s.startswith(("__inference_", "__forward_", "__backward_")) or "/replica_" in s for s in names)
+    return jitted and not tf_functions
 
 
 def device_capacity(log: EventLog, device: str) -> int | None:
     """The device's memory in bytes where the log says (a profiler's ``total_memory``, an XPlane's
-    ``memory_size``, a simulated device's ``capacity``), else None."""
+    ``memory_size``, a simulated device's ``capacity`` or an allocator's ``memory_limit``), else None."""
     options = log.devices[log.device_index(device)].options
     for key in _CAPACITY_KEYS:
         value = options.get(key)

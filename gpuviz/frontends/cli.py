@@ -6,6 +6,7 @@ gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|non
     (a distributed run; also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: its result, for JupyterLab)
 gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
+gpuviz advise RUN [--device GPU:0] [--capacity 80GiB]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
 gpuviz export RUN_DIR --to parquet -o DATASET_DIR   (a run, or one log: host=.../rank=.../part-0.parquet)
@@ -158,6 +159,16 @@ def _whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _advise(args: argparse.Namespace) -> int:
+    from gpuviz.base.units import parse_bytes
+    from gpuviz.importers import load
+    from gpuviz.scenarios.advise import advise
+
+    capacity = parse_bytes(args.capacity, name="capacity") if args.capacity else None
+    print(advise(load(args.log), device=args.device, capacity=capacity).text)
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     from gpuviz.importers import load
 
@@ -252,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
     add_whatif_arguments(whatif)
     whatif.set_defaults(run=_whatif)
+    advice = commands.add_parser("advise", help="replay a run under its allocator's settings and say which fits")
+    advice.add_argument("log", help="an event log or any trace gpuviz.load reads")
+    advice.add_argument("--device", help="device to replay (default: the first to run out of memory, else the busiest)")
+    advice.add_argument("--capacity", help="the GPU's memory, e.g. 80GiB (default: the log's, else inferred)")
+    advice.set_defaults(run=_advise)
     imported = commands.add_parser("import", help="open a trace of another tool (PyTorch, TensorFlow, RMM...) "
                                    "and save it as a gpuviz event log")  # fmt: skip
     imported.add_argument("source", help="a trace file in any format gpuviz reads (gzip-compressed too)")
