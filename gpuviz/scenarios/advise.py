@@ -206,20 +206,20 @@ def _grid(family: str, capacity: int) -> list[Policy]:
         own = [Policy("torch"), Policy("torch", {"expandable_segments": True})]
         own += [Policy("torch", {"max_split_size_mb": mb}) for mb in _SPLITS_MB]
         own += [Policy("torch", {"garbage_collection_threshold": g, "fraction": 1.0}) for g in _GC_THRESHOLDS]
-        return own + [Policy("tf-bfc"), Policy("rmm-pool"), Policy("no-pool")]
+        return [*own, Policy("tf-bfc"), Policy("rmm-pool"), Policy("no-pool")]
     if family == "jax":
         own = [Policy("tf-bfc", {"growth": False, "fraction": 0.75}),
                Policy("tf-bfc", {"growth": False, "fraction": 0.9}), Policy("tf-bfc"), Policy("no-pool")]  # fmt: skip
-        return own + [Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("rmm-pool")]
+        return [*own, Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("rmm-pool")]
     if family == "rmm":
         own = [Policy("rmm-pool"), Policy("rmm-pool", {"initial": capacity // 2}),
                Policy("rmm-pool", {"initial": capacity // 2, "maximum": capacity})]  # fmt: skip
-        return own + [Policy("tf-bfc"), Policy("torch"), Policy("torch", {"expandable_segments": True}),
-                      Policy("no-pool")]  # fmt: skip
+        others = [Policy("tf-bfc"), Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("no-pool")]
+        return [*own, *others]
     own = [Policy("tf-bfc", {"growth": True, "gc": False}), Policy("tf-bfc", {"growth": True, "gc": True}),
            Policy("tf-bfc", {"growth": False, "gc": False})]  # fmt: skip
-    return own + [Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("rmm-pool"),
-                  Policy("no-pool")]  # fmt: skip
+    others = [Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("rmm-pool"), Policy("no-pool")]
+    return [*own, *others]
 
 
 def _own(family: str, policy: Policy) -> bool:
