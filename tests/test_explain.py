@@ -172,3 +172,25 @@ def test_cs336_full_step_peak_is_optimizer_state_from_two_lines() -> None:
     advice = advise(log)
     assert advice.family == "pytorch" and not advice.hit_oom
     assert all(t.finished for t in advice.trials if t.setting == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_profiler_allocations_are_named_by_the_op_running_on_their_thread() -> None:
+    """A CPU profiler trace made by tests/fixtures/torch_profiler_ops/make_trace.py: zeros, ones,
+    then a matmul inside record_function("my_block")."""
+    from gpuviz.importers import load
+
+    log = load(Path(__file__).parent / "fixtures" / "torch_profiler_ops" / "trace.json.gz")
+    allocs = [e for e in log if e.kind == "alloc"]
+    assert [(e.size, e.tag, [f.function for f in log.stacks[e.stack]]) for e in allocs] == [
+        (4_000_000, "aten::empty", ["aten::empty", "aten::zeros"]),
+        (360_000, "aten::empty", ["aten::empty", "aten::ones"]),
+        (4_000_000, "aten::mm", ["aten::mm", "aten::matmul", "my_block"]),
+    ]
+    assert {f.filename for e in allocs for f in log.stacks[e.stack]} == {"<op>"}
+    assert log.meta["columns"]["tag"] == "inferred"
+    (answer,) = explain(log)
+    assert answer.by_site[["site", "bytes", "count"]].values.tolist() == [
+        ["aten::empty", 4_360_000, 2],
+        ["aten::mm", 4_000_000, 1],
+    ]
+    assert "from `aten::empty` and `aten::mm`" in answer.text

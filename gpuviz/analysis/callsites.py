@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuviz.base.tags import OP_FRAME
 from gpuviz.log.eventlog import EventLog, Frame
 
 __all__ = ["CallSites", "LIBRARY", "call_sites", "is_library", "frame_label", "short_label", "NO_STACK"]
@@ -69,13 +70,17 @@ def _trimmed(filename: str) -> str:
 
 
 def frame_label(frame: Frame, *, library: bool = False) -> str:
-    """``path:line (function)``; a library's path from its package down."""
+    """``path:line (function)``; a library's path from its package down; a profiler's op: its name."""
+    if frame.filename == OP_FRAME:
+        return frame.function
     path = _trimmed(frame.filename) if library else frame.filename
     return f"{path}:{frame.lineno} ({frame.function})"
 
 
 def short_label(frame: Frame) -> str:
-    """``file.py:line``: the file's base name and the line."""
+    """``file.py:line``: the file's base name and the line; a profiler's op: its name."""
+    if frame.filename == OP_FRAME:
+        return frame.function
     return f"{frame.filename.replace(chr(92), '/').rsplit('/', 1)[-1]}:{frame.lineno}"
 
 
@@ -87,6 +92,7 @@ class CallSites:
     site: np.ndarray  # object per stack: "path:line (function)" of the user frame, or None
     short: np.ndarray  # object per stack: "file.py:line" of the user frame, or None
     op: np.ndarray  # object per stack: the library frame the user's line called, or None
+    op_short: np.ndarray  # object per stack: ``op`` as ``file.py:line`` (a profiler's op: its name)
     user_code: str | None = None
 
     def _pick(self, table: np.ndarray, stacks: np.ndarray | Sequence[int]) -> np.ndarray:
@@ -108,6 +114,13 @@ class CallSites:
         """The op (library frame beneath the user's line) of each stack id; None for none."""
         return self._pick(self.op, stacks)
 
+    def named_of(self, stacks: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``shorts_of``, else (a stack all in libraries, a profiler's ops) the op's short name."""
+        shorts = self.shorts_of(stacks)
+        ops = self._pick(self.op_short, stacks)
+        named: np.ndarray = np.where(shorts != None, shorts, ops)  # noqa: E711 (elementwise)
+        return named
+
     def label(self, stack: int) -> str | None:
         """The user call site of ``stack``, else its op (a stack all in libraries), else None."""
         if not 0 <= stack < len(self.site):
@@ -122,6 +135,7 @@ def _compute(stacks: Sequence[tuple[Frame, ...]], user_code: str | None, library
     site = np.full(n, None, dtype=object)
     short = np.full(n, None, dtype=object)
     op = np.full(n, None, dtype=object)
+    op_short = np.full(n, None, dtype=object)
     verdicts: dict[str, bool] = {}  # file name -> library?
     for i, frames in enumerate(stacks):
         for position, frame in enumerate(frames):
@@ -134,11 +148,13 @@ def _compute(stacks: Sequence[tuple[Frame, ...]], user_code: str | None, library
                 short[i] = short_label(frame)
                 if position:
                     op[i] = frame_label(frames[position - 1], library=True)
+                    op_short[i] = short_label(frames[position - 1])
                 break
         else:
             if frames:
                 op[i] = frame_label(frames[0], library=True)
-    return CallSites(user_frame, site, short, op, user_code)
+                op_short[i] = short_label(frames[0])
+    return CallSites(user_frame, site, short, op, op_short, user_code)
 
 
 _CACHE: weakref.WeakKeyDictionary[EventLog, dict[tuple[int, str | None, str | None], CallSites]] = (

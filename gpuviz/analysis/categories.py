@@ -157,6 +157,8 @@ def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
                 category[i], basis[i] = _TIMELINE[tag], "source"
         return _frame(category, basis, np.full(n, None, dtype=object))
     phase = np.full(n, None, dtype=object)
+    if not n:
+        return _frame(category, basis, phase)
     stacks = allocations["stack"].to_numpy()
     # PyTorch records the Python frames of the allocating thread: autograd's engine runs the
     # backward pass on threads of its own, with none

@@ -48,7 +48,7 @@ class Holder:
     """One category of what was alive: its bytes (chunk sizes), allocations, the top user call
     sites behind it (``file.py:line``, bytes), and whether the category was inferred."""
 
-    category: str
+    category: str  # one of ``categories.CATEGORIES``, or ``BEFORE_TRACE`` (alive before the trace, no category)
     bytes: int
     count: int
     sites: tuple[tuple[str, int], ...]
@@ -84,6 +84,8 @@ def join_sites(sites: list[str]) -> str:
     last_file = None
     for site in sites:
         file, _, line = site.rpartition(":")
+        if not line.isdigit():  # an op's name (aten::mm), not a file's line
+            file = ""
         parts.append(f"`:{line}`" if file and file == last_file else f"`{site}`")
         last_file = file or None
     if len(parts) <= 2:
@@ -94,14 +96,16 @@ def join_sites(sites: list[str]) -> str:
 def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.ndarray,
              user_code: str | None) -> tuple[list[Holder], pd.DataFrame]:  # fmt: skip
     sites = call_sites(log, user_code=user_code)
-    short = sites.shorts_of(live["stack"].to_numpy())
-    full = sites.sites_of(live["stack"].to_numpy())
+    short = sites.named_of(live["stack"].to_numpy())
+    full = np.array([sites.label(int(s)) for s in live["stack"].tolist()], dtype=object)
     sizes = live["size"].to_numpy()
     frame = pd.DataFrame({
         "category": cats["category"].to_numpy(), "inferred": cats["inferred"].to_numpy(), "short": short,
         "site": full, "bytes": sizes, "before": before,
     })  # fmt: skip
     holders = []
+    # what was alive before the trace began and has no category of its own is one holder
+    frame.loc[frame["before"] & (frame["category"] == UNKNOWN), "category"] = BEFORE_TRACE
     for category, group in frame.groupby("category", sort=False):
         named = group[group["short"].notna()]
         by = named.groupby("short", sort=False)["bytes"].sum().sort_values(ascending=False, kind="stable")
@@ -122,8 +126,8 @@ def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.n
 
 
 def _holder_words(h: Holder) -> str:
-    if h.category == UNKNOWN and h.bytes and h.before_trace >= h.bytes / 2 and not h.sites:
-        return f"{gib(h.bytes)} {BEFORE_TRACE} (no stack)"
+    if h.category == BEFORE_TRACE:
+        return f"{gib(h.bytes)} {BEFORE_TRACE}" + ("" if h.sites else " (no stack)")
     name = {UNKNOWN: "of unknown use", "parameter": "parameters", "gradient": "gradients"}.get(h.category, h.category)
     words = f"{gib(h.bytes)} {name}"
     if h.sites:

@@ -25,13 +25,20 @@ The 2021 schema has only ``Device Type``, ``Device Id`` and ``Bytes``. Mapping:
   size (LIFO); addresses are synthetic and every allocation is its own segment, so reserved
   equals in use and no fragmentation is shown: ``address``/``segment`` are ``absent``.
 
-Only the ``[memory]`` events are decoded (located by byte search, each parsed alone), so a
-54 MB trace imports without building its 200k other events; the file is read in blocks.
+- names: each allocation is attributed to the innermost op running on its thread at its time
+  (the trace's ``cpu_op`` events, ``Operator`` in the 2021 schema): its tag is that op's name
+  (``aten::empty``), and its stack holds the ops and annotations (``user_annotation``:
+  ``Optimizer.step#SGD.step``, ``## forward ##``) that enclosed it, innermost first, as frames
+  whose file name is ``<op>`` (``base.tags.OP_FRAME``) and whose function is the name.
+
+Only the ``[memory]`` and op events are decoded (located by byte search, each parsed alone), so a
+54 MB trace imports without building its other events; the file is read in blocks.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -39,17 +46,29 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from gpuviz.base.errors import LogFormatError
+from gpuviz.base.tags import OP_FRAME
 from gpuviz.importers.addressed import PREEXISTING, Change, Unaddressed, apply, prepare, unmatched_frees
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
 from gpuviz.importers.source import Progress, Source
-from gpuviz.log.eventlog import EventLog
+from gpuviz.log.eventlog import EventLog, Frame
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "read_events", "MemoryEvent", "PREEXISTING"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "read", "read_events", "MemoryEvent", "OpEvent", "PREEXISTING"]
 
 NAME = "pytorch-profiler"
 DESCRIPTION = "a PyTorch profiler Chrome trace (.pt.trace.json[.gz], [memory] events from profile_memory=True)"
 
 _MARKER = b'"[memory]"'
+_MARKERS = re.compile(rb'"\[memory\]"|"cpu_op"|"user_annotation"|"Operator"')  # a memory event or an op's category
+_OP_CATEGORIES = ("cpu_op", "user_annotation", "Operator")
+_NAMES_NOTE = (
+    "tags: the innermost op running on the allocating thread (the trace's cpu_op events); "
+    "stacks: the ops and annotations enclosing it, innermost first"
+)
+# an op event as PyTorch writes it, read from its category on without decoding the whole object
+_OP_FIELDS = re.compile(
+    rb'"(?:cpu_op|user_annotation|Operator)",\s*"name":\s*"((?:[^"\\]|\\.)*)",\s*"pid":\s*"?-?\d+"?,'
+    rb'\s*"tid":\s*"?(\d+)"?,\s*"ts":\s*(\d+(?:\.\d+)?),\s*"dur":\s*(\d+(?:\.\d+)?)'
+)
 _BLOCK = 1 << 20  # decompressed bytes read at a time
 _MAX_EVENT = 1 << 16  # a [memory] event is far smaller than this
 # c10::DeviceType codes (c10/core/DeviceType.h)
@@ -70,6 +89,45 @@ class MemoryEvent(NamedTuple):
     bytes_: int
     total_allocated: int | None
     total_reserved: int | None
+
+
+class OpEvent(NamedTuple):
+    """One op or annotation (a complete ``X`` event of category ``cpu_op``, ``user_annotation`` or
+    ``Operator``): its thread and its span in ns."""
+
+    thread: int
+    start_ns: int
+    end_ns: int
+    name: str
+
+
+def _ns(value: Any) -> int | None:
+    if type(value) is int:
+        return value * 1000
+    if isinstance(value, Decimal):
+        return int(value * 1000)
+    return None
+
+
+def _op_from_fields(fields: re.Match[bytes]) -> OpEvent:
+    raw_name, tid, ts, dur = fields.groups()
+    name = raw_name.decode("utf-8", "replace")
+    if "\\" in name:
+        name = json.loads('"' + name + '"')
+    start = int(Decimal(ts.decode()) * 1000)
+    return OpEvent(int(tid), start, start + int(Decimal(dur.decode()) * 1000), name)
+
+
+def _decode_op(event: Any) -> OpEvent | None:
+    """The op event ``event`` (a decoded JSON object), None for any other object."""
+    if type(event) is not dict or event.get("ph") != "X" or event.get("cat") not in _OP_CATEGORIES:
+        return None
+    start, duration, name = _ns(event.get("ts")), _ns(event.get("dur", 0)), event.get("name")
+    if start is None or duration is None or not isinstance(name, str):
+        return None
+    tid = event.get("tid", 0)
+    thread = tid if type(tid) is int else int(tid) if isinstance(tid, str) and tid.isdigit() else 0
+    return OpEvent(thread, start, start + duration, name)
 
 
 def sniff(head: bytes) -> bool:
@@ -172,8 +230,9 @@ def _decode_at(decoder: json.JSONDecoder, buffer: bytes, start: int) -> tuple[An
         return value, start + end
 
 
-def read_events(source: Source) -> Iterator[MemoryEvent]:
-    """The ``[memory]`` events of the trace in file order, decoded one by one from blocks of the stream.
+def read_events(source: Source) -> Iterator[MemoryEvent | OpEvent]:
+    """The ``[memory]`` and op events of the trace in file order, decoded one by one from blocks
+    of the stream (an op event that cannot be decoded is left out).
 
     Raises ``LogFormatError`` when an event is not valid JSON and ``_Truncated`` (after the
     events before the cut) when the stream ends inside the trace.
@@ -192,22 +251,42 @@ def read_events(source: Source) -> Iterator[MemoryEvent]:
             buffer += block
             floor = search = 0
             pending = -1  # start of an event that continues in the next block
-            while (marker := buffer.find(_MARKER, search)) >= 0:
+            while (match := _MARKERS.search(buffer, search)) is not None:
+                marker = match.start()
+                is_memory = match.group() == _MARKER
+                if not is_memory and (fields := _OP_FIELDS.match(buffer, marker)) is not None:
+                    yield _op_from_fields(fields)  # the common layout: no JSON decoding
+                    search = fields.end()
+                    continue
                 start = _event_start(buffer, marker, floor)
                 if start < 0:
+                    if not is_memory:
+                        search = marker + len(match.group())
+                        continue
                     raise LogFormatError(f"a [memory] event (byte {marker} of a block) is not inside a JSON object")
-                found = _decode_at(decoder, buffer, start)
+                try:
+                    found = _decode_at(decoder, buffer, start)
+                except LogFormatError:
+                    if is_memory:
+                        raise
+                    search = marker + len(match.group())  # an op event too large or odd: left out
+                    continue
                 if found is None:
                     if done:
                         raise _Truncated("the last [memory] event is cut short")
                     pending = start
                     break
                 event, floor = found
-                decoded = _decode(event, position)
-                if decoded is not None:
-                    yield decoded
-                    position += 1
-                search = max(floor, marker + len(_MARKER))
+                if is_memory:
+                    decoded = _decode(event, position)
+                    if decoded is not None:
+                        yield decoded
+                        position += 1
+                else:
+                    op = _decode_op(event)
+                    if op is not None:
+                        yield op
+                search = max(floor, marker + len(match.group()))
             keep = pending if pending >= 0 else max(floor, len(buffer) - _MAX_EVENT)
             buffer = buffer[keep:]
     if not buffer.rstrip().endswith(b"}"):
@@ -247,10 +326,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     header = _header(source)
     notes: list[str] = []
     events: list[MemoryEvent] = []
+    ops: list[OpEvent] = []
     truncated = False
     try:
         for event in read_events(source):
-            events.append(event)
+            if isinstance(event, MemoryEvent):
+                events.append(event)
+            else:
+                ops.append(event)
     except _Truncated as exc:
         truncated = True
         notes.append(f"the file is cut short: {exc}; imported the [memory] events before the cut")
@@ -261,13 +344,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     addressed = bool(events) and all(e.address is not None for e in events)
     log = EventLog(arena=False)  # built at once, then read whole
     log.truncated = truncated
+    names = _attribute(log, events, ops)
     heaps: dict[tuple[int, int], HeapBuilder] = {}
     for key in sorted(by_device, key=_device_order):
         heaps[key] = HeapBuilder(log, log.add_device(_device_name(*key), **_device_options(header, *key)))
     if not events:
         notes.append("the trace has no [memory] events: profile with torch.profiler.profile(profile_memory=True)")
     elif addressed:
-        _build_addressed(log, heaps, by_device, events, notes)
+        _build_addressed(log, heaps, by_device, events, notes, names)
     else:
         _build_unaddressed(log, heaps, by_device, events, notes)
     reserved = {
@@ -304,11 +388,12 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             "requested": exact,
             "segment": inferred if addressed else absent,
             "largest_free": inferred,
-            "tag": absent,
-            "stack": absent,
+            "tag": inferred if any(tag >= 0 for tag, _ in names.values()) else absent,
+            "stack": inferred if any(stack >= 0 for _, stack in names.values()) else absent,
         },
         notes=[
             "chunk size = requested = Bytes: the trace records neither the caller's request nor rounding",
+            *([_NAMES_NOTE] if names else []),
             "segments are not recorded: inferred" + (" as the address ranges ever allocated" if addressed else ""),
             *notes,
         ],
@@ -331,20 +416,58 @@ def _build_addressed(
     by_device: dict[tuple[int, int], list[MemoryEvent]],
     events: list[MemoryEvent],
     notes: list[str],
+    names: dict[int, tuple[int, int]],
 ) -> None:
     start = events[0].time_ns
     for key, heap in heaps.items():
         first = by_device[key][0]
         before = None if first.total_allocated is None else first.total_allocated - first.bytes_
         notes.extend(prepare(heap, (_change(e) for e in by_device[key]), start_ns=start, in_use_before=before))
-    skipped = sum(not apply(heaps[_key(event)], _change(event)) for event in events)
+    skipped = sum(not apply(heaps[_key(event)], _change(event, names)) for event in events)
     if skipped:
         notes.append(f"{skipped} [memory] events contradict the heap built so far (overlap, unknown free): skipped")
 
 
-def _change(event: MemoryEvent) -> Change:
+def _change(event: MemoryEvent, names: dict[int, tuple[int, int]] | None = None) -> Change:
     assert event.address is not None
-    return Change(event.time_ns, event.address, event.bytes_, event.thread)
+    tag, stack = names.get(event.position, (-1, -1)) if names else (-1, -1)
+    return Change(event.time_ns, event.address, event.bytes_, event.thread, tag, stack)
+
+
+def _attribute(log: EventLog, events: list[MemoryEvent], ops: list[OpEvent]) -> dict[int, tuple[int, int]]:
+    """Per allocation (``MemoryEvent.position``): (tag, stack) of the ops running on its thread at
+    its time: the innermost ``cpu_op``'s name as the tag, every enclosing op and annotation as the
+    stack (innermost first). Allocations outside every op are left out."""
+    by_thread: dict[int, list[OpEvent]] = defaultdict(list)
+    for op in ops:
+        by_thread[op.thread].append(op)
+    for spans in by_thread.values():
+        spans.sort(key=lambda o: (o.start_ns, -o.end_ns))
+    names: dict[int, tuple[int, int]] = {}
+    stacks: dict[tuple[str, ...], int] = {}
+    allocations = sorted((e for e in events if e.bytes_ > 0), key=lambda e: (e.thread, e.time_ns, e.order, e.position))
+    thread, spans, j, open_ops = None, [], 0, []  # type: ignore[var-annotated]
+    for event in allocations:
+        if event.thread != thread:
+            thread, spans, j, open_ops = event.thread, by_thread.get(event.thread, []), 0, []
+        while j < len(spans) and spans[j].start_ns <= event.time_ns:
+            while open_ops and open_ops[-1].end_ns < spans[j].start_ns:
+                open_ops.pop()
+            open_ops.append(spans[j])
+            j += 1
+        while open_ops and open_ops[-1].end_ns < event.time_ns:
+            open_ops.pop()
+        if not open_ops:
+            continue
+        chain = tuple(o.name for o in reversed(open_ops))  # innermost first
+        stack = stacks.get(chain)
+        if stack is None:
+            stack = stacks[chain] = log.intern_stack(tuple(Frame(OP_FRAME, 0, name) for name in chain))
+        innermost = next(
+            (o.name for o in reversed(open_ops) if not o.name.startswith(("## ", "ProfilerStep"))), chain[0]
+        )
+        names[event.position] = (log.intern_string(innermost), stack)
+    return names
 
 
 def _build_unaddressed(
