@@ -294,12 +294,23 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     trials: list[Trial] = []
     recorded: Trial | None = None
     seen: set[str] = set()
+    # expandable segments replay in a time that grows with the device's size: they are replayed
+    # first on a device just above what the run reserved, and again on the whole one if that one
+    # ran out or released memory to retry (a replay that never reaches a bound does what it does on
+    # any larger device; without a GC threshold, PyTorch returns memory only to retry a failure)
+    source_peak = int(timeline_series(log, name).pool_bytes.max(initial=0))
+    bound = min(capacity, -(-(source_peak * 5 // 4) // GiB) * GiB)
     for policy in [recorded_policy, *_grid(family, capacity)]:
         if policy.label in seen:
             continue
         seen.add(policy.label)
-        replayed, served = replay_policy(stream, log, policy, SimUpstream(capacity))
+        tight = policy.kind == "torch" and bool(policy.options.get("expandable_segments")) and bound < capacity
+        replayed, served = replay_policy(stream, log, policy, SimUpstream(bound if tight else capacity))
         o = outcome(policy.label, replayed, name, requests=len(stream), served=served)
+        released = np.isin(replayed.columns["kind"], [int(Kind.SEGMENT_FREE), int(Kind.SEGMENT_UNMAP)]).any()
+        if tight and (served < len(stream) or released):
+            replayed, served = replay_policy(stream, log, policy, SimUpstream(capacity))
+            o = outcome(policy.label, replayed, name, requests=len(stream), served=served)
         trial = Trial(policy, setting_words(family, policy), _own(family, policy), served == len(stream), served,
                       len(stream), o.peak_reserved, o.peak_in_use)  # fmt: skip
         if recorded is None:
