@@ -118,17 +118,20 @@ def test_the_answer_names_categories_and_call_sites() -> None:
     assert sorted(device.leaks["requested"].tolist()) == [4 * MiB, 12 * MiB]
 
 
-def test_advice_a_run_that_fragments_fixed_segments_fits_with_expandable_segments() -> None:
+def _fragmenting_run() -> EventLog:
     """Five 200 MiB segments each keep 150 MiB: the 50 MiB holes cannot take 100 MiB and
     nothing is left to reserve on a 1 GiB device; growing one segment serves it."""
     alloc = TorchCachingAllocator(SimUpstream(GiB), device="GPU:0")
-    kept = []
     for _ in range(5):
         alloc.free(alloc.allocate(200 * MiB))
-        kept.append(alloc.allocate(150 * MiB))
+        alloc.allocate(150 * MiB)
     with pytest.raises(OutOfMemoryError):
         alloc.allocate(100 * MiB)
-    advice = advise(alloc.log)
+    return alloc.log
+
+
+def test_advice_a_run_that_fragments_fixed_segments_fits_with_expandable_segments() -> None:
+    advice = advise(_fragmenting_run())
     assert (advice.family, advice.device, advice.capacity, advice.hit_oom) == ("pytorch", "GPU:0", GiB, True)
     assert not advice.recorded.finished
     assert advice.recorded.served == 15 and advice.recorded.requests == 16
@@ -141,6 +144,17 @@ def test_advice_a_run_that_fragments_fixed_segments_fits_with_expandable_segment
         "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (peak reserved 860 MiB)"
     )
     assert not any("TF_FORCE_GPU_ALLOW_GROWTH" in line or "XLA_" in line for line in advice.lines)
+
+
+def test_report_opens_with_the_answer_and_has_the_advice(tmp_path: Path) -> None:
+    from gpuviz.frontends.options import write_report
+
+    text = write_report(_fragmenting_run(), tmp_path / "run.html").read_text(encoding="utf-8")
+    assert '<p class="answer"><b>GPU:0 at the out-of-memory error (100 MiB requested; 750 MiB in use' in text
+    assert "<h2>Advice (replayed)</h2>" in text
+    assert "<code>PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True</code> (peak reserved 860 MiB)" in text
+    without = write_report(_fragmenting_run(), tmp_path / "plain.html", advise=False).read_text(encoding="utf-8")
+    assert "Advice (replayed)" not in without
 
 
 def _trace(name: str) -> Path:

@@ -10,13 +10,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gpuviz.analysis.advice import Advice
 from gpuviz.analysis.profile import COLOR_BY, GROUP_BY, ViewOptions, profile
 from gpuviz.base.devices import parse_device
 from gpuviz.log.eventlog import EventLog
 from gpuviz.views.report import report_html
 from gpuviz.views.result import FILE_EXTENSION, result_json
 
-__all__ = ["add_view_arguments", "add_user_code_argument", "view_options", "write_report"]
+__all__ = ["add_view_arguments", "add_user_code_argument", "view_options", "write_report", "advice_or_none"]
+
+
+def advice_or_none(log: EventLog) -> Advice | None:
+    """``gpuviz.advise(log)`` (the run replayed under its allocator's settings), or None for a log
+    without allocations to replay."""
+    from gpuviz.scenarios.advise import advise
+
+    try:
+        return advise(log)
+    except ValueError:
+        return None
 
 
 def add_user_code_argument(parser: argparse.ArgumentParser) -> None:
@@ -53,9 +65,16 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
 
 
 def write_report(
-    log: EventLog, path: str | Path, options: ViewOptions | None = None, *, cdn: bool = False, title: str | None = None
+    log: EventLog,
+    path: str | Path,
+    options: ViewOptions | None = None,
+    *,
+    cdn: bool = False,
+    title: str | None = None,
+    advise: bool = True,
 ) -> Path:
-    """Write the self-contained HTML report of ``log`` to ``path``; returns the path.
+    """Write the self-contained HTML report of ``log`` to ``path``; returns the path. ``advise``:
+    add the advice section (``scenarios.advise``: the run replayed under its allocator's settings).
 
     A path ending in ``.gpuviz.json`` gets the result as JSON instead (what the JupyterLab
     extension opens; ``cdn`` does not apply).
@@ -69,6 +88,7 @@ def write_report(
         plotlyjs="cdn" if cdn else "inline",
         title=title or "gpuviz report",
         source=target.stem,
+        advice=advice_or_none(log) if advise else None,
     )
     target.write_text(document, encoding="utf-8")
     return target

@@ -20,14 +20,22 @@ Sizes in bytes.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from gpuviz.analysis.advice import device_capacity, source_allocator
+from gpuviz.analysis.advice import (
+    GPU_SIZES,
+    Advice,
+    Trial,
+    device_capacity,
+    setting_words,
+    smallest_gpu,
+    source_allocator,
+)
 from gpuviz.analysis.comparison import outcome
-from gpuviz.analysis.explain import explain, gib
+from gpuviz.analysis.explain import explain
 from gpuviz.analysis.moments import oom_indices
 from gpuviz.analysis.requests import RequestStream, request_stream
 from gpuviz.analysis.timeline import timeline_series
@@ -38,146 +46,10 @@ from gpuviz.log.schema import Kind
 from gpuviz.scenarios.policies import Policy
 from gpuviz.scenarios.whatif import busiest_device, replay_policy
 
-__all__ = ["GPU_SIZES", "Trial", "Advice", "advise", "setting_words"]
-
-GPU_SIZES = tuple(n * GiB for n in (8, 12, 16, 24, 32, 40, 48, 64, 80, 94, 141, 192))
-"""Common GPU memory sizes (bytes), smallest first."""
+__all__ = ["GPU_SIZES", "Trial", "Advice", "advise", "with_failed_request"]
 
 _SPLITS_MB = (64, 128, 256, 512)
 _GC_THRESHOLDS = (0.6, 0.8)
-
-
-def smallest_gpu(peak_reserved: int) -> int | None:
-    """The smallest of ``GPU_SIZES`` holding ``peak_reserved`` bytes, None when none does."""
-    return next((size for size in GPU_SIZES if size >= peak_reserved), None)
-
-
-def setting_words(family: str, policy: Policy) -> str:
-    """How a user of ``family`` sets ``policy`` (or, for another allocator, what it is)."""
-    o = policy.options
-    if policy.kind == "torch" and family == "pytorch":
-        parts = []
-        if o.get("expandable_segments"):
-            parts.append("expandable_segments:True")
-        if "max_split_size_mb" in o:
-            parts.append(f"max_split_size_mb:{o['max_split_size_mb']}")
-        if "garbage_collection_threshold" in o:
-            parts.append(f"garbage_collection_threshold:{o['garbage_collection_threshold']}")
-        words = f"PYTORCH_CUDA_ALLOC_CONF={','.join(parts)}" if parts else "PyTorch's defaults"
-        if "fraction" in o:
-            words += f" with torch.cuda.set_per_process_memory_fraction({o['fraction']})"
-        return words
-    if policy.kind == "tf-bfc" and family == "jax":
-        if o.get("growth", True):
-            return "XLA_PYTHON_CLIENT_PREALLOCATE=false"
-        return f"XLA_PYTHON_CLIENT_MEM_FRACTION={o.get('fraction', 0.75)}"
-    if policy.kind == "no-pool" and family == "jax":
-        return "XLA_PYTHON_CLIENT_ALLOCATOR=platform"
-    if policy.kind == "tf-bfc" and family in ("tensorflow", "gpuviz"):
-        if family == "gpuviz":
-            words = f"growth={o.get('growth', True)}, garbage_collection={o.get('gc', False)}"
-            return words + (f", memory_limit={gib(int(o['limit']))}" if "limit" in o else "")  # type: ignore[call-overload]
-        words = ("memory growth on (tf.config.experimental.set_memory_growth / TF_FORCE_GPU_ALLOW_GROWTH=true)"
-                 if o.get("growth", True) else "memory growth off (the BFC preallocates)")  # fmt: skip
-        if o.get("gc"):
-            words += ", the BFC's garbage collection of free regions on OOM"
-        if "limit" in o:
-            words += f", memory_limit={gib(int(o['limit']))}"  # type: ignore[call-overload]
-        return words
-    if policy.kind == "rmm-pool" and family == "rmm":
-        initial = int(o.get("initial", 0))  # type: ignore[call-overload]
-        maximum = o.get("maximum")
-        return f"rmm pool: initial_pool_size={gib(initial)}" + (
-            f", maximum_pool_size={gib(int(maximum))}" if maximum is not None else ""  # type: ignore[call-overload]
-        )
-    names = {"tf-bfc": "a BFC allocator (TensorFlow's, XLA's)", "torch": "PyTorch's caching allocator",
-             "rmm-pool": "an RMM pool", "no-pool": "no pool (cudaMalloc per tensor: the lower bound)"}  # fmt: skip
-    words = names[policy.kind]
-    if policy.kind == "torch" and o.get("expandable_segments"):
-        words += " with expandable segments"
-    return words
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One replay: the policy, how a user sets it, and what it did (bytes)."""
-
-    policy: Policy
-    setting: str
-    own: bool  # a setting of the allocator that made the run (else another policy)
-    finished: bool
-    served: int
-    requests: int
-    peak_reserved: int
-    peak_in_use: int
-
-    @property
-    def smallest_gpu(self) -> int | None:
-        """The smallest common GPU size holding this replay's peak reserved bytes."""
-        return smallest_gpu(self.peak_reserved)
-
-
-@dataclass(frozen=True)
-class Advice:
-    """What ``advise`` found for ``device``; ``lines`` says it in words."""
-
-    device: str
-    family: str
-    capacity: int
-    capacity_basis: str  # "the log", "assumed" (the smallest common size above the OOM) or "a bound"
-    hit_oom: bool
-    recorded: Trial  # the run's own settings, replayed
-    trials: tuple[Trial, ...]  # the grid, in order tried
-    seconds: float  # the replays' wall time
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def finishing(self) -> list[Trial]:
-        """The settings under which every request was served, lowest peak reserved first (own first on ties)."""
-        done = [t for t in self.trials if t.finished]
-        return sorted(done, key=lambda t: (t.peak_reserved, not t.own))
-
-    @property
-    def best(self) -> Trial | None:
-        """The allocator's own setting with the lowest peak reserved that finishes (else any policy's)."""
-        own = [t for t in self.finishing if t.own]
-        return own[0] if own else (self.finishing[0] if self.finishing else None)
-
-    @property
-    def lines(self) -> list[str]:
-        lines = [self.headline]
-        for t in sorted(self.trials, key=lambda t: (not t.own, not t.finished, t.peak_reserved)):
-            state = "finishes" if t.finished else f"out of memory after {t.served:,} of {t.requests:,} requests"
-            fits = t.smallest_gpu
-            where = f", fits {_a(fits)}" if t.finished and fits else ""
-            lines.append(f"  {t.setting}: {state}, peak reserved {gib(t.peak_reserved)}{where}")
-        lines.extend(f"note: {n}" for n in self.notes)
-        return lines
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-    @property
-    def headline(self) -> str:
-        """The answer in one sentence."""
-        best, rec = self.best, self.recorded
-        gpu = f"a GPU of {gib(self.capacity)} ({self.capacity_basis})"
-        if self.hit_oom:
-            if best is None:
-                return f"{self.device}: no setting tried lets this run finish on {gpu}; it needs a larger GPU."
-            own = [t for t in self.finishing if t.own]
-            named = ", ".join(f"`{t.setting}` (peak reserved {gib(t.peak_reserved)})" for t in (own or [best])[:3])
-            return f"{self.device}: the run ran out of memory; on {gpu} it would have finished with {named}."
-        if best is None:
-            return f"{self.device}: no setting tried serves every request on {gpu}."
-        fits = best.smallest_gpu
-        fit_words = f" and fits {_a(fits)}" if fits else ""
-        if best.peak_reserved < rec.peak_reserved:
-            return (f"{self.device}: with `{best.setting}` this run peaks at {gib(best.peak_reserved)} reserved "
-                    f"instead of {gib(rec.peak_reserved)}{fit_words}.")  # fmt: skip
-        return (f"{self.device}: the run's own settings already give the lowest peak reserved tried "
-                f"({gib(rec.peak_reserved)}){fit_words}.")  # fmt: skip
 
 
 def _recorded_policy(log: EventLog, device: str, family: str) -> Policy:
@@ -255,12 +127,6 @@ def with_failed_request(stream: RequestStream, log: EventLog, oom_index: int) ->
     )  # fmt: skip
 
 
-def _a(size: int) -> str:
-    """``a 64 GiB GPU``, ``an 8 GiB GPU``."""
-    gib_count = size // GiB
-    return f"{'an' if str(gib_count).startswith('8') or gib_count in (11, 18) else 'a'} {gib_count} GiB GPU"
-
-
 def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: int | None = None) -> Advice:
     """Replay ``log``'s busiest device (or ``device``) under its allocator's settings and the other
     policies (see the module docstring). ``capacity``: the GPU's memory in bytes (default: the
@@ -311,8 +177,9 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
         if tight and (served < len(stream) or released):
             replayed, served = replay_policy(stream, log, policy, SimUpstream(capacity))
             o = outcome(policy.label, replayed, name, requests=len(stream), served=served)
-        trial = Trial(policy, setting_words(family, policy), _own(family, policy), served == len(stream), served,
-                      len(stream), o.peak_reserved, o.peak_in_use)  # fmt: skip
+        trial = Trial(policy.label, policy.kind, setting_words(family, policy.kind, policy.options),
+                      _own(family, policy), served == len(stream), served, len(stream), o.peak_reserved,
+                      o.peak_in_use)  # fmt: skip
         if recorded is None:
             recorded = trial
         trials.append(trial)
