@@ -11,6 +11,7 @@ from gpuviz import dask as dask  # gpuviz.dask.profile_run(): Dask is imported o
 from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.cluster import ClusterSummary, cluster_summary
+from gpuviz.analysis.explain import explain
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.run import Run, load_run
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
@@ -94,4 +95,5 @@ __all__ = [
     "timeline_series",
     "whatif",
     "advise",
+    "explain",
 ]

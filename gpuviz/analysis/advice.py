@@ -87,11 +87,8 @@ def device_capacity(log: EventLog, device: str) -> int | None:
     """The device's memory in bytes where the log says (a profiler's ``total_memory``, an XPlane's
     ``memory_size``, a simulated device's ``capacity`` or an allocator's ``memory_limit``), else None."""
     options = log.devices[log.device_index(device)].options
-    for key in _CAPACITY_KEYS:
-        value = options.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    sizes = [v for v in (options.get(key) for key in _CAPACITY_KEYS) if isinstance(v, int) and v > 0]
+    return min(sizes) if sizes else None  # a memory limit below the device's size is what the run had
 
 
 def fragmentation_words(family: str, answer: Answer | None, bfc: float) -> str:
