@@ -197,7 +197,8 @@ def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     cols = log.columns
     oom_at = {int(cols["device"][i]): int(i) for i in np.flatnonzero(cols["kind"] == Kind.OOM)[::-1].tolist()}
     names = {log.devices[d].name: i for d, i in oom_at.items()}
-    cut = np.array([names.get(d, np.iinfo(np.int64).max) for d in allocations["device"].tolist()], dtype=np.int64)
+    never = int(np.iinfo(np.int64).max)
+    cut = np.array([names.get(d, never) for d in allocations["device"].tolist()], dtype=np.int64)
     within = (freed >= 0) & (freed < np.minimum(boundary, cut))
     for i, p in enumerate(phase.tolist()):
         if p is None:
