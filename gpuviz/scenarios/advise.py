@@ -19,6 +19,7 @@ Sizes in bytes.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -99,6 +100,13 @@ def _own(family: str, policy: Policy) -> bool:
     return policy.kind in kinds
 
 
+class _QuietReplays(logging.Filter):
+    """Drops the warnings a replayed BFC allocator logs when its garbage collection runs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "garbage collection returns" not in str(record.msg)
+
+
 def _first_oom_device(log: EventLog) -> str | None:
     cols = log.columns
     at = np.flatnonzero(cols["kind"] == Kind.OOM)
@@ -166,23 +174,28 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     # any larger device; without a GC threshold, PyTorch returns memory only to retry a failure)
     source_peak = int(timeline_series(log, name).pool_bytes.max(initial=0))
     bound = min(capacity, -(-(source_peak * 5 // 4) // GiB) * GiB)
-    for policy in [recorded_policy, *_grid(family, capacity)]:
-        if policy.label in seen:
-            continue
-        seen.add(policy.label)
-        tight = policy.kind == "torch" and bool(policy.options.get("expandable_segments")) and bound < capacity
-        replayed, served = replay_policy(stream, log, policy, SimUpstream(bound if tight else capacity))
-        o = outcome(policy.label, replayed, name, requests=len(stream), served=served)
-        released = np.isin(replayed.columns["kind"], [int(Kind.SEGMENT_FREE), int(Kind.SEGMENT_UNMAP)]).any()
-        if tight and (served < len(stream) or released):
-            replayed, served = replay_policy(stream, log, policy, SimUpstream(capacity))
+    quiet = _QuietReplays()  # the replays' own allocator warnings (a BFC's garbage collection) say nothing here
+    logging.getLogger("gpuviz").addFilter(quiet)
+    try:
+        for policy in [recorded_policy, *_grid(family, capacity)]:
+            if policy.label in seen:
+                continue
+            seen.add(policy.label)
+            tight = policy.kind == "torch" and bool(policy.options.get("expandable_segments")) and bound < capacity
+            replayed, served = replay_policy(stream, log, policy, SimUpstream(bound if tight else capacity))
             o = outcome(policy.label, replayed, name, requests=len(stream), served=served)
-        trial = Trial(policy.label, policy.kind, setting_words(family, policy.kind, policy.options),
-                      _own(family, policy), served == len(stream), served, len(stream), o.peak_reserved,
-                      o.peak_in_use)  # fmt: skip
-        if recorded is None:
-            recorded = trial
-        trials.append(trial)
+            released = np.isin(replayed.columns["kind"], [int(Kind.SEGMENT_FREE), int(Kind.SEGMENT_UNMAP)]).any()
+            if tight and (served < len(stream) or released):
+                replayed, served = replay_policy(stream, log, policy, SimUpstream(capacity))
+                o = outcome(policy.label, replayed, name, requests=len(stream), served=served)
+            trial = Trial(policy.label, policy.kind, setting_words(family, policy.kind, policy.options),
+                          _own(family, policy), served == len(stream), served, len(stream), o.peak_reserved,
+                          o.peak_in_use)  # fmt: skip
+            if recorded is None:
+                recorded = trial
+            trials.append(trial)
+    finally:
+        logging.getLogger("gpuviz").removeFilter(quiet)
     assert recorded is not None
     if len(ooms) and recorded.finished:
         notes.append(
