@@ -208,3 +208,35 @@ def test_profiler_allocations_are_named_by_the_op_running_on_their_thread() -> N
         ["aten::mm", 4_000_000, 1],
     ]
     assert "from `aten::empty` and `aten::mm`" in answer.text
+
+
+def test_cli_summary_user_code_and_advise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuviz.frontends.cli import main
+
+    path = tmp_path / "step.arrow"
+    _training_log().save(path)
+    assert main(["summary", str(path), "--user-code", "torch/optim"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "10 MiB optimizer state from `adam.py:100`" in first  # the optimizer's own line, named as user code
+    run = tmp_path / "oom.arrow"
+    _fragmenting_run().save(run)
+    assert main(["advise", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("GPU:0: the run ran out of memory; on a GPU of 1.0 GiB (the log) it would have finished")
+    assert (
+        "  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: finishes, peak reserved 860 MiB, fits an 8 GiB GPU" in out
+    )
+    assert main(["summary", str(path), "--user-code", "("]) == 2
+    assert "not a regular expression" in capsys.readouterr().err
+
+
+def test_dashboard_opens_with_the_answer_and_shows_the_advisors_advice() -> None:
+    from gpuviz.frontends.options import advice_or_none
+    from gpuviz.widgets.dashboard import Dashboard
+
+    log = _fragmenting_run()
+    with_advice = Dashboard(log, advisor=advice_or_none).summary_html
+    assert '<p class="answer"><b>GPU:0 at the out-of-memory error (100 MiB requested;' in with_advice
+    assert "<h4>Advice (replayed)</h4>" in with_advice
+    assert "<code>PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True</code> (peak reserved 860 MiB)" in with_advice
+    assert "Advice (replayed)" not in Dashboard(log).summary_html  # no advisor: no replays in the widget
