@@ -240,3 +240,19 @@ def test_dashboard_opens_with_the_answer_and_shows_the_advisors_advice() -> None
     assert "<h4>Advice (replayed)</h4>" in with_advice
     assert "<code>PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True</code> (peak reserved 860 MiB)" in with_advice
     assert "Advice (replayed)" not in Dashboard(log).summary_html  # no advisor: no replays in the widget
+
+
+def test_leaks_are_what_grows_step_over_step() -> None:
+    """Three steps: each keeps a 4 MiB activation (a history list that grows); the optimizer's
+    state is made in the first step only; each step also makes a temporary in the optimizer."""
+    alloc = TorchCachingAllocator(SimUpstream(GiB), device="GPU:0")
+    log = alloc.log
+    forward, step = log.intern_stack(FORWARD), log.intern_stack(STEP)
+    for number in range(3):
+        alloc.allocate(4 * MiB + number * 512, stack=forward)
+        if number == 0:
+            alloc.allocate(10 * MiB, stack=step)
+        alloc.free(alloc.allocate(1 * MiB, stack=step))
+    (device,) = diagnose(log).devices
+    # the first step's activation and the optimizer state live from the first step on: not leaks
+    assert device.leaks["requested"].tolist() == [4 * MiB + 512, 4 * MiB + 1024]
