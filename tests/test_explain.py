@@ -256,3 +256,14 @@ def test_leaks_are_what_grows_step_over_step() -> None:
     (device,) = diagnose(log).devices
     # the first step's activation and the optimizer state live from the first step on: not leaks
     assert device.leaks["requested"].tolist() == [4 * MiB + 512, 4 * MiB + 1024]
+
+
+def test_call_sites_of_a_growing_log_cover_its_new_stacks() -> None:
+    log = EventLog()
+    first = log.intern_stack(PARAM)
+    assert call_sites(log).sites_of([first]).tolist() == ["/u/model.py:10 (__init__)"]
+    second = log.intern_stack(STEP)
+    grown = call_sites(log)
+    assert grown.sites_of([first, second]).tolist() == ["/u/model.py:10 (__init__)", "/u/train.py:10 (<module>)"]
+    assert grown.ops_of([first, second]).tolist() == [None, "torch/optim/adam.py:200 (step)"]
+    assert call_sites(log) is grown  # computed once per stack count

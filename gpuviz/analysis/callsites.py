@@ -157,14 +157,23 @@ def _compute(stacks: Sequence[tuple[Frame, ...]], user_code: str | None, library
     return CallSites(user_frame, site, short, op, op_short, user_code)
 
 
-_CACHE: weakref.WeakKeyDictionary[EventLog, dict[tuple[int, str | None, str | None], CallSites]] = (
+_CACHE: weakref.WeakKeyDictionary[EventLog, dict[tuple[str | None, str | None], CallSites]] = (
     weakref.WeakKeyDictionary()
 )
 _LOCK = threading.Lock()
 
 
+def _joined(old: CallSites, new: CallSites) -> CallSites:
+    def both(name: str) -> np.ndarray:
+        joined: np.ndarray = np.concatenate([getattr(old, name), getattr(new, name)])
+        return joined
+
+    return CallSites(both("user_frame"), both("site"), both("short"), both("op"), both("op_short"), old.user_code)
+
+
 def call_sites(log: EventLog, *, user_code: str | None = None, library: str | None = None) -> CallSites:
-    """The ``CallSites`` of ``log``'s stack table (computed once per log, stack count and options).
+    """The ``CallSites`` of ``log``'s stack table, computed once per log and options (a log that
+    grows gets only its new stacks computed).
 
     ``user_code``: a regular expression; frames whose file name it matches are the user's.
     ``library``: a regular expression adding library folders. ``ValueError`` names a bad expression.
@@ -175,12 +184,15 @@ def call_sites(log: EventLog, *, user_code: str | None = None, library: str | No
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"{name} {pattern!r} is not a regular expression: {exc}") from None
-    key = (len(log.stacks), user_code, library)
+    key = (user_code, library)
+    count = len(log.stacks)
     with _LOCK:
         cached = _CACHE.get(log, {}).get(key)
-    if cached is not None:
+    if cached is not None and len(cached.site) == count:
         return cached
-    result = _compute(log.stacks[: key[0]], user_code, library)
+    done = len(cached.site) if cached is not None and len(cached.site) < count else 0
+    fresh = _compute(log.stacks[done:count], user_code, library)
+    result = _joined(cached, fresh) if done and cached is not None else fresh
     with _LOCK:
         _CACHE.setdefault(log, {})[key] = result
     return result
