@@ -216,17 +216,22 @@ def _frame(category: np.ndarray, basis: np.ndarray, phase: np.ndarray) -> pd.Dat
     return frame
 
 
-_CACHE: weakref.WeakKeyDictionary[EventLog, dict[tuple[int, int, int], pd.DataFrame]] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[EventLog, dict[str, tuple[tuple[int, int, int], pd.DataFrame]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def categories(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
-    """``category``, ``inferred`` and ``basis`` of each row of ``allocations`` (an
-    ``allocation_table`` of ``log``), in its order and with its index (see the module docstring)."""
+    """``category``, ``inferred``, ``basis`` and ``phase`` of each row of ``allocations`` (an
+    ``allocation_table`` of ``log``), in its order and with its index (see the module docstring).
+    The latest result per log and device is kept, so asking again costs nothing."""
     made = allocations["alloc_index"].to_numpy()
     key = (len(allocations), int(made[0]) if len(made) else -1, int(made[-1]) if len(made) else -1)
-    cached = _CACHE.get(log, {}).get(key)
-    if cached is None:
-        cached = _compute(log, allocations)
-        _CACHE.setdefault(log, {})[key] = cached
-    aligned: pd.DataFrame = cached.set_axis(allocations.index)
+    devices = allocations["device"]
+    slot = ",".join(sorted({str(d) for d in devices.unique().tolist()})) if len(devices) else ""
+    entry = _CACHE.get(log, {}).get(slot)
+    if entry is None or entry[0] != key:
+        entry = (key, _compute(log, allocations))
+        _CACHE.setdefault(log, {})[slot] = entry
+    aligned: pd.DataFrame = entry[1].set_axis(allocations.index)
     return aligned
