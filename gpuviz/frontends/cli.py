@@ -1,7 +1,8 @@
 """The ``gpuviz`` command line (also ``python -m gpuviz``).
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
-gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
+gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...] [--user-code RE]
+    [--no-advise]
 gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none] [--align auto|clock|start]
     (a distributed run; also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: its result, for JupyterLab)
 gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
@@ -56,7 +57,8 @@ def _report(args: argparse.Namespace) -> int:
         return _run_report(args)
     log = load(args.log)
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
-    write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}")
+    write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}",
+                 advise=not args.no_advise)  # fmt: skip
     print(f"report written to {output}" + (" (the log was truncated)" if log.truncated else ""))
     return 0
 
@@ -249,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--align", choices=["auto", "clock", "start"], default="auto",
                         help="a run: line ranks up by wall clock or by their first events (auto: by wall clock "
                         "when every rank has an anchor)")  # fmt: skip
+    report.add_argument("--no-advise", action="store_true",
+                        help="leave out the advice section (the run replayed under its allocator's "
+                        "settings)")  # fmt: skip
     add_view_arguments(report)
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
