@@ -46,11 +46,11 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.base.tags import OP_FRAME
 from gpuviz.importers.addressed import PREEXISTING, Change, Unaddressed, apply, prepare, unmatched_frees
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
+from gpuviz.importers.profiler_ops import OP_FIELDS, OpEvent, attribute, decode_op, op_from_fields
 from gpuviz.importers.source import Progress, Source
-from gpuviz.log.eventlog import EventLog, Frame
+from gpuviz.log.eventlog import EventLog
 
 __all__ = ["NAME", "DESCRIPTION", "sniff", "read", "read_events", "MemoryEvent", "OpEvent", "PREEXISTING"]
 
@@ -59,15 +59,9 @@ DESCRIPTION = "a PyTorch profiler Chrome trace (.pt.trace.json[.gz], [memory] ev
 
 _MARKER = b'"[memory]"'
 _MARKERS = re.compile(rb'"\[memory\]"|"cpu_op"|"user_annotation"|"Operator"')  # a memory event or an op's category
-_OP_CATEGORIES = ("cpu_op", "user_annotation", "Operator")
 _NAMES_NOTE = (
     "tags: the innermost op running on the allocating thread (the trace's cpu_op events); "
     "stacks: the ops and annotations enclosing it, innermost first"
-)
-# an op event as PyTorch writes it, read from its category on without decoding the whole object
-_OP_FIELDS = re.compile(
-    rb'"(?:cpu_op|user_annotation|Operator)",\s*"name":\s*"((?:[^"\\]|\\.)*)",\s*"pid":\s*"?-?\d+"?,'
-    rb'\s*"tid":\s*"?(\d+)"?,\s*"ts":\s*(\d+(?:\.\d+)?),\s*"dur":\s*(\d+(?:\.\d+)?)'
 )
 _BLOCK = 1 << 20  # decompressed bytes read at a time
 _MAX_EVENT = 1 << 16  # a [memory] event is far smaller than this
@@ -89,45 +83,6 @@ class MemoryEvent(NamedTuple):
     bytes_: int
     total_allocated: int | None
     total_reserved: int | None
-
-
-class OpEvent(NamedTuple):
-    """One op or annotation (a complete ``X`` event of category ``cpu_op``, ``user_annotation`` or
-    ``Operator``): its thread and its span in ns."""
-
-    thread: int
-    start_ns: int
-    end_ns: int
-    name: str
-
-
-def _ns(value: Any) -> int | None:
-    if type(value) is int:
-        return value * 1000
-    if isinstance(value, Decimal):
-        return int(value * 1000)
-    return None
-
-
-def _op_from_fields(fields: re.Match[bytes]) -> OpEvent:
-    raw_name, tid, ts, dur = fields.groups()
-    name = raw_name.decode("utf-8", "replace")
-    if "\\" in name:
-        name = json.loads('"' + name + '"')
-    start = int(Decimal(ts.decode()) * 1000)
-    return OpEvent(int(tid), start, start + int(Decimal(dur.decode()) * 1000), name)
-
-
-def _decode_op(event: Any) -> OpEvent | None:
-    """The op event ``event`` (a decoded JSON object), None for any other object."""
-    if type(event) is not dict or event.get("ph") != "X" or event.get("cat") not in _OP_CATEGORIES:
-        return None
-    start, duration, name = _ns(event.get("ts")), _ns(event.get("dur", 0)), event.get("name")
-    if start is None or duration is None or not isinstance(name, str):
-        return None
-    tid = event.get("tid", 0)
-    thread = tid if type(tid) is int else int(tid) if isinstance(tid, str) and tid.isdigit() else 0
-    return OpEvent(thread, start, start + duration, name)
 
 
 def sniff(head: bytes) -> bool:
@@ -254,8 +209,8 @@ def read_events(source: Source) -> Iterator[MemoryEvent | OpEvent]:
             while (match := _MARKERS.search(buffer, search)) is not None:
                 marker = match.start()
                 is_memory = match.group() == _MARKER
-                if not is_memory and (fields := _OP_FIELDS.match(buffer, marker)) is not None:
-                    yield _op_from_fields(fields)  # the common layout: no JSON decoding
+                if not is_memory and (fields := OP_FIELDS.match(buffer, marker)) is not None:
+                    yield op_from_fields(fields)  # the common layout: no JSON decoding
                     search = fields.end()
                     continue
                 start = _event_start(buffer, marker, floor)
@@ -283,7 +238,7 @@ def read_events(source: Source) -> Iterator[MemoryEvent | OpEvent]:
                         yield decoded
                         position += 1
                 else:
-                    op = _decode_op(event)
+                    op = decode_op(event)
                     if op is not None:
                         yield op
                 search = max(floor, marker + len(match.group()))
@@ -344,7 +299,7 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     addressed = bool(events) and all(e.address is not None for e in events)
     log = EventLog(arena=False)  # built at once, then read whole
     log.truncated = truncated
-    names = _attribute(log, events, ops)
+    names = attribute(log, [(e.thread, e.time_ns, e.order, e.position) for e in events if e.bytes_ > 0], ops)
     heaps: dict[tuple[int, int], HeapBuilder] = {}
     for key in sorted(by_device, key=_device_order):
         heaps[key] = HeapBuilder(log, log.add_device(_device_name(*key), **_device_options(header, *key)))
@@ -432,42 +387,6 @@ def _change(event: MemoryEvent, names: dict[int, tuple[int, int]] | None = None)
     assert event.address is not None
     tag, stack = names.get(event.position, (-1, -1)) if names else (-1, -1)
     return Change(event.time_ns, event.address, event.bytes_, event.thread, tag, stack)
-
-
-def _attribute(log: EventLog, events: list[MemoryEvent], ops: list[OpEvent]) -> dict[int, tuple[int, int]]:
-    """Per allocation (``MemoryEvent.position``): (tag, stack) of the ops running on its thread at
-    its time: the innermost ``cpu_op``'s name as the tag, every enclosing op and annotation as the
-    stack (innermost first). Allocations outside every op are left out."""
-    by_thread: dict[int, list[OpEvent]] = defaultdict(list)
-    for op in ops:
-        by_thread[op.thread].append(op)
-    for spans in by_thread.values():
-        spans.sort(key=lambda o: (o.start_ns, -o.end_ns))
-    names: dict[int, tuple[int, int]] = {}
-    stacks: dict[tuple[str, ...], int] = {}
-    allocations = sorted((e for e in events if e.bytes_ > 0), key=lambda e: (e.thread, e.time_ns, e.order, e.position))
-    thread, spans, j, open_ops = None, [], 0, []  # type: ignore[var-annotated]
-    for event in allocations:
-        if event.thread != thread:
-            thread, spans, j, open_ops = event.thread, by_thread.get(event.thread, []), 0, []
-        while j < len(spans) and spans[j].start_ns <= event.time_ns:
-            while open_ops and open_ops[-1].end_ns < spans[j].start_ns:
-                open_ops.pop()
-            open_ops.append(spans[j])
-            j += 1
-        while open_ops and open_ops[-1].end_ns < event.time_ns:
-            open_ops.pop()
-        if not open_ops:
-            continue
-        chain = tuple(o.name for o in reversed(open_ops))  # innermost first
-        stack = stacks.get(chain)
-        if stack is None:
-            stack = stacks[chain] = log.intern_stack(tuple(Frame(OP_FRAME, 0, name) for name in chain))
-        innermost = next(
-            (o.name for o in reversed(open_ops) if not o.name.startswith(("## ", "ProfilerStep"))), chain[0]
-        )
-        names[event.position] = (log.intern_string(innermost), stack)
-    return names
 
 
 def _build_unaddressed(
