@@ -11,6 +11,7 @@ from gpuviz import dask as dask  # gpuviz.dask.profile_run(): Dask is imported o
 from gpuviz import torch as torch  # gpuviz.torch.record(): PyTorch is imported only when recording starts
 from gpuviz._version import __version__ as __version__
 from gpuviz.analysis.cluster import ClusterSummary, cluster_summary
+from gpuviz.analysis.explain import explain
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.run import Run, load_run
 from gpuviz.analysis.timeline import internal_waste, peak, resample, timeline_series
@@ -25,7 +26,7 @@ from gpuviz.importers import load
 from gpuviz.log.eventlog import Event, EventLog
 from gpuviz.runtime.array import DeviceArray, asarray, empty
 from gpuviz.runtime.context import Session, device, reconfigure, record_into, record_run, reset
-from gpuviz.scenarios import whatif
+from gpuviz.scenarios import advise, whatif
 
 
 def show_run(source: str, *, threshold: float = 0.1, align: str = "auto") -> object:
@@ -104,4 +105,6 @@ __all__ = [
     "span",
     "timeline_series",
     "whatif",
+    "advise",
+    "explain",
 ]

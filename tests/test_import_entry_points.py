@@ -55,7 +55,12 @@ def test_import_defaults_to_the_sources_name_here(tmp_path: Path, monkeypatch: p
 def test_report_and_summary_open_a_snapshot_directly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(SNAPSHOT)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("19664 events, devices: GPU:0\n")
+    answer, events = text.splitlines()[:2]  # the answer in words comes first
+    assert answer.startswith(
+        "GPU:0 at the peak (51.3 GiB in use, 56.9 GiB reserved): "
+        "25.4 GiB optimizer state from `optimizers.py:82` and `:84`"
+    )
+    assert events == "19664 events, devices: GPU:0"
     assert "peak in use      51 GiB at event 19656" in text and "in use at end    51 GiB in 1201 chunks" in text
     report = tmp_path / "snap.html"
     assert main(["report", str(SNAPSHOT), "-o", str(report)]) == 0

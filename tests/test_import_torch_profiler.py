@@ -117,7 +117,9 @@ def test_current_schema_meta_devices_and_reserved(hta: tuple[EventLog, list[dict
     )
     assert any(note.startswith(reserved_note) for note in log.meta["notes"])
     assert log.meta["columns"]["address"] == "exact" and log.meta["columns"]["segment"] == "inferred"
-    assert log.meta["columns"]["size"] == "inferred" and log.meta["columns"]["tag"] == "absent"
+    assert log.meta["columns"]["size"] == "inferred"
+    # each allocation named by the op running on its thread (the trace's cpu_op events)
+    assert log.meta["columns"]["tag"] == "inferred" and log.meta["columns"]["stack"] == "inferred"
 
 
 def test_2021_schema_pairs_frees_by_size_and_keeps_bytes_in_use() -> None:
@@ -153,11 +155,11 @@ def test_small_trace_preexisting_float_times_key_order_and_threads() -> None:
         (101_500, "segment_alloc", "GPU:0", seg, 512, None, 0),
         (101_500, "alloc", "GPU:0", seg, 512, "PREEXISTING", 0),  # 3072 - 1024 - 1536 bytes of unknown address
         (101_500, "segment_alloc", "CPU:0", 4096, 64, None, 0),
-        (101_500, "alloc", "GPU:0", 0, 1024, None, 7),
-        (102_000, "alloc", "GPU:0", 1024, 512, None, 7),  # "args" before "name" in the JSON object
+        (101_500, "alloc", "GPU:0", 0, 1024, "aten::empty", 7),  # inside the cpu_op aten::empty on thread 7
+        (102_000, "alloc", "GPU:0", 1024, 512, "aten::empty", 7),  # "args" before "name" in the JSON object
         (103_000, "free", "GPU:0", 1536, 1536, "PREEXISTING", 7),  # Ev Idx 3 before Ev Idx 4 at the same ts
-        (103_000, "alloc", "CPU:0", 4096, 64, None, 8),
-        (104_000, "free", "GPU:0", 0, 1024, None, 7),
+        (103_000, "alloc", "CPU:0", 4096, 64, None, 8),  # thread 8 runs no op
+        (104_000, "free", "GPU:0", 0, 1024, "aten::empty", 7),
         (105_000, "free", "CPU:0", 4096, 64, None, 8),
     ]
     assert log.meta["source"]["total_reserved"] == {

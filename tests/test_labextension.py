@@ -94,6 +94,8 @@ def test_result_of_a_run() -> None:
     # 4 MiB segment and is freed; 6 MiB cannot fit under the 8 MiB limit
     assert data["summary"] == [
         "8 events · devices: GPU:0",
+        "GPU:0 at the out-of-memory error (6.0 MiB requested; 4.0 MiB in use, 8.0 MiB reserved): "
+        "4.0 MiB of unknown use; 4.0 MiB reserved but unused in 2 segments",
         "hint: GPU:0: out of memory at event 7 requesting 6.0 MiB - not enough free memory under the limit.",
         "GPU:0: peak in use 5.0 MiB at event 4, peak pool 8.0 MiB, in use at end 4.0 MiB, "
         "fragmentation at peak 0.0%, internal waste at peak 1.0 MiB",

@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuviz.analysis.advice import fragmentation_hint
+from gpuviz.analysis.callsites import NO_STACK, call_sites
+from gpuviz.analysis.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER, categories, preexisting
+from gpuviz.analysis.explain import Answer, explain
 from gpuviz.analysis.moments import Pinning, call_site, oom_indices, pinning
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
@@ -23,6 +27,8 @@ __all__ = [
     "DeviceSummary",
     "diagnose",
     "live_table",
+    "GROUP_BY",
+    "resolve_group_by",
     "LIVE_COLUMNS",
     "FLOAT64_HINT",
     "TRANSFER_HINT",
@@ -55,6 +61,8 @@ class DeviceSummary:
     moment_index: int = -1  # its log position
     live: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per allocation live then (LIVE_COLUMNS)
     pinning: Pinning | None = None  # at the first OOM: the holes and what pinned them apart
+    answer: Answer | None = None  # what held the memory then, in words (``explain``)
+    group_by: str = "tag"  # what ``top_at_peak`` is grouped by ("auto" resolved)
 
 
 @dataclass(frozen=True)
@@ -96,9 +104,31 @@ def live_table(log: EventLog, allocations: pd.DataFrame, index: int) -> pd.DataF
     return frame.sort_values(["size", "alloc_index"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
-def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int) -> pd.DataFrame:
+GROUP_BY = ("auto", "tag", "dtype", "call site", "category")
+"""What the top allocations at the peak are grouped by; ``"auto"``: by tag where the allocations
+alive then carry tags, else by user call site where they have stacks, else by category."""
+
+
+def resolve_group_by(log: EventLog, live: pd.DataFrame, group_by: str) -> str:
+    """``group_by`` with ``"auto"`` resolved for the allocations ``live``."""
+    if group_by != "auto":
+        return group_by
+    tags = live["tag"]
+    if len(tags) and tags.notna().mean() >= 0.5 and (tags != "PREEXISTING").any():
+        return "tag"
+    stacks = live["stack"].to_numpy()
+    if len(stacks) and (stacks >= 0).any():
+        return "call site"
+    return "category"
+
+
+def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int, *, user_code: str | None = None,
+         cats: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     if by == "call site":
-        keys = [call_site(log, int(s)) or "(no stack recorded)" for s in live["stack"]]
+        sites = call_sites(log, user_code=user_code)
+        keys = [sites.label(int(s)) or NO_STACK for s in live["stack"]]
+    elif by == "category":
+        keys = (cats if cats is not None else categories(log, live))["category"].tolist()
     elif by == "dtype":
         keys = live["dtype"].fillna("(untagged)").tolist()
     else:
@@ -110,8 +140,25 @@ def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int) -> 
     return grouped.sort_values(["bytes", "group"], ascending=[False, True]).head(limit).reset_index(drop=True)
 
 
-def _leaks(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
-    """Allocations made inside a span and alive at its end; without spans, alive at the end."""
+def _leaks(log: EventLog, allocations: pd.DataFrame, cats: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Allocations made inside a span and alive at its end; without spans, alive at the end.
+
+    Never listed: what was alive from before the trace, parameters and optimizer state (they
+    live as long as the model). Without spans, where the run has two optimizer steps or more,
+    only what was made after the first step ended and is still alive (what grows step over
+    step); with fewer, gradients are left out too."""
+    cats = categories(log, allocations) if cats is None else cats
+    category = cats["category"].to_numpy()
+    keep = ~preexisting(log, allocations) & ~np.isin(category, [PARAMETER, OPTIMIZER_STATE])
+    made_all = allocations["alloc_index"].to_numpy()
+    is_step = (cats["phase"] == "step").to_numpy()
+    starts = np.flatnonzero(is_step & ~np.concatenate([[False], is_step[:-1]]))  # first row of each step
+    first_step_end = -1
+    if len(starts) >= 2:
+        after = np.flatnonzero(~is_step[starts[0] :])
+        first_step_end = int(made_all[starts[0] + after[0]]) if len(after) else int(made_all[-1]) + 1
+    else:
+        keep &= category != GRADIENT
     marks = mark_table(log)
     spans: list[tuple[str, int, int]] = []
     open_spans: dict[str, list[int]] = {}
@@ -133,6 +180,7 @@ def _leaks(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
         first = int(np.searchsorted(made_at, begin_at, side="left"))
         last = int(np.searchsorted(made_at, end_at, side="right"))
         window = np.arange(first, last)
+        window = window[keep[window] & (made_at[window] >= first_step_end)]
         alive = window[(freed_at[window] < 0) | (freed_at[window] > end_at)]
         if len(alive):
             result.append(allocations.iloc[alive].assign(span=label))
@@ -145,7 +193,8 @@ def diagnose(
     log: EventLog,
     *,
     top: int = 10,
-    group_by: str = "tag",
+    group_by: str = "auto",
+    user_code: str | None = None,
     heap: Replay | None = None,
     series: Mapping[str, TimelineSeries] | None = None,
     allocations: Mapping[str, pd.DataFrame] | None = None,
@@ -153,15 +202,16 @@ def diagnose(
 ) -> Diagnosis:
     """The summary of a run: per device peak and composition, leaks, OOMs, and hints.
 
-    ``group_by``: ``"tag"``, ``"dtype"`` or ``"call site"`` for the top allocations at the peak.
+    ``group_by``: one of ``GROUP_BY`` for the top allocations at the peak (``"auto"``: tags where
+    there are, else user call sites, else categories). ``user_code``: see ``callsites.call_sites``.
     ``heap``, ``series`` (per device name), ``allocations`` (per device name) and ``transfers``:
     results of ``log`` already computed, reused instead of computed again (a caller that has
     them, like ``profile``, passes them; missing ones are computed). Each device's summary
     holds the allocations live at its first OOM (else at its peak) and, at an OOM, the pinning
     analysis (``moments.pinning``).
     """
-    if group_by not in ("tag", "dtype", "call site"):
-        raise ValueError(f"group_by must be 'tag', 'dtype' or 'call site', not {group_by!r}")
+    if group_by not in GROUP_BY:
+        raise ValueError(f"group_by must be one of {', '.join(map(repr, GROUP_BY))}, not {group_by!r}")
     cols = log.columns
     present = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
     order = gpus_first([log.devices[i].name for i in present])
@@ -174,7 +224,9 @@ def diagnose(
         extremes = series_extremes(timeline)
         top_peak = extremes.peak
         table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)
+        cats = categories(log, table)
         live = alive_at(table, top_peak.index) if top_peak.index >= 0 else table.iloc[:0]
+        by = resolve_group_by(log, live, group_by)
         at = int(np.searchsorted(timeline.index, top_peak.index)) if top_peak.index >= 0 else 0
         dtype = _top(live, log, "dtype", top_peak.bytes, 50)
         ooms_here = oom_indices(log, name)
@@ -194,24 +246,25 @@ def diagnose(
             fragmentation_at_peak=float(timeline.fragmentation[at]) if len(timeline) else 0.0,
             fragmentation_at_end=float(timeline.fragmentation[-1]) if len(timeline) else 0.0,
             waste_at_peak=extremes.waste.at_peak,
-            top_at_peak=_top(live, log, group_by, top_peak.bytes, top),
+            top_at_peak=_top(live, log, by, top_peak.bytes, top, user_code=user_code, cats=cats.loc[live.index]),
             dtype_at_peak=dtype,
-            leaks=_leaks(log, table),
+            leaks=_leaks(log, table, cats),
             moment="OOM" if len(ooms_here) else "peak",
             moment_index=moment_index,
             live=live_table(log, table, moment_index) if moment_index >= 0 else pd.DataFrame(columns=LIVE_COLUMNS),
             pinning=pinned,
-        )
+            answer=next(iter(explain(log, name, user_code=user_code, heap=heap or replay(log), series={name: timeline},
+                                     allocations={name: table})), None),
+            group_by=by,
+        )  # fmt: skip
+        heap = heap or replay(log)
         devices.append(summary)
         f64 = dtype.loc[dtype["group"] == "float64", "share"]
         if len(f64) and float(f64.iloc[0]) > FLOAT64_HINT:
             hints.append(f"{name}: float64 arrays hold {float(f64.iloc[0]):.0%} of the peak; float32 would halve them.")
         worst = max(summary.fragmentation_at_peak, summary.fragmentation_at_end)
         if worst > FRAGMENTATION_HINT:
-            hints.append(
-                f"{name}: fragmentation reaches {worst:.0%}: free memory is split into chunks too small to reuse;"
-                " allocate large, long-lived buffers first and release memory between experiments."
-            )
+            hints.append(fragmentation_hint(log, name, worst, summary.answer))
         if top_peak.bytes and summary.waste_at_peak > max(0.1 * top_peak.bytes, 1 << 20):
             hints.append(
                 f"{name}: {summary.waste_at_peak / top_peak.bytes:.0%} of the peak is internal waste"

@@ -57,11 +57,11 @@ ROUNDING = 256
 
 
 def call_site(log: EventLog, stack: int) -> str | None:
-    """``file:line (function)`` of the innermost recorded frame of stack ``stack``, or None."""
-    if stack < 0 or stack >= len(log.stacks) or not log.stacks[stack]:
-        return None
-    frame = log.stacks[stack][0]
-    return f"{frame.filename}:{frame.lineno} ({frame.function})"
+    """``file:line (function)`` of stack ``stack``'s user call site (its innermost frame outside
+    the libraries, ``callsites``), else of its innermost library frame; None without frames."""
+    from gpuviz.analysis.callsites import call_sites
+
+    return call_sites(log).label(stack)
 
 
 def oom_indices(log: EventLog, device: str | None = None) -> np.ndarray:

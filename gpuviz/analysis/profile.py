@@ -37,7 +37,7 @@ from gpuviz.log.schema import Kind
 __all__ = ["ViewOptions", "Profile", "DeviceProfile", "profile", "COLOR_BY", "GROUP_BY"]
 
 COLOR_BY = ("state", "tag", "dtype")
-GROUP_BY = ("tag", "dtype", "call site")
+GROUP_BY = ("auto", "tag", "dtype", "call site", "category")
 _PREFIX_ROWS = 4096
 """``DeviceProfile.allocated`` looks among at most this many allocations without building its index."""
 
@@ -50,7 +50,9 @@ class ViewOptions:
     points: the most points a timeline draws (min/max per bucket beyond that).
     scrub_points: how many instants the time scrubber offers.
     color_by: color used chunks by ``"state"`` (used/waste/free), ``"tag"`` or ``"dtype"``.
-    group_by: group the top allocations at the peak by ``"tag"``, ``"dtype"`` or ``"call site"``.
+    group_by: group the top allocations at the peak by ``"tag"``, ``"dtype"``, ``"call site"`` (the
+        user's line) or ``"category"``; ``"auto"``: by tag where allocations carry tags, else by call site.
+    user_code: a regular expression naming the user's own files (``callsites.call_sites``).
     max_rectangles: the most rectangles a fragmentation map draws before aggregating.
     top: rows in the "top allocations at the peak" table.
     """
@@ -59,7 +61,8 @@ class ViewOptions:
     points: int = 2000
     scrub_points: int = 40
     color_by: str = "state"
-    group_by: str = "tag"
+    group_by: str = "auto"
+    user_code: str | None = None
     max_rectangles: int = 20_000
     top: int = 10
 
@@ -68,6 +71,13 @@ class ViewOptions:
             raise ValueError(f"color_by must be one of {', '.join(COLOR_BY)}, not {self.color_by!r}")
         if self.group_by not in GROUP_BY:
             raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, not {self.group_by!r}")
+        if self.user_code is not None:
+            import re
+
+            try:
+                re.compile(self.user_code)
+            except re.error as exc:
+                raise ValueError(f"user_code {self.user_code!r} is not a regular expression: {exc}") from None
         for name in ("points", "scrub_points", "max_rectangles", "top"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -242,6 +252,7 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
             log,
             top=options.top,
             group_by=options.group_by,
+            user_code=options.user_code,
             heap=heap,
             transfers=transfers,
             series={name: d.series for name, d in devices.items()},

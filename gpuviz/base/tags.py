@@ -8,7 +8,11 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["ArrayTag", "array_tag", "parse_array_tag"]
+__all__ = ["ArrayTag", "array_tag", "parse_array_tag", "OP_FRAME"]
+
+OP_FRAME = "<op>"
+"""The file name of a stack frame that stands for an op or annotation a profiler recorded (its
+name is the frame's function): how an importer keeps the ops enclosing an allocation."""
 
 _PATTERN = re.compile(r"^(?P<op>[^:\[\]]+):(?P<dtype>[A-Za-z0-9_]+)\[(?P<shape>[0-9,]*)\]$")
 

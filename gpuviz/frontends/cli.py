@@ -1,11 +1,13 @@
 """The ``gpuviz`` command line (also ``python -m gpuviz``).
 
 gpuviz demo [-o gpuviz-demo.html] [--log gpuviz-demo.arrow] [--gpu-memory 1GiB] [--cdn]
-gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...]
+gpuviz report RUN.arrow [-o RUN.html] [--cdn] [--device D] [--color-by ...] [--group-by ...] [--user-code RE]
+    [--no-advise]
 gpuviz report RUN_DIR [-o RUN_DIR.html] [--cdn] [--rank-reports outliers|all|none] [--align auto|clock|start]
     (a distributed run; also RUN.gpuviz-run, a run manifest; -o run.gpuviz.json: its result, for JupyterLab)
 gpuviz summary RUN.arrow | RUN_DIR | RUN.gpuviz-run
 gpuviz whatif RUN [--policy torch --policy tf-bfc ...] [--capacity 16GiB] [-o whatif.html]
+gpuviz advise RUN [--device GPU:0] [--capacity 80GiB]
 gpuviz import SRC [-o RUN.arrow]
 gpuviz export RUN.arrow --to torch-snapshot -o RUN.pickle
 gpuviz export RUN_DIR --to parquet -o DATASET_DIR   (a run, or one log: host=.../rank=.../part-0.parquet)
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuviz.base.errors import GpuvizError
-from gpuviz.frontends.options import add_view_arguments, view_options, write_report
+from gpuviz.frontends.options import add_user_code_argument, add_view_arguments, view_options, write_report
 
 if TYPE_CHECKING:
     from gpuviz.log.eventlog import EventLog
@@ -73,7 +75,8 @@ def _report(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path(args.log).with_suffix(".html")
     _check_output(output)
     log = load(args.log)
-    write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}")
+    write_report(log, output, view_options(args), cdn=args.cdn, title=f"gpuviz report: {Path(args.log).name}",
+                 advise=not args.no_advise)  # fmt: skip
     print(f"report written to {output}" + (" (the log was truncated)" if log.truncated else ""))
     return 0
 
@@ -160,7 +163,7 @@ def _summary(args: argparse.Namespace) -> int:
     log = load(args.log)
     from gpuviz.analysis.integrity import integrity_lines
 
-    print(_printable(summary_text(log)))
+    print(_printable(summary_text(log, user_code=args.user_code)))
     for line in integrity_lines(log):
         print(_printable(f"({line})"))
     return 0
@@ -176,6 +179,16 @@ def _whatif(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     if args.output:
         print(f"report written to {write_comparison(comparison, args.output, cdn=args.cdn)}")
+    return 0
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from gpuviz.base.units import parse_bytes
+    from gpuviz.importers import load
+    from gpuviz.scenarios.advise import advise
+
+    capacity = parse_bytes(args.capacity, name="capacity") if args.capacity else None
+    print(advise(load(args.log), device=args.device, capacity=capacity).text)
     return 0
 
 
@@ -260,10 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--align", choices=["auto", "clock", "start"], default="auto",
                         help="a run: line ranks up by wall clock or by their first events (auto: by wall clock "
                         "when every rank has an anchor)")  # fmt: skip
+    report.add_argument("--no-advise", action="store_true",
+                        help="leave out the advice section (the run replayed under its allocator's "
+                        "settings)")  # fmt: skip
     add_view_arguments(report)
     report.set_defaults(run=_report)
     summary = commands.add_parser("summary", help="print the summary of a saved event log")
     summary.add_argument("log", help="an event-log file (.arrow), or a directory of per-rank logs (a run)")
+    add_user_code_argument(summary)
     summary.set_defaults(run=_summary)
     from gpuviz.frontends.whatif_options import add_whatif_arguments
 
@@ -273,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_argument("--cdn", action="store_true", help="load plotly.js from its CDN (smaller file, needs internet)")
     add_whatif_arguments(whatif)
     whatif.set_defaults(run=_whatif)
+    advice = commands.add_parser("advise", help="replay a run under its allocator's settings and say which fits")
+    advice.add_argument("log", help="an event log or any trace gpuviz.load reads")
+    advice.add_argument("--device", help="device to replay (default: the first to run out of memory, else the busiest)")
+    advice.add_argument("--capacity", help="the GPU's memory, e.g. 80GiB (default: the log's, else inferred)")
+    advice.set_defaults(run=_advise)
     imported = commands.add_parser("import", help="open a trace of another tool (PyTorch, TensorFlow, RMM...) "
                                    "and save it as a gpuviz event log")  # fmt: skip
     imported.add_argument("source", help="a trace file in any format gpuviz reads (gzip-compressed too)")

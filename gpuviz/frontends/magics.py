@@ -34,7 +34,7 @@ from IPython.display import display as _display
 
 from gpuviz.base.devices import parse_device
 from gpuviz.capture.marks import run_log, span
-from gpuviz.frontends.options import add_view_arguments, output_problem, view_options, write_report
+from gpuviz.frontends.options import add_view_arguments, advice_or_none, output_problem, view_options, write_report
 from gpuviz.frontends.whatif_options import add_whatif_arguments, run_whatif
 from gpuviz.log.eventlog import EventLog
 from gpuviz.runtime import config
@@ -213,7 +213,7 @@ class GpuvizMagics(Magics):
         log = EventLog()
         record_into(log)
         self.last = log
-        dashboard = Dashboard(log, args.view, live=args.live, title="%%gpuviz")
+        dashboard = Dashboard(log, args.view, live=args.live, title="%%gpuviz", advisor=advice_or_none)
         self.dashboard = dashboard
         if args.live:
             display(dashboard)
@@ -272,7 +272,9 @@ class GpuvizMagics(Magics):
         self.last = log
         for problem in getattr(recording, "problems", []):
             print(f"{flag}: {problem}", file=sys.stderr)
-        self.dashboard = Dashboard(log, args.view, live=False, title=f"{flag} ({recording.mode})")
+        self.dashboard = Dashboard(
+            log, args.view, live=False, title=f"{flag} ({recording.mode})", advisor=advice_or_none
+        )
         display(self.dashboard)
         self._finish(log, args, failure, title=f"{flag} report")
         return value
@@ -322,7 +324,7 @@ class GpuvizMagics(Magics):
         if log is None:
             raise UsageError(f"%gpuviz {command}: nothing recorded yet; run %%gpuviz or %gpuviz start first")
         if command == "show":
-            self.dashboard = Dashboard(log, args.view, title="gpuviz")
+            self.dashboard = Dashboard(log, args.view, title="gpuviz", advisor=advice_or_none)
             display(self.dashboard)
             return None
         if not args.path:
@@ -369,7 +371,7 @@ class GpuvizMagics(Magics):
             log = load(path)
         except (OSError, GpuvizError) as error:
             raise UsageError(f"%gpuviz show: {error}") from None
-        self.dashboard = Dashboard(log, view, title=f"gpuviz: {Path(path).name}")
+        self.dashboard = Dashboard(log, view, title=f"gpuviz: {Path(path).name}", advisor=advice_or_none)
         display(self.dashboard)
 
     def _status(self) -> str:

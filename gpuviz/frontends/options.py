@@ -12,13 +12,39 @@ import os
 import tempfile
 from pathlib import Path
 
+from gpuviz.analysis.advice import Advice
 from gpuviz.analysis.profile import COLOR_BY, GROUP_BY, ViewOptions, profile
 from gpuviz.base.devices import parse_device
 from gpuviz.log.eventlog import EventLog
 from gpuviz.views.report import report_html
 from gpuviz.views.result import FILE_EXTENSION, result_json
 
-__all__ = ["add_view_arguments", "view_options", "write_report", "output_problem"]
+__all__ = [
+    "add_view_arguments",
+    "add_user_code_argument",
+    "view_options",
+    "write_report",
+    "advice_or_none",
+    "output_problem",
+]
+
+
+def advice_or_none(log: EventLog) -> Advice | None:
+    """``gpuviz.advise(log)`` (the run replayed under its allocator's settings), or None for a log
+    without allocations to replay."""
+    from gpuviz.scenarios.advise import advise
+
+    try:
+        return advise(log)
+    except ValueError:
+        return None
+
+
+def add_user_code_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-code", metavar="PATTERN",
+                        help="regular expression matching your own files: call sites are the first frame it matches "
+                        "(default: the first frame outside PyTorch, TensorFlow, JAX, CuPy, the standard library, "
+                        "site-packages and gpuviz)")  # fmt: skip
 
 
 def output_problem(path: str | Path) -> str | None:
@@ -44,7 +70,13 @@ def output_problem(path: str | Path) -> str | None:
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="device for the single-device views, e.g. GPU:0")
     parser.add_argument("--color-by", choices=COLOR_BY, default="state", help="color of used chunks in maps")
-    parser.add_argument("--group-by", choices=GROUP_BY, default="tag", help="grouping of the top allocations")
+    parser.add_argument(
+        "--group-by",
+        choices=GROUP_BY,
+        default="auto",
+        help="grouping of the top allocations (auto: by tag where there are tags, else call site)",
+    )
+    add_user_code_argument(parser)
     parser.add_argument("--points", type=int, default=2000, help="most points a timeline draws")
     parser.add_argument("--scrub-points", type=int, default=40, help="instants the time scrubber offers")
 
@@ -55,15 +87,23 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
         device=parse_device(args.device).short if args.device else None,
         color_by=args.color_by,
         group_by=args.group_by,
+        user_code=args.user_code,
         points=args.points,
         scrub_points=args.scrub_points,
     )
 
 
 def write_report(
-    log: EventLog, path: str | Path, options: ViewOptions | None = None, *, cdn: bool = False, title: str | None = None
+    log: EventLog,
+    path: str | Path,
+    options: ViewOptions | None = None,
+    *,
+    cdn: bool = False,
+    title: str | None = None,
+    advise: bool = True,
 ) -> Path:
-    """Write the self-contained HTML report of ``log`` to ``path``; returns the path.
+    """Write the self-contained HTML report of ``log`` to ``path``; returns the path. ``advise``:
+    add the advice section (``scenarios.advise``: the run replayed under its allocator's settings).
 
     A path ending in ``.gpuviz.json`` gets the result as JSON instead (what the JupyterLab
     extension opens; ``cdn`` does not apply).
@@ -77,6 +117,7 @@ def write_report(
         plotlyjs="cdn" if cdn else "inline",
         title=title or "gpuviz report",
         source=target.stem,
+        advice=advice_or_none(log) if advise else None,
     )
     target.write_text(document, encoding="utf-8")
     return target

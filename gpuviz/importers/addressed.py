@@ -33,6 +33,8 @@ class Change(NamedTuple):
     address: int
     delta: int
     thread: int = 0
+    tag: int = -1  # an allocation's tag (string index), -1 none
+    stack: int = -1  # an allocation's stack (stack index), -1 none
 
 
 def prepare(
@@ -86,7 +88,8 @@ def apply(heap: HeapBuilder, change: Change) -> bool:
     contradicts the heap (nothing changed)."""
     try:
         if change.delta > 0:
-            heap.alloc(change.time_ns, change.address, change.delta, change.delta, thread=change.thread)
+            heap.alloc(change.time_ns, change.address, change.delta, change.delta, thread=change.thread,
+                       tag=change.tag, stack=change.stack)  # fmt: skip
         elif change.delta < 0:
             heap.free(change.time_ns, change.address, thread=change.thread)
     except HeapConflict:

@@ -63,6 +63,8 @@ class _Capped(io.RawIOBase):
     def close(self) -> None:
         self._stream.close()
         super().close()
+
+
 SCAN_RATIO = 256  # the key scan of a gzip file reads at most this many times its compressed size...
 SCAN_FLOOR = 64 << 20  # ...or this many bytes, whichever is more (and never more than jsontop.MAX_SCAN_BYTES)
 

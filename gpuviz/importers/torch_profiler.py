@@ -25,13 +25,20 @@ The 2021 schema has only ``Device Type``, ``Device Id`` and ``Bytes``. Mapping:
   size (LIFO); addresses are synthetic and every allocation is its own segment, so reserved
   equals in use and no fragmentation is shown: ``address``/``segment`` are ``absent``.
 
-Only the ``[memory]`` events are decoded (located by byte search, each parsed alone), so a
-54 MB trace imports without building its 200k other events; the file is read in blocks.
+- names: each allocation is attributed to the innermost op running on its thread at its time
+  (the trace's ``cpu_op`` events, ``Operator`` in the 2021 schema): its tag is that op's name
+  (``aten::empty``), and its stack holds the ops and annotations (``user_annotation``:
+  ``Optimizer.step#SGD.step``, ``## forward ##``) that enclosed it, innermost first, as frames
+  whose file name is ``<op>`` (``base.tags.OP_FRAME``) and whose function is the name.
+
+Only the ``[memory]`` and op events are decoded (located by byte search, each parsed alone), so a
+54 MB trace imports without building its other events; the file is read in blocks.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -42,15 +49,21 @@ from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.addressed import PREEXISTING, Change, Unaddressed, apply, prepare, unmatched_frees
 from gpuviz.importers.builder import HeapBuilder, finish, set_source_meta
 from gpuviz.importers.jsontop import JsonTop
+from gpuviz.importers.profiler_ops import OP_FIELDS, OpEvent, attribute, decode_op, op_from_fields
 from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import EventLog
 
-__all__ = ["NAME", "DESCRIPTION", "sniff", "sniff_keys", "read", "read_events", "MemoryEvent", "PREEXISTING"]
+__all__ = ["NAME", "DESCRIPTION", "sniff", "sniff_keys", "read", "read_events", "MemoryEvent", "OpEvent", "PREEXISTING"]
 
 NAME = "pytorch-profiler"
 DESCRIPTION = "a PyTorch profiler Chrome trace (.pt.trace.json[.gz], [memory] events from profile_memory=True)"
 
 _MARKER = b'"[memory]"'
+_MARKERS = re.compile(rb'"\[memory\]"|"cpu_op"|"user_annotation"|"Operator"')  # a memory event or an op's category
+_NAMES_NOTE = (
+    "tags: the innermost op running on the allocating thread (the trace's cpu_op events); "
+    "stacks: the ops and annotations enclosing it, innermost first"
+)
 _BLOCK = 1 << 20  # decompressed bytes read at a time
 _MAX_EVENT = 1 << 16  # a [memory] event is far smaller than this
 # c10::DeviceType codes (c10/core/DeviceType.h)
@@ -202,8 +215,9 @@ def _decode_at(decoder: json.JSONDecoder, buffer: bytes, start: int) -> tuple[An
         return value, start + end
 
 
-def read_events(source: Source) -> Iterator[MemoryEvent]:
-    """The ``[memory]`` events of the trace in file order, decoded one by one from blocks of the stream.
+def read_events(source: Source) -> Iterator[MemoryEvent | OpEvent]:
+    """The ``[memory]`` and op events of the trace in file order, decoded one by one from blocks
+    of the stream (an op event that cannot be decoded is left out).
 
     Raises ``LogFormatError`` when an event is not valid JSON and ``_Truncated`` (after the
     events before the cut) when the stream ends inside the trace.
@@ -222,22 +236,42 @@ def read_events(source: Source) -> Iterator[MemoryEvent]:
             buffer += block
             floor = search = 0
             pending = -1  # start of an event that continues in the next block
-            while (marker := buffer.find(_MARKER, search)) >= 0:
+            while (match := _MARKERS.search(buffer, search)) is not None:
+                marker = match.start()
+                is_memory = match.group() == _MARKER
+                if not is_memory and (fields := OP_FIELDS.match(buffer, marker)) is not None:
+                    yield op_from_fields(fields)  # the common layout: no JSON decoding
+                    search = fields.end()
+                    continue
                 start = _event_start(buffer, marker, floor)
                 if start < 0:
+                    if not is_memory:
+                        search = marker + len(match.group())
+                        continue
                     raise LogFormatError(f"a [memory] event (byte {marker} of a block) is not inside a JSON object")
-                found = _decode_at(decoder, buffer, start)
+                try:
+                    found = _decode_at(decoder, buffer, start)
+                except LogFormatError:
+                    if is_memory:
+                        raise
+                    search = marker + len(match.group())  # an op event too large or odd: left out
+                    continue
                 if found is None:
                     if done:
                         raise _Truncated("the last [memory] event is cut short")
                     pending = start
                     break
                 event, floor = found
-                decoded = _decode(event, position)
-                if decoded is not None:
-                    yield decoded
-                    position += 1
-                search = max(floor, marker + len(_MARKER))
+                if is_memory:
+                    decoded = _decode(event, position)
+                    if decoded is not None:
+                        yield decoded
+                        position += 1
+                else:
+                    op = decode_op(event)
+                    if op is not None:
+                        yield op
+                search = max(floor, marker + len(match.group()))
             keep = pending if pending >= 0 else max(floor, len(buffer) - _MAX_EVENT)
             buffer = buffer[keep:]
     if not buffer.rstrip().endswith(b"}"):
@@ -277,10 +311,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     header = _header(source)
     notes: list[str] = []
     events: list[MemoryEvent] = []
+    ops: list[OpEvent] = []
     truncated = False
     try:
         for event in read_events(source):
-            events.append(event)
+            if isinstance(event, MemoryEvent):
+                events.append(event)
+            else:
+                ops.append(event)
     except _Truncated as exc:
         truncated = True
         notes.append(f"the file is cut short: {exc}; imported the [memory] events before the cut")
@@ -291,13 +329,14 @@ def read(source: Source, *, progress: Progress) -> EventLog:
     addressed = bool(events) and all(e.address is not None for e in events)
     log = EventLog(arena=False)  # built at once, then read whole
     log.truncated = truncated
+    names = attribute(log, [(e.thread, e.time_ns, e.order, e.position) for e in events if e.bytes_ > 0], ops)
     heaps: dict[tuple[int, int], HeapBuilder] = {}
     for key in sorted(by_device, key=_device_order):
         heaps[key] = HeapBuilder(log, log.add_device(_device_name(*key), **_device_options(header, *key)))
     if not events:
         notes.append("the trace has no [memory] events: profile with torch.profiler.profile(profile_memory=True)")
     elif addressed:
-        _build_addressed(log, heaps, by_device, events, notes)
+        _build_addressed(log, heaps, by_device, events, notes, names)
     else:
         _build_unaddressed(log, heaps, by_device, events, notes)
     reserved = {
@@ -334,11 +373,12 @@ def read(source: Source, *, progress: Progress) -> EventLog:
             "requested": exact,
             "segment": inferred if addressed else absent,
             "largest_free": inferred,
-            "tag": absent,
-            "stack": absent,
+            "tag": inferred if any(tag >= 0 for tag, _ in names.values()) else absent,
+            "stack": inferred if any(stack >= 0 for _, stack in names.values()) else absent,
         },
         notes=[
             "chunk size = requested = Bytes: the trace records neither the caller's request nor rounding",
+            *([_NAMES_NOTE] if names else []),
             "segments are not recorded: inferred" + (" as the address ranges ever allocated" if addressed else ""),
             *notes,
         ],
@@ -361,20 +401,22 @@ def _build_addressed(
     by_device: dict[tuple[int, int], list[MemoryEvent]],
     events: list[MemoryEvent],
     notes: list[str],
+    names: dict[int, tuple[int, int]],
 ) -> None:
     start = events[0].time_ns
     for key, heap in heaps.items():
         first = by_device[key][0]
         before = None if first.total_allocated is None else first.total_allocated - first.bytes_
         notes.extend(prepare(heap, (_change(e) for e in by_device[key]), start_ns=start, in_use_before=before))
-    skipped = sum(not apply(heaps[_key(event)], _change(event)) for event in events)
+    skipped = sum(not apply(heaps[_key(event)], _change(event, names)) for event in events)
     if skipped:
         notes.append(f"{skipped} [memory] events contradict the heap built so far (overlap, unknown free): skipped")
 
 
-def _change(event: MemoryEvent) -> Change:
+def _change(event: MemoryEvent, names: dict[int, tuple[int, int]] | None = None) -> Change:
     assert event.address is not None
-    return Change(event.time_ns, event.address, event.bytes_, event.thread)
+    tag, stack = names.get(event.position, (-1, -1)) if names else (-1, -1)
+    return Change(event.time_ns, event.address, event.bytes_, event.thread, tag, stack)
 
 
 def _build_unaddressed(

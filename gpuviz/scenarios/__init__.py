@@ -4,11 +4,12 @@ Sits above analysis and capture: it drives capture's allocators with a log's req
 (``analysis.requests``) and measures the replays (``analysis.comparison``).
 """
 
+from gpuviz.scenarios.advise import Advice, advise
 from gpuviz.scenarios.policies import POLICY_NAMES, Policy, parse_policy
 from gpuviz.scenarios.reproduce import Agreement, reproduce
 from gpuviz.scenarios.whatif import busiest_device, replay_policy, smallest_capacity, whatif
 
 __all__ = [
     "whatif", "smallest_capacity", "replay_policy", "busiest_device", "Policy", "parse_policy", "POLICY_NAMES",
-    "reproduce", "Agreement",
+    "reproduce", "Agreement", "advise", "Advice",
 ]  # fmt: skip

@@ -17,10 +17,12 @@ from typing import Any, NamedTuple
 import plotly.graph_objects as go
 from plotly.utils import PlotlyJSONEncoder
 
+from gpuviz.analysis.advice import Advice
 from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.analysis.tables import devices_present
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
+from gpuviz.views.advice import advice_html
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
 from gpuviz.views.plotlyjs import Bundle, bundle_for, check_plotlyjs, plotlyjs_script, trace_types
@@ -250,17 +252,28 @@ class ReportDocument(NamedTuple):
 
 
 def report_html(
-    p: Profile, *, plotlyjs: str = "inline", title: str = "gpuviz report", source: str | None = None
+    p: Profile,
+    *,
+    plotlyjs: str = "inline",
+    title: str = "gpuviz report",
+    source: str | None = None,
+    advice: Advice | None = None,
 ) -> str:
     """The whole report as one HTML document."""
-    return report_document(p, plotlyjs=plotlyjs, title=title, source=source).html
+    return report_document(p, plotlyjs=plotlyjs, title=title, source=source, advice=advice).html
 
 
 def report_document(
-    p: Profile, *, plotlyjs: str = "inline", title: str = "gpuviz report", source: str | None = None
+    p: Profile,
+    *,
+    plotlyjs: str = "inline",
+    title: str = "gpuviz report",
+    source: str | None = None,
+    advice: Advice | None = None,
 ) -> ReportDocument:
     """The whole report as one HTML document, with the plotly.js bundle it loads: the cartesian
-    one unless a figure has a trace type it lacks (``gpuviz.views.plotlyjs.bundle_for``)."""
+    one unless a figure has a trace type it lacks (``gpuviz.views.plotlyjs.bundle_for``).
+    ``advice``: ``scenarios.advise``'s result, shown after the summary."""
     check_plotlyjs(plotlyjs)
     types = set(STEPPER_TRACE_TYPES)  # the stepper draws its frames in the page
     body = [f"<h1>{html.escape(title)}</h1>"]
@@ -273,6 +286,8 @@ def report_document(
         + summary_html(p.diagnosis, group_by=p.options.group_by, t0_ns=p.t0_ns)
         + "</div>"
     )
+    if advice is not None:
+        body.append('<h2>Advice (replayed)</h2><div class="gpuviz">' + advice_html(advice) + "</div>")
     for number, (name, device) in enumerate(p.devices.items()):
         body.append(f"<h2>{html.escape(name)}: peak {format_size(device.peak.bytes)}</h2>")
         body.append("<h3>Fragmentation map</h3>")

@@ -53,6 +53,7 @@ LIVE_ROWS = 200
 def _summary(p: Profile) -> list[str]:
     lines = [f"warning: {line}" for line in integrity_lines(p.log)]
     lines.append(f"{len(p.log)} events · devices: {', '.join(devices_present(p.log)) or 'none'}")
+    lines += [d.answer.text for d in p.diagnosis.devices if d.answer is not None]  # what held the memory
     lines += [f"hint: {hint}" for hint in p.diagnosis.hints]
     for d in p.diagnosis.devices:
         lines.append(

@@ -11,7 +11,7 @@ from gpuviz.analysis.diagnosis import Diagnosis
 from gpuviz.base.units import format_duration, format_size
 from gpuviz.views.oom import live_html, pinning_html
 
-__all__ = ["placement_html", "call_site_html", "summary_html", "TABLE_CSS"]
+__all__ = ["placement_html", "call_site_html", "summary_html", "answer_html", "TABLE_CSS"]
 
 TABLE_CSS = """
 .gpuviz table { border-collapse: collapse; font: 12px/1.4 system-ui, sans-serif; margin: 4px 0 12px; }
@@ -117,12 +117,20 @@ def _frame_html(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> str
     return f'<table class="gpuviz-sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag", t0_ns: int | None = None) -> str:
-    """Hints, then per device: at its first OOM the sentence, the pinning allocations and what was
+def answer_html(text: str) -> str:
+    """A sentence of ``explain`` as a paragraph: its ```code``` spans as ``<code>``."""
+    pieces = _e(text).split("`")
+    inner = "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(pieces))
+    return f'<p class="answer"><b>{inner}</b></p>'
+
+
+def summary_html(diagnosis: Diagnosis, *, group_by: str = "auto", t0_ns: int | None = None) -> str:
+    """What held each device's memory in words (``explain``), hints, then per device: at its first
+    OOM the sentence, the pinning allocations and what was
     live; the peak and when, top allocations at the peak, what was live at the peak (without an
     OOM), possible leaks; then every OOM. ``t0_ns``: times are shown from it (default: the log's start)."""
     t0 = diagnosis.t0_ns if t0_ns is None else t0_ns
-    parts = []
+    parts = [answer_html(d.answer.text) for d in diagnosis.devices if d.answer is not None]
     for hint in diagnosis.hints:
         parts.append(f'<div class="hint">{_e(hint)}</div>')
     for d in diagnosis.devices:
@@ -140,6 +148,7 @@ def summary_html(diagnosis: Diagnosis, *, group_by: str = "tag", t0_ns: int | No
         ]
         parts.append("".join(f'<span class="metric"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in metrics))
         if len(d.top_at_peak):
+            group_by = d.group_by if group_by == "auto" else group_by
             parts.append(f"<div>Alive at the peak, by {_e(group_by)}:</div>")
             parts.append(
                 _frame_html(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuviz.analysis.explain import explain
 from gpuviz.analysis.moments import oom_indices, pinning
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.tables import devices_present, gpus_first
@@ -14,13 +15,16 @@ from gpuviz.views.oom import pinning_lines
 __all__ = ["summary_text"]
 
 
-def summary_text(log: EventLog) -> str:
-    """A few lines per device: events, peak, pool, fragmentation at the end, OOMs."""
-    lines = [f"{len(log)} events, devices: {', '.join(devices_present(log)) or 'none'}"]
+def summary_text(log: EventLog, *, user_code: str | None = None) -> str:
+    """The answer first (what held each device's memory at its peak or OOM, ``explain``), then a
+    few lines per device: events, peak, pool, fragmentation at the end, OOMs. ``user_code``: a
+    regular expression naming the user's files (``callsites.call_sites``)."""
+    heap = replay(log)
+    lines = [answer.text for answer in explain(log, user_code=user_code, heap=heap)]
+    lines.append(f"{len(log)} events, devices: {', '.join(devices_present(log)) or 'none'}")
     cols = log.columns
     counts = {name: int((cols["kind"] == code).sum()) for code, name in enumerate(KIND_NAMES)}
     lines.append("  " + ", ".join(f"{name} {n}" for name, n in counts.items() if n))
-    heap = replay(log)
     for device in gpus_first(heap.devices):
         summary = extremes(log, device)  # the timeline's extremes, without keeping the timeline
         top, waste = summary.peak, summary.waste

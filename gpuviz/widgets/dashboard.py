@@ -28,6 +28,7 @@ import html
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anywidget
@@ -35,6 +36,7 @@ import ipywidgets as widgets
 import numpy as np
 import traitlets
 
+from gpuviz.analysis.advice import Advice
 from gpuviz.analysis.live import LiveFollower, LivePoints
 from gpuviz.analysis.moments import Pinning, oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
@@ -42,6 +44,7 @@ from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
+from gpuviz.views.advice import advice_html
 from gpuviz.views.fragmentation import map_layout, trace_specs
 from gpuviz.views.livemap import live_map
 from gpuviz.views.oom import pinning_html
@@ -160,6 +163,7 @@ class Dashboard(anywidget.AnyWidget):
         rate_hz: float = 6.0,
         budget: float = 0.05,
         title: str = "gpuviz",
+        advisor: Callable[[EventLog], Advice | None] | None = None,
     ) -> None:
         if rate_hz <= 0 or not 0 < budget <= 1:
             raise ValueError("rate_hz must be > 0 and budget in (0, 1]")
@@ -169,6 +173,9 @@ class Dashboard(anywidget.AnyWidget):
         self.rate_hz = rate_hz
         self.budget = budget
         self.title = title
+        # full draws add advisor(log): the run replayed under its allocator's settings (front-ends
+        # pass gpuviz.frontends.options.advice_or_none; widgets never run allocators themselves)
+        self.advisor = advisor
         self.profile: Profile | None = None
         self.refresh_count = 0  # full draws
         self.live_updates = 0  # incremental updates drawn while live
@@ -317,6 +324,7 @@ class Dashboard(anywidget.AnyWidget):
             self.summary_html = (
                 f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
                 + summary_html(p.diagnosis, group_by=self.options.group_by)
+                + self._advice_html()
                 + "</div>"
             )
             self.header = f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · devices: " + (
@@ -325,6 +333,10 @@ class Dashboard(anywidget.AnyWidget):
             self.scrubbable = True
             self.refresh_count += 1
             self.refresh_seconds += time.perf_counter() - start
+
+    def _advice_html(self) -> str:
+        advice = self.advisor(self.event_log) if self.advisor is not None else None
+        return "" if advice is None else "<h4>Advice (replayed)</h4>" + advice_html(advice)
 
     def _draw_device(self, device: str | None) -> None:
         p = self.profile

@@ -1,0 +1,237 @@
+"""What each allocation holds: parameter, gradient, optimizer state, activation, temporary,
+input data or unknown.
+
+Where the source says (PyTorch's memory timeline tags each tensor with its category) the
+category is taken as it is (``basis`` ``"source"``). Otherwise it is inferred, and marked so:
+
+- from op and scope names (``basis`` ``"op name"``; XPlane and profiler tags): gradient tapes
+  and ``*Backward`` ops -> gradient, optimizer ops and slots -> optimizer state, variables ->
+  parameter, input pipelines -> input data;
+- from the stack (``basis`` ``"stack"``): an optimizer's ``step`` -> optimizer state, autograd's
+  ``backward`` -> gradient, a module's ``forward`` -> activation; a module's ``__init__``,
+  ``to()``/``cuda()``, ``load_state_dict`` or ``torch.load`` -> parameter; a data loader -> input data.
+
+An allocation made in an optimizer step, a backward pass or a forward pass and freed before
+that phase ended (the next allocation made in another phase) is a *temporary*. Allocations
+with no stack, no tag and no source category are ``unknown`` (``basis`` ``"none"``).
+
+``categories(log, allocations)`` returns a DataFrame aligned with ``allocations`` (an
+``allocation_table``): ``category``, ``inferred`` (bool), ``basis`` and ``phase`` (``"step"``,
+``"backward"``, ``"forward"`` or None: the phase an inferred category came from); cached per log.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+import numpy as np
+import pandas as pd
+
+from gpuviz.base.tags import OP_FRAME
+from gpuviz.log.eventlog import EventLog, Frame
+from gpuviz.log.schema import Kind
+
+__all__ = [
+    "CATEGORIES",
+    "PARAMETER",
+    "GRADIENT",
+    "OPTIMIZER_STATE",
+    "ACTIVATION",
+    "TEMPORARY",
+    "INPUT_DATA",
+    "UNKNOWN",
+    "categories",
+    "stack_phase",
+    "OP_FRAME",
+    "preexisting",
+]
+
+PARAMETER, GRADIENT, OPTIMIZER_STATE = "parameter", "gradient", "optimizer state"
+ACTIVATION, TEMPORARY, INPUT_DATA, UNKNOWN = "activation", "temporary", "input data", "unknown"
+CATEGORIES = (PARAMETER, GRADIENT, OPTIMIZER_STATE, ACTIVATION, TEMPORARY, INPUT_DATA, UNKNOWN)
+
+_TIMELINE = {  # PyTorch memory timeline tags (importers.torch_memory_timeline.CATEGORIES)
+    "parameter": PARAMETER, "optimizer_state": OPTIMIZER_STATE, "input": INPUT_DATA, "temporary": TEMPORARY,
+    "activation": ACTIVATION, "gradient": GRADIENT, "autograd_detail": TEMPORARY, "unknown": UNKNOWN,
+}  # fmt: skip
+
+# phases a stack or op name can place an allocation in; long-lived allocations of a phase get
+# its category, those freed within it are temporaries
+_STEP, _BACKWARD, _FORWARD = "step", "backward", "forward"
+_PHASE_CATEGORY = {_STEP: OPTIMIZER_STATE, _BACKWARD: GRADIENT, _FORWARD: ACTIVATION}
+
+_OPTIMIZER_FILE = re.compile(r"(?:/optim/|optimi[sz]er|/optax/|/keras/.*optimizers)", re.IGNORECASE)
+_BACKWARD_FILE = re.compile(r"(?:torch/autograd/|torch/_tensor\.py|autograd/graph\.py)")
+_PARAMETER_FILE = re.compile(r"(?:torch/nn/init\.py|torch/nn/parameter\.py|torch/serialization\.py|safetensors/)")
+_PARAMETER_FUNCTIONS = {"_apply", "to", "cuda", "load_state_dict", "_load_from_state_dict", "from_pretrained",
+                        "load_checkpoint", "reset_parameters", "init_weights", "_init_weights"}  # fmt: skip
+_DATA_FILE = re.compile(r"torch/utils/data/|/datasets/|pin_memory")
+
+_OP_RULES = (  # (pattern on an op/scope name, phase or category); the first that matches wins
+    (re.compile(r"Optimizer\.step|optimizer|/Adam|ResourceApply|/slot|adam|sgd_update|_foreach_", re.I), _STEP),
+    (re.compile(r"gradient_tape|gradients/|Backward|autograd::engine|backward", re.I), _BACKWARD),
+    (re.compile(r"IteratorGetNext|RecvTensor|SameWorkerRecvDone|dataloader|input_pipeline|InfeedEnqueue", re.I),
+     INPUT_DATA),
+    (re.compile(r"VarHandleOp|AssignVariableOp|ReadVariableOp|VariableV2|variable|parameter", re.I), PARAMETER),
+    (re.compile(r"forward|nn\.Module:", re.I), _FORWARD),
+)  # fmt: skip
+
+
+def stack_phase(frames: tuple[Frame, ...]) -> str | None:
+    """The phase or category a stack (innermost frame first) says: ``"step"``, ``"backward"``,
+    ``"forward"``, ``PARAMETER``, ``INPUT_DATA``, or None."""
+    forward = parameter = data = False
+    for frame in frames:
+        path = frame.filename.replace("\\", "/")
+        function = frame.function
+        if path == OP_FRAME:  # a profiler's op or annotation enclosing the allocation
+            named = _name_phase(function)
+            if named in (_STEP, _BACKWARD):
+                return named
+            forward = forward or named == _FORWARD
+            parameter = parameter or named == PARAMETER
+            data = data or named == INPUT_DATA
+            continue
+        if function == "step" and _OPTIMIZER_FILE.search(path):
+            return _STEP
+        if _OPTIMIZER_FILE.search(path) and "/optim/" in path:
+            return _STEP
+        if _BACKWARD_FILE.search(path) and ("backward" in function or function == "_engine_run_backward"):
+            return _BACKWARD
+        loads = function in _PARAMETER_FUNCTIONS and "module" in path
+        if _PARAMETER_FILE.search(path) or loads or (function == "__init__" and not forward):
+            parameter = True
+        if function == "forward" or (function == "_call_impl" and "torch/nn/modules/module.py" in path):
+            forward = True
+        if _DATA_FILE.search(path):
+            data = True
+    if data:
+        return INPUT_DATA
+    if forward:
+        return _FORWARD
+    if parameter:
+        return PARAMETER
+    return None
+
+
+def preexisting(log: EventLog, allocations: pd.DataFrame) -> np.ndarray:
+    """Per row of ``allocations``: alive before the trace began (a PyTorch snapshot's initial
+    blocks, a profiler's ``PREEXISTING`` seeds)."""
+    source = log.meta.get("source")
+    starts = source.get("trace_start", {}) if isinstance(source, dict) else {}
+    made = allocations["alloc_index"].to_numpy()
+    before = np.zeros(len(allocations), dtype=bool)
+    if isinstance(starts, dict) and len(allocations):
+        limits = np.array([int(starts.get(d, -1)) for d in allocations["device"].tolist()], dtype=np.int64)
+        before = made < limits
+    seeded: np.ndarray = allocations["tag"].to_numpy() == "PREEXISTING"
+    result: np.ndarray = before | seeded
+    return result
+
+
+def _name_phase(name: str) -> str | None:
+    for pattern, phase in _OP_RULES:
+        if pattern.search(name):
+            return phase
+    return None
+
+
+def _python_stacks(log: EventLog) -> bool:
+    """Whether the log is a PyTorch snapshot whose entries keep their Python frames."""
+    source = log.meta.get("source")
+    columns = log.meta.get("columns", {})
+    return (isinstance(source, dict) and source.get("format") == "pytorch-snapshot"
+            and isinstance(columns, dict) and columns.get("stack") == "exact")  # fmt: skip
+
+
+def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
+    n = len(allocations)
+    category = np.full(n, UNKNOWN, dtype=object)
+    basis = np.full(n, "none", dtype=object)
+    tags = allocations["tag"].to_numpy()
+    source = log.meta.get("source", {}) if isinstance(log.meta.get("source"), dict) else {}
+    if source.get("format") == "pytorch-memory-timeline":
+        for i, tag in enumerate(tags.tolist()):
+            if tag in _TIMELINE:
+                category[i], basis[i] = _TIMELINE[tag], "source"
+        return _frame(category, basis, np.full(n, None, dtype=object))
+    phase = np.full(n, None, dtype=object)
+    if not n:
+        return _frame(category, basis, phase)
+    stacks = allocations["stack"].to_numpy()
+    # PyTorch records the Python frames of the allocating thread: autograd's engine runs the
+    # backward pass on threads of its own, with none
+    frameless = _BACKWARD if _python_stacks(log) else None
+    before = preexisting(log, allocations)
+    by_stack: dict[int, str | None] = {}
+    by_name: dict[str, str | None] = {}
+    for i, (stack, tag) in enumerate(zip(stacks.tolist(), tags.tolist(), strict=True)):
+        found: str | None = None
+        if 0 <= stack < len(log.stacks) and log.stacks[stack]:
+            if stack not in by_stack:
+                by_stack[stack] = stack_phase(log.stacks[stack])
+            found = by_stack[stack]
+            if found is not None:
+                basis[i] = "stack"
+        elif frameless is not None and not before[i]:
+            found, basis[i] = frameless, "stack"
+        if found is None and isinstance(tag, str) and tag != "PREEXISTING":
+            if tag not in by_name:
+                by_name[tag] = _name_phase(tag)
+            found = by_name[tag]
+            if found is not None:
+                basis[i] = "op name"
+        phase[i] = found
+    # a phase lasts until the next allocation made in another phase; what is freed before is a temporary
+    made = allocations["alloc_index"].to_numpy()
+    freed = allocations["free_index"].to_numpy()
+    keys = np.array([p if p is not None else "" for p in phase.tolist()], dtype=object)
+    change = np.ones(n, dtype=bool)
+    change[1:] = keys[1:] != keys[:-1]
+    run_start = np.flatnonzero(change)
+    run_of = np.cumsum(change) - 1
+    next_start = np.append(run_start[1:], n)  # first row of the next run
+    boundary = np.where(next_start < n, made[np.minimum(next_start, n - 1)], np.iinfo(np.int64).max)[run_of]
+    # frees after a device's first OOM are the failed run unwinding, not the end of a phase
+    cols = log.columns
+    oom_at = {int(cols["device"][i]): int(i) for i in np.flatnonzero(cols["kind"] == Kind.OOM)[::-1].tolist()}
+    names = {log.devices[d].name: i for d, i in oom_at.items()}
+    never = int(np.iinfo(np.int64).max)
+    cut = np.array([names.get(d, never) for d in allocations["device"].tolist()], dtype=np.int64)
+    within = (freed >= 0) & (freed < np.minimum(boundary, cut))
+    for i, p in enumerate(phase.tolist()):
+        if p is None:
+            continue
+        if p in _PHASE_CATEGORY:
+            category[i] = TEMPORARY if within[i] else _PHASE_CATEGORY[p]
+        else:
+            category[i] = p
+    return _frame(category, basis, phase)
+
+
+def _frame(category: np.ndarray, basis: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
+    inferred: np.ndarray = basis != "source"
+    frame: pd.DataFrame = pd.DataFrame({"category": category, "inferred": inferred, "basis": basis, "phase": phase})
+    return frame
+
+
+_CACHE: weakref.WeakKeyDictionary[EventLog, dict[str, tuple[tuple[int, int, int], pd.DataFrame]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def categories(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
+    """``category``, ``inferred``, ``basis`` and ``phase`` of each row of ``allocations`` (an
+    ``allocation_table`` of ``log``), in its order and with its index (see the module docstring).
+    The latest result per log and device is kept, so asking again costs nothing."""
+    made = allocations["alloc_index"].to_numpy()
+    key = (len(allocations), int(made[0]) if len(made) else -1, int(made[-1]) if len(made) else -1)
+    devices = allocations["device"]
+    slot = ",".join(sorted({str(d) for d in devices.unique().tolist()})) if len(devices) else ""
+    entry = _CACHE.get(log, {}).get(slot)
+    if entry is None or entry[0] != key:
+        entry = (key, _compute(log, allocations))
+        _CACHE.setdefault(log, {})[slot] = entry
+    aligned: pd.DataFrame = entry[1].set_axis(allocations.index)
+    return aligned
