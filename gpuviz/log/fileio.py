@@ -30,7 +30,6 @@ are views of the old file's mapping, stays valid.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import logging
@@ -45,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from gpuviz.base import native as registry
 from gpuviz.base.errors import LogFormatError
 from gpuviz.log.checksums import CHUNK_ROWS, batch_checksum, digest
 from gpuviz.log.eventlog import DeviceInfo, EventLog
@@ -57,10 +57,10 @@ __all__ = ["LogWriter", "save", "load", "to_parquet", "ARROW_SCHEMA"]
 logger = logging.getLogger("gpuviz")
 
 _NAMES = tuple(name for name, _ in COLUMNS)
-try:  # the stream's batches written off the recording thread (gpuviz/log/_batchwriter.c)
-    _BatchWriter: Any = importlib.import_module("gpuviz.log._batchwriter").BatchWriter
-except ImportError:  # no compiler at install time: written with pyarrow by the flushing thread
-    _BatchWriter = None
+# the stream's batches written off the recording thread (gpuviz/log/_batchwriter.c); where it
+# was not built: written with pyarrow by the flushing thread
+_batchwriter = registry.load("gpuviz.log._batchwriter")
+_BatchWriter: Any = None if _batchwriter is None else _batchwriter.BatchWriter
 _RECHECK_S = 0.05  # seconds: how often a recording's devices' options and meta are compared (LogWriter._delta)
 _WRITE_BUFFER = 1 << 20  # bytes: a default batch (flush_rows // 3 rows, ~111 KB) and more
 
