@@ -35,7 +35,10 @@ def _allocator_classes() -> list[object]:
     from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 
     built = pytest.mark.skipif(not native_core_available(), reason="the native core is not built (no C compiler)")
-    return [pytest.param(ReferenceBFCAllocator, id="python"), pytest.param(NativeBFCAllocator, id="native", marks=built)]
+    return [
+        pytest.param(ReferenceBFCAllocator, id="python"),
+        pytest.param(NativeBFCAllocator, id="native", marks=built),
+    ]
 
 
 ALLOCATOR_CLASSES = _allocator_classes()

@@ -18,8 +18,8 @@ was not built or failed to load, and why (none with ``GPUVIZ_NATIVE=0``). The en
 variable ``GPUVIZ_NATIVE_SKIP=NAME[,NAME]`` makes the registry treat those modules as not
 built, so that a test can run gpuviz as it runs where they failed to build.
 
-Nothing here imports the modules' packages: a module is probed by its file, so asking
-about the what-if replay does not import the what-if code.
+A module not built is told by its missing file; one that is there is imported (with its
+package, whose ``__init__`` is kept light for this).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,26 +153,15 @@ def _not_built_reason(name: str) -> str:
 
 
 def _probe(name: str) -> ModuleType | str:
-    """Import module ``name`` (once): the module, or why it cannot be imported. Where its package
-    is not imported yet, the compiled file is loaded on its own, without the package."""
+    """Import module ``name`` (once): the module, or why it cannot be imported."""
     if name in _loaded:
         return _loaded[name]
-    path = _file(name)
-    if path is None:
+    if _file(name) is None:
         return "not built"
     try:
-        module: ModuleType
-        if name.rpartition(".")[0] in sys.modules:
-            module = importlib.import_module(name)
-        else:
-            spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+        _loaded[name] = importlib.import_module(name)
     except ImportError as error:
         _loaded[name] = f"{type(error).__name__}: {error}"
-    else:
-        _loaded[name] = module
     return _loaded[name]
 
 
@@ -211,16 +199,7 @@ def load(name: str) -> ModuleType | None:
     if _skipped(name):
         return None
     probed = _probe(name)
-    if not isinstance(probed, ModuleType):
-        return None
-    if sys.modules.get(name) is not probed:
-        # probed on its own before its package was imported: import it properly now
-        try:
-            probed = _loaded[name] = importlib.import_module(name)
-        except ImportError as error:
-            _loaded[name] = f"{type(error).__name__}: {error}"
-            return None
-    return probed
+    return probed if isinstance(probed, ModuleType) else None
 
 
 def available(name: str) -> bool:
