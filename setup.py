@@ -1,4 +1,13 @@
-"""Build configuration beyond pyproject.toml: the optional C extensions.
+"""Build configuration beyond pyproject.toml: the optional C extensions and the JupyterLab
+extension.
+
+The JupyterLab extension (TypeScript in ``labextension/``) ships prebuilt inside the gpuviz
+wheel, as JupyterLab extensions are distributed: its federated bundle under
+``share/jupyter/labextensions/gpuviz-labextension/`` and the server extension's config under
+``etc/jupyter/jupyter_server_config.d/``. ``BuildLabextension`` builds the bundle into
+``labextension/dist`` with the machine's Node.js (``jlpm`` from jupyter-builder, a build
+requirement, else ``npm``) when it is absent or older than its sources; an sdist carries the
+built bundle, so installing from one needs no Node.js.
 
 Every extension is optional: where one cannot be built (no C compiler, the Python headers
 missing, a compiler error) the build goes on without it and gpuviz runs its Python twin
@@ -12,13 +21,114 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
-from setuptools import Extension, setup
+from setuptools import Command, Extension, setup
+from setuptools.command.build import build
 from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
 
 BUILD_RECORD = "gpuviz/base/_native_build.json"  # relative to the folder the package is built into
+ROOT = Path(__file__).resolve().parent
+LABEXTENSION = ROOT / "labextension"
+LAB_BUILT = LABEXTENSION / "dist"  # package.json's jupyterlab.outputDir
+LAB_NAME = "gpuviz-labextension"
+LAB_SOURCES = ("src", "style", "package.json", "tsconfig.json", "yarn.lock")
+
+
+def labextension_is_current() -> bool:
+    """Whether ``labextension/dist`` holds a built bundle at least as new as its sources."""
+    marks = [LAB_BUILT / "package.json", LAB_BUILT / "static" / "style.js"]
+    if not all(mark.is_file() for mark in marks):
+        return False
+    built = min(mark.stat().st_mtime for mark in marks)
+    sources = [LABEXTENSION / name for name in LAB_SOURCES]
+    files = [f for s in sources for f in ([s] if s.is_file() else s.rglob("*") if s.is_dir() else []) if f.is_file()]
+    return all(f.stat().st_mtime <= built for f in files)
+
+
+def _jlpm() -> list[str] | None:
+    """The command that runs jlpm (jupyter-builder's pinned yarn) on the machine's Node.js, or
+    None without Node.js or jupyter-builder (a build requirement: it also drives the bundler)."""
+    if shutil.which("node") is None:
+        return None
+    try:
+        import jupyter_builder  # noqa: F401
+    except ImportError:
+        return None
+    return [sys.executable, "-c", "import sys; from jupyter_builder.jlpm import main; sys.argv[0] = 'jlpm'; main()"]
+
+
+def build_labextension() -> None:
+    """Build the JupyterLab extension into ``labextension/dist``: its npm dependencies (jlpm, from
+    the committed yarn.lock), the TypeScript, then the federated bundle (jupyter-builder)."""
+    jlpm = _jlpm()
+    if jlpm is None:
+        raise RuntimeError(
+            "building gpuviz's JupyterLab extension needs Node.js (node on PATH) and the Python package "
+            f"jupyter-builder, and no prebuilt extension exists in {LAB_BUILT}. Install Node.js >= 20 "
+            "(and pip install jupyter-builder when building without isolation), or install gpuviz from a wheel "
+            "or an sdist: both carry the built extension."
+        )
+    builder = [sys.executable, "-c", "from jupyter_builder.main import main; main()"]
+    shutil.rmtree(LAB_BUILT, ignore_errors=True)  # no chunks of an older build left beside the new ones
+    steps = [[*jlpm, "install"], ["node", "node_modules/typescript/bin/tsc"], [*builder, "build", "."]]
+    for step in steps:
+        print(f"gpuviz: building the JupyterLab extension: {' '.join(step[-2:])}", file=sys.stderr)
+        subprocess.run(step, cwd=LABEXTENSION, check=True)
+    if not labextension_is_current():
+        raise RuntimeError(f"the JupyterLab extension's build left no bundle in {LAB_BUILT}")
+
+
+def labextension_data_files() -> list[tuple[str, list[str]]]:
+    """``data_files`` for the built extension: share/jupyter/labextensions/... and the server config."""
+    share = f"share/jupyter/labextensions/{LAB_NAME}"
+    files: dict[str, list[str]] = {share: [str((LABEXTENSION / "install.json").relative_to(ROOT))]}
+    for path in sorted(LAB_BUILT.rglob("*")):
+        if path.is_file():
+            folder = Path(share, path.parent.relative_to(LAB_BUILT)).as_posix().rstrip("/.")
+            files.setdefault(folder, []).append(path.relative_to(ROOT).as_posix())
+    config = LABEXTENSION / "jupyter-config" / "server-config" / "gpuviz.json"
+    files["etc/jupyter/jupyter_server_config.d"] = [config.relative_to(ROOT).as_posix()]
+    return sorted(files.items())
+
+
+class BuildLabextension(Command):
+    """Builds the JupyterLab extension when it is absent or stale, and lists its files as data files."""
+
+    description = "build gpuviz's JupyterLab extension (labextension/dist) where needed"
+    user_options: ClassVar[list[tuple[str, str | None, str]]] = []
+
+    def initialize_options(self) -> None:
+        pass
+
+    def finalize_options(self) -> None:
+        pass
+
+    def run(self) -> None:
+        if not labextension_is_current():
+            if LAB_BUILT.joinpath("package.json").is_file() and _jlpm() is None:
+                print(f"WARNING: {LAB_BUILT} is older than its sources and Node.js is missing: shipping it as it is",
+                      file=sys.stderr)  # fmt: skip
+            else:
+                build_labextension()
+        data_files = [entry for entry in self.distribution.data_files or [] if "labextensions" not in entry[0]]
+        self.distribution.data_files = data_files + labextension_data_files()
+
+
+class Build(build):
+    sub_commands: ClassVar[list[tuple[str, object]]] = [("build_labextension", None), *build.sub_commands]
+
+
+class Sdist(sdist):
+    """An sdist carries the built extension, so that installing it needs no Node.js."""
+
+    def run(self) -> None:
+        self.run_command("build_labextension")
+        super().run()
 
 
 def failure_reason(compiler: list[str], include_dirs: list[str], error: BaseException) -> str:
@@ -166,4 +276,7 @@ EXTENSIONS = [
 ]
 
 if __name__ == "__main__":
-    setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildExt})
+    setup(
+        ext_modules=EXTENSIONS,
+        cmdclass={"build_ext": BuildExt, "build_labextension": BuildLabextension, "build": Build, "sdist": Sdist},
+    )

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from gpuviz.log.eventlog import EventLog
     from gpuviz.runtime.array import DeviceArray, asarray, empty
     from gpuviz.runtime.context import Session, device, reconfigure, record_into, record_run, reset
-    from gpuviz.scenarios import whatif
+    from gpuviz.scenarios.whatif import whatif
 
 # What users call: name -> the module it comes from (imported when the name is first used).
 _PUBLIC = {
@@ -76,7 +76,7 @@ _PUBLIC = {
     "replay": "gpuviz.analysis.replay",
     "peak": "gpuviz.analysis.timeline",
     "timeline_series": "gpuviz.analysis.timeline",
-    "whatif": "gpuviz.scenarios",
+    "whatif": "gpuviz.scenarios.whatif",
     "load_run": "gpuviz.analysis.run",
     "cluster_summary": "gpuviz.analysis.cluster",
     "mark": "gpuviz.capture.marks",

@@ -316,7 +316,8 @@ def test_a_log_still_recording_at_exit_is_finished(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from gpuviz import ReferenceBFCAllocator, EventLog, SimUpstream
+        from gpuviz import EventLog, SimUpstream
+        from gpuviz.capture import ReferenceBFCAllocator
         log = EventLog(sys.argv[1])
         ReferenceBFCAllocator(SimUpstream("1GiB"), log=log).allocate(100)
         """
@@ -490,7 +491,8 @@ def test_recording_to_a_file_writes_incrementally(tmp_path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from gpuviz import ReferenceBFCAllocator, EventLog, SimUpstream
+    from gpuviz import EventLog, SimUpstream
+    from gpuviz.capture import ReferenceBFCAllocator
     log = EventLog(sys.argv[1], flush_rows=1000, flush_interval_s=0.05)
     alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log)
     live = []
@@ -529,7 +531,8 @@ ZYGOTE = textwrap.dedent(
     """
     import os, sys, time
     import numpy as np
-    from gpuviz import ReferenceBFCAllocator, EventLog, SimUpstream
+    from gpuviz import EventLog, SimUpstream
+    from gpuviz.capture import ReferenceBFCAllocator
     for line in sys.stdin:
         path, progress_path, mode = line.split()
         pid = os.fork()

@@ -19,7 +19,7 @@ variable ``GPUVIZ_NATIVE_SKIP=NAME[,NAME]`` makes the registry treat those modul
 built, so that a test can run gpuviz as it runs where they failed to build.
 
 A module not built is told by its missing file; one that is there is imported (with its
-package, whose ``__init__`` is kept light for this).
+package) to tell whether it loads.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,8 @@ MODULES: tuple[NativeModule, ...] = (
     NativeModule("gpuviz.analysis._livekernel", "live views following a recording"),
 )
 _BY_NAME = {module.name: module for module in MODULES}
+# packages whose __init__ imports nothing heavy: import gpuviz loads their native modules to check them
+_LIGHT_PACKAGES = frozenset({"gpuviz.capture", "gpuviz.log", "gpuviz.importers", "gpuviz.analysis"})
 
 
 @dataclass(frozen=True)
@@ -194,12 +197,18 @@ def problems() -> list[NativeStatus]:
 
 def load(name: str) -> ModuleType | None:
     """The native module ``name`` imported, or None where it was not built or failed to load
-    (whatever ``GPUVIZ_NATIVE`` says: ``available`` is the switch)."""
+    (whatever ``GPUVIZ_NATIVE`` says: ``available`` is the switch). A module that fails to load
+    here is warned about (``warn_problems``)."""
     _module(name)
     if _skipped(name):
         return None
+    first = name not in _loaded
     probed = _probe(name)
-    return probed if isinstance(probed, ModuleType) else None
+    if isinstance(probed, ModuleType):
+        return probed
+    if first and probed != "not built":
+        _warn([status(name)])
+    return None
 
 
 def available(name: str) -> bool:
@@ -222,9 +231,24 @@ def why_not(name: str) -> str:
 
 def warn_problems() -> None:
     """One ``RuntimeWarning`` naming each native module not built or failed to load and why;
-    each module is named once per process. Silent with ``GPUVIZ_NATIVE=0``."""
-    fresh = [entry for entry in problems() if entry.module.name not in _warned]
-    if not fresh:
+    each module is named once per process. Silent with ``GPUVIZ_NATIVE=0``.
+
+    Called by ``import gpuviz``: a module whose package is light to import is loaded to find
+    out; the others (``gpuviz.scenarios``, whose package imports the what-if code) are only
+    looked for, and warned about when first loaded if they then fail."""
+    if disabled():
+        return
+    found = []
+    for module in MODULES:
+        package = module.name.rpartition(".")[0]
+        if package in _LIGHT_PACKAGES or package in sys.modules or _skipped(module.name) or not _file(module.name):
+            found.append(status(module.name))
+    _warn([entry for entry in found if entry.problem])
+
+
+def _warn(entries: list[NativeStatus]) -> None:
+    fresh = [entry for entry in entries if entry.module.name not in _warned]
+    if not fresh or disabled():
         return
     _warned.update(entry.module.name for entry in fresh)
     lines = "\n".join(f"  {e.module.name} ({e.module.speeds_up}): {e.state}: {e.reason}" for e in fresh)
@@ -233,5 +257,5 @@ def warn_problems() -> None:
         "Rebuild gpuviz with a C compiler and the Python headers to get them (`gpuviz info` lists every module); "
         "GPUVIZ_NATIVE=0 selects pure Python without this warning.",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )

@@ -1,24 +1,26 @@
-"""``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON; for a run
+"""The Jupyter server extension of gpuviz (enabled by the ``jupyter_server_config.d/gpuviz.json``
+that ``pip install gpuviz`` puts in place), for the JupyterLab extension's file viewers:
+
+``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON; for a run
 manifest (``RUN.gpuviz-run``), the result of the distributed run it names (``run_result_json``).
 
 The path is checked through the server's contents manager (only files the user may open,
 relative to the server's root) and resolved on disk; a path whose symlinks lead outside
 the root is refused like any path outside it. The file is then opened where it lies by
-``gpuviz.load`` of the server's environment — any format it reads: gpuviz event logs,
+``gpuviz.load`` — any format it reads: gpuviz event logs,
 and the foreign traces its importers know (PyTorch snapshots, XPlane, ...) — and
 analysed in a worker process: the server never reads the file itself, its event loop
 stays free while a large log is analysed, and its memory does not grow with the log
 (one worker, so one analysis at a time; later requests wait their turn).
 
 Errors are JSON replies: 400 for a file gpuviz cannot read (the reason, naming the path
-as requested), 404 for a missing file or one outside the root, 501 when gpuviz is not
-installed here or the contents are not on a local file system, 500 when the worker died.
+as requested), 404 for a missing file or one outside the root, 501 when the contents are not on a local
+file system, 500 when the worker died.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -92,8 +94,6 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
     @tornado.web.authenticated
     async def get(self) -> None:
         path = self.get_query_argument("path")
-        if importlib.util.find_spec("gpuviz") is None:
-            raise tornado.web.HTTPError(501, "gpuviz is not installed in the Jupyter server's environment")
         os_path = await self._os_path(path)
         try:
             # submitted from a thread: the first submission starts the worker process
@@ -119,6 +119,11 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
         if os.path.commonpath([real_root, os_path]) != real_root:
             raise tornado.web.HTTPError(404, f"file does not exist: {path}")  # a symlink out of the root
         return os_path
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    """Called by the Jupyter server at start (``gpuviz._jupyter_server_extension_points``)."""
+    setup_handlers(server_app.web_app)
 
 
 def setup_handlers(web_app: Any) -> None:
