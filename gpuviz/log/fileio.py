@@ -99,7 +99,16 @@ def _schema(log: EventLog) -> pa.Schema:
 
 
 def _record(columns: list[np.ndarray]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(column) for column in columns], schema=ARROW_SCHEMA)
+    # each column's buffer as it is (every column is a fixed-width integer): no copy, and unlike
+    # pa.array no check for a pandas object, which would import pandas (even at interpreter exit,
+    # where a log still recording is finished and importing pandas fails)
+    arrays = [
+        pa.Array.from_buffers(
+            field.type, len(column), [None, pa.py_buffer(np.ascontiguousarray(column, field.type.to_pandas_dtype()))]
+        )
+        for field, column in zip(ARROW_SCHEMA, columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _empty_columns() -> list[np.ndarray]:
