@@ -90,7 +90,7 @@ def _worker() -> ProcessPoolExecutor:
     return _workers[0]
 
 
-class ResultHandler(APIHandler):  # type: ignore[misc]
+class ResultHandler(APIHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
         path = self.get_query_argument("path")
@@ -109,13 +109,13 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
 
     async def _os_path(self, path: str) -> str:
         """The real path of the file ``path`` names; 404 when it is missing or lies outside the root."""
-        manager = self.contents_manager
+        manager: Any = self.contents_manager
         model = await ensure_async(manager.get(path, content=False, type="file"))  # 404, 400 for a folder
         root = getattr(manager, "root_dir", None)
         if root is None or not hasattr(manager, "_get_os_path"):
             raise tornado.web.HTTPError(501, "gpuviz results need the contents on the server's local file system")
         real_root = os.path.realpath(root)
-        os_path = os.path.realpath(manager._get_os_path(model["path"]))
+        os_path = os.path.realpath(str(manager._get_os_path(model["path"])))
         if os.path.commonpath([real_root, os_path]) != real_root:
             raise tornado.web.HTTPError(404, f"file does not exist: {path}")  # a symlink out of the root
         return os_path

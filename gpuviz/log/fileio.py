@@ -104,7 +104,9 @@ def _record(columns: list[np.ndarray]) -> pa.RecordBatch:
     # where a log still recording is finished and importing pandas fails)
     arrays = [
         pa.Array.from_buffers(
-            field.type, len(column), [None, pa.py_buffer(np.ascontiguousarray(column, field.type.to_pandas_dtype()))]
+            field.type,
+            len(column),
+            [None, pa.py_buffer(np.ascontiguousarray(column, field.type.to_pandas_dtype()).data)],
         )
         for field, column in zip(ARROW_SCHEMA, columns, strict=True)
     ]
