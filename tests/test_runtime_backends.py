@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip(
+    "cupy", reason="CuPy is not installed (it is not in the test extra: pip install -e .[test,cuda12] or [cuda13])"
+)
 
 import gpuviz  # noqa: E402
 from gpuviz import EventLog, SimUpstream, config  # noqa: E402
