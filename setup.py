@@ -30,6 +30,7 @@ from setuptools import Command, Extension, setup
 from setuptools.command.build import build
 from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
+from setuptools.dist import Distribution as _Distribution
 
 BUILD_RECORD = "gpuviz/base/_native_build.json"  # relative to the folder the package is built into
 ROOT = Path(__file__).resolve().parent
@@ -117,10 +118,20 @@ class BuildLabextension(Command):
                 build_labextension()
         data_files = [entry for entry in self.distribution.data_files or [] if "labextensions" not in entry[0]]
         self.distribution.data_files = data_files + labextension_data_files()
+        install_data = self.distribution.command_obj.get("install_data")
+        if install_data is not None:  # already finalized (editable installs): it copied the list then
+            install_data.data_files = self.distribution.data_files
 
 
 class Build(build):
     sub_commands: ClassVar[list[tuple[str, object]]] = [("build_labextension", None), *build.sub_commands]
+
+
+class Distribution(_Distribution):
+    def has_data(self) -> bool:
+        """Whether there are data files: editable installs ask this name (``editable_wheel._run_install``
+        looks for ``has_data``, which setuptools' distribution lacks) before installing them."""
+        return self.has_data_files()
 
 
 class Sdist(sdist):
@@ -277,6 +288,7 @@ EXTENSIONS = [
 
 if __name__ == "__main__":
     setup(
+        distclass=Distribution,
         ext_modules=EXTENSIONS,
         cmdclass={"build_ext": BuildExt, "build_labextension": BuildLabextension, "build": Build, "sdist": Sdist},
     )

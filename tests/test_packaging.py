@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import site
 import subprocess
 import sys
@@ -132,3 +133,25 @@ def test_jupyterlab_lists_the_extension_enabled_after_one_install(fresh_venv: Pa
     listing = proc.stdout + proc.stderr
     assert re.search(rf"{re.escape(str(fresh_venv))}/etc/jupyter\n\s+gpuviz \S*enabled\S*\n", listing), listing
     assert re.search(r"gpuviz 0\.1\.0 \S*OK", listing), listing
+
+
+def test_an_editable_install_installs_the_labextension_too(tmp_path: Path) -> None:
+    """``pip install -e .`` (the README's test command) puts the extension's files in the
+    environment as a wheel does: setuptools' editable installs skip data files unless asked
+    through ``has_data`` (setup.py's ``Distribution``). Installed from a copy of the checkout,
+    so the compiled modules in this one are left alone."""
+    ignored = shutil.ignore_patterns(".git", ".venv", "node_modules", "build", "dist", "*.so", "*.egg-info",
+                                     "__pycache__", "_native_build.json", ".*_cache", ".hypothesis")  # fmt: skip
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=ignored)
+    shutil.copytree(ROOT / "labextension" / "dist", source / "labextension" / "dist")  # the built bundle
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = run_in(venv, python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    Path(purelib, "borrowed.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages() if Path(p).is_dir()))
+    proc = run_in(venv, python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", source)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (venv / SHARE / "static" / "style.js").is_file() and (venv / SERVER_CONFIG).is_file()
+    listing = run_in(venv, python, "-m", "jupyterlab.labextensions", "list")
+    assert re.search(r"gpuviz-labextension v0\.1\.0 \S*enabled\S* \S*OK", listing.stdout + listing.stderr)
