@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import shutil
 import site
 import subprocess
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARE = "share/jupyter/labextensions/gpuviz-labextension/"
 SERVER_CONFIG = "etc/jupyter/jupyter_server_config.d/gpuviz.json"
 
-pytestmark = pytest.mark.slow
+SETUP = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")  # its functions, without running setup()
 
 
 def clean_env() -> dict[str, str]:
@@ -45,6 +46,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return sdist, wheel
 
 
+@pytest.mark.slow
 def test_the_sdist_holds_what_a_build_needs(built: tuple[Path, Path]) -> None:
     sdist, _ = built
     with tarfile.open(sdist) as archive:
@@ -57,6 +59,7 @@ def test_the_sdist_holds_what_a_build_needs(built: tuple[Path, Path]) -> None:
     assert not [name for name in names if "node_modules" in name or name.endswith(".so")]
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_the_labextension_and_the_native_modules(built: tuple[Path, Path]) -> None:
     from gpuviz.base.native import MODULES
 
@@ -103,6 +106,7 @@ def run_in(venv: Path, *args: str | Path, cwd: Path | None = None) -> subprocess
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd or venv, env=env)
 
 
+@pytest.mark.slow
 def test_the_installed_wheel_is_what_runs(fresh_venv: Path) -> None:
     script = (
         "import gpuviz, gpuviz.capture._bfcnative as core, importlib.metadata as m; "
@@ -114,6 +118,7 @@ def test_the_installed_wheel_is_what_runs(fresh_venv: Path) -> None:
         assert line.startswith(str(fresh_venv)), proc.stdout  # not this checkout, not an editable install
 
 
+@pytest.mark.slow
 def test_gpuviz_demo_runs_from_the_wheel(fresh_venv: Path, tmp_path: Path) -> None:
     proc = run_in(fresh_venv, fresh_venv / "bin" / "gpuviz", "demo", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -122,6 +127,7 @@ def test_gpuviz_demo_runs_from_the_wheel(fresh_venv: Path, tmp_path: Path) -> No
     assert "RuntimeWarning" not in proc.stderr  # every native module was built and loads
 
 
+@pytest.mark.slow
 def test_jupyterlab_lists_the_extension_enabled_after_one_install(fresh_venv: Path) -> None:
     python = fresh_venv / "bin" / "python"
     proc = run_in(fresh_venv, python, "-m", "jupyterlab.labextensions", "list")
@@ -135,6 +141,7 @@ def test_jupyterlab_lists_the_extension_enabled_after_one_install(fresh_venv: Pa
     assert re.search(r"gpuviz 0\.1\.0 \S*OK", listing), listing
 
 
+@pytest.mark.slow
 def test_an_editable_install_installs_the_labextension_too(tmp_path: Path) -> None:
     """``pip install -e .`` (the README's test command) puts the extension's files in the
     environment as a wheel does: setuptools' editable installs skip data files unless asked
@@ -155,3 +162,18 @@ def test_an_editable_install_installs_the_labextension_too(tmp_path: Path) -> No
     assert (venv / SHARE / "static" / "style.js").is_file() and (venv / SERVER_CONFIG).is_file()
     listing = run_in(venv, python, "-m", "jupyterlab.labextensions", "list")
     assert re.search(r"gpuviz-labextension v0\.1\.0 \S*enabled\S* \S*OK", listing.stdout + listing.stderr)
+
+
+def test_without_node_and_without_a_built_extension_the_build_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    build = SETUP["build_labextension"]
+    monkeypatch.setitem(build.__globals__, "_jlpm", lambda: None)  # as on a machine without Node.js
+    with pytest.raises(RuntimeError) as error:
+        build()
+    assert str(error.value) == (
+        "building gpuviz's JupyterLab extension needs Node.js (node on PATH) and the Python package "
+        f"jupyter-builder, and no prebuilt extension exists in {ROOT / 'labextension' / 'dist'}. Install Node.js "
+        ">= 20 (and pip install jupyter-builder when building without isolation), or install gpuviz from a wheel "
+        "or an sdist: both carry the built extension."
+    )
