@@ -27,7 +27,8 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks._results import Results, add_json_option
-from gpuviz import BFCAllocator, EventLog, SimUpstream, replay, timeline_series
+from gpuviz import EventLog, SimUpstream, replay, timeline_series
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 from gpuviz.capture.recorder import native_available
 
@@ -42,7 +43,7 @@ def mixed_workload(n_pairs: int, seed: int = 0) -> list[tuple[int, int]]:
     return ops
 
 
-def run_pairs(alloc: BFCAllocator, ops: list[tuple[int, int]]) -> tuple[float, float, float]:
+def run_pairs(alloc: ReferenceBFCAllocator, ops: list[tuple[int, int]]) -> tuple[float, float, float]:
     """Wall-clock, process CPU and this thread's CPU seconds for len(ops) allocate+free pairs
     against a steady population of 1000 live buffers."""
     live = [alloc.allocate(256) for _ in range(1000)]
@@ -62,13 +63,13 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
     """
     ops = mixed_workload(n_pairs)
     # mode: (allocator class, record, GPUVIZ_NATIVE for the Python allocator's recorder, to a file)
-    modes: dict[str, tuple[type[BFCAllocator], bool, str, bool]] = {
+    modes: dict[str, tuple[type[ReferenceBFCAllocator], bool, str, bool]] = {
         "native core, off": (NativeBFCAllocator, False, "1", False),
         "native core, on": (NativeBFCAllocator, True, "1", False),
         "native core, on, to a file": (NativeBFCAllocator, True, "1", True),
-        "Python, off": (BFCAllocator, False, "1", False),
-        "Python, on (C row writer)": (BFCAllocator, True, "1", False),
-        "Python, on (Python recorder)": (BFCAllocator, True, "0", False),
+        "Python, off": (ReferenceBFCAllocator, False, "1", False),
+        "Python, on (C row writer)": (ReferenceBFCAllocator, True, "1", False),
+        "Python, on (Python recorder)": (ReferenceBFCAllocator, True, "0", False),
     }
     if not native_core_available():
         del modes["native core, off"], modes["native core, on"], modes["native core, on, to a file"]
@@ -149,7 +150,7 @@ def timed(fn: Callable[[], object]) -> tuple[object, float, float]:
 
 def build_log(n_events: int) -> tuple[EventLog, float]:
     log = EventLog()
-    cls = NativeBFCAllocator if native_core_available() else BFCAllocator
+    cls = NativeBFCAllocator if native_core_available() else ReferenceBFCAllocator
     alloc = cls(SimUpstream("64GiB"), growth=True, log=log)
     ops = mixed_workload(100_000)
     live = [alloc.allocate(256) for _ in range(1000)]

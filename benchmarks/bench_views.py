@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 from benchmarks._results import Results, add_json_option
-from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz import EventLog, SimUpstream
 from gpuviz.analysis.diagnosis import diagnose
 from gpuviz.analysis.profile import profile
 from gpuviz.analysis.tables import placement_table
 from gpuviz.analysis.timeline import timeline_series
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.events import record_placement, record_transfer
 from gpuviz.log.schema import Direction
 from gpuviz.views.fragmentation import fragmentation_map
@@ -33,7 +34,7 @@ def build_log(n_events: int, seed: int = 0) -> EventLog:
     """A training-like log: ~1000 live buffers, mixed sizes, an op and a copy every few steps."""
     rng = random.Random(seed)
     log = EventLog()
-    alloc = BFCAllocator(SimUpstream("64GiB"), growth=True, log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream("64GiB"), growth=True, log=log)
     cpu = log.add_device("CPU:0")
     live = [alloc.allocate(256, tag="init") for _ in range(1000)]
     tags = [f"layer{i}:float32[{1 << i}]" for i in range(12)]

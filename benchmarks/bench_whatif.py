@@ -14,15 +14,16 @@ import time
 
 from benchmarks._results import Results, add_json_option
 from benchmarks.bench_core import mixed_workload
-from gpuviz import BFCAllocator, SimUpstream
+from gpuviz import SimUpstream
 from gpuviz.analysis.requests import request_stream
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.upstream import SimUpstream as Upstream
 from gpuviz.scenarios import parse_policy, replay_policy
 from gpuviz.scenarios.whatif import UNBOUNDED
 
 
-def recorded_run(requests: int) -> BFCAllocator:
-    alloc = BFCAllocator(SimUpstream("64GiB"))
+def recorded_run(requests: int) -> ReferenceBFCAllocator:
+    alloc = ReferenceBFCAllocator(SimUpstream("64GiB"))
     live = [alloc.allocate(256) for _ in range(1000)]
     for size, victim in mixed_workload(requests // 2):
         alloc.free(live[victim])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuviz import BFCAllocator, SimUpstream
+from gpuviz import SimUpstream
+from gpuviz.capture import ReferenceBFCAllocator
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +26,7 @@ def _real_main_module() -> Iterator[None]:
     sys.modules["__main__"] = main
 
 
-def snapshot(alloc: BFCAllocator) -> tuple[object, object, int]:
+def snapshot(alloc: ReferenceBFCAllocator) -> tuple[object, object, int]:
     """Everything a bad call must leave unchanged: heap state, stats, log length."""
     return alloc.state(), alloc.stats(), len(alloc.log)
 
@@ -34,24 +35,28 @@ def _allocator_classes() -> list[object]:
     from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 
     built = pytest.mark.skipif(not native_core_available(), reason="the native core is not built (no C compiler)")
-    return [pytest.param(BFCAllocator, id="python"), pytest.param(NativeBFCAllocator, id="native", marks=built)]
+    return [
+        pytest.param(ReferenceBFCAllocator, id="python"),
+        pytest.param(NativeBFCAllocator, id="native", marks=built),
+    ]
 
 
 ALLOCATOR_CLASSES = _allocator_classes()
-"""The BFC allocator classes every allocator test runs against: the Python reference and the native core."""
+"""The BFC allocator classes every allocator test runs against: the Python reference
+(``ReferenceBFCAllocator``) and the native core (``NativeBFCAllocator``, ``gpuviz.BFCAllocator`` where built)."""
 
 
 @pytest.fixture(params=ALLOCATOR_CLASSES)
-def bfc(request: pytest.FixtureRequest) -> type[BFCAllocator]:
+def bfc(request: pytest.FixtureRequest) -> type[ReferenceBFCAllocator]:
     """The allocator class under test (``bfc(SimUpstream(...), ...)`` makes one)."""
-    cls: type[BFCAllocator] = request.param
+    cls: type[ReferenceBFCAllocator] = request.param
     return cls
 
 
-def _built_classes() -> dict[str, Callable[..., BFCAllocator]]:
+def _built_classes() -> dict[str, Callable[..., ReferenceBFCAllocator]]:
     from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 
-    built: dict[str, Callable[..., BFCAllocator]] = {"python": BFCAllocator}
+    built: dict[str, Callable[..., ReferenceBFCAllocator]] = {"python": ReferenceBFCAllocator}
     if native_core_available():
         built["native"] = NativeBFCAllocator
     return built
@@ -62,13 +67,13 @@ ALLOCATOR_FACTORIES = _built_classes()
 
 
 @pytest.fixture
-def make_allocator(bfc: type[BFCAllocator]) -> Callable[..., BFCAllocator]:
+def make_allocator(bfc: type[ReferenceBFCAllocator]) -> Callable[..., ReferenceBFCAllocator]:
     """The allocator class under test as a factory (one per class of ``ALLOCATOR_CLASSES``)."""
     return bfc
 
 
 @pytest.fixture
-def alloc(bfc: type[BFCAllocator]) -> BFCAllocator:
+def alloc(bfc: type[ReferenceBFCAllocator]) -> ReferenceBFCAllocator:
     a = bfc(SimUpstream("1GiB"), growth=True)
     a.allocate(1000, tag="x")
     a.allocate(3000)

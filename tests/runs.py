@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz import EventLog, SimUpstream
 from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import MiB
+from gpuviz.capture import ReferenceBFCAllocator
 
 
 def write_rank(
@@ -19,7 +20,7 @@ def write_rank(
     step; events of step k are at time ``start_ns`` + k ms (+ 1 ns per event). ``run``: more
     ``meta["run"]`` entries."""
     log = EventLog(meta={"run": {**RankInfo(rank, rank, 5, "node0").as_meta(), **(run or {})}})
-    alloc = BFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device="GPU:0", log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device="GPU:0", log=log)
     bounds = []
     for _ in range(10):
         start = len(log)

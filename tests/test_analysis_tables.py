@@ -10,18 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, SimUpstream, config
+from gpuviz import EventLog, SimUpstream, config
 from gpuviz.analysis.diagnosis import diagnose
 from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.analysis.tables import alive_at, allocation_table, oom_table, placement_table, transfer_table
 from gpuviz.base.units import MiB
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.runtime.context import get_runtime
 
 BASE = 1 << 40
 
 
 def test_allocation_lifetimes() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=False)
     a = alloc.allocate(100, tag="a")
     b = alloc.allocate(200, tag="b")
     alloc.free(a)
@@ -87,7 +88,7 @@ def test_placement_table_rows_and_totals(runtime_log: EventLog) -> None:
 
 
 def test_oom_table_and_diagnosis_hints() -> None:
-    alloc = BFCAllocator(SimUpstream("8MiB"), growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("8MiB"), growth=False)
     ptrs = [alloc.allocate(MiB, tag="float64[131072]") for _ in range(8)]
     for p in ptrs[::2]:
         alloc.free(p)
@@ -127,7 +128,7 @@ def test_profile_options() -> None:
         ViewOptions(group_by="colour")
     with pytest.raises(ValueError, match="points must be >= 1"):
         ViewOptions(points=0)
-    alloc = BFCAllocator(SimUpstream("1GiB"))
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"))
     for _ in range(100):
         alloc.free(alloc.allocate(1000))
     p = profile(alloc.log, ViewOptions(scrub_points=5))
@@ -166,7 +167,7 @@ def test_pairing_allocs_with_their_frees(events: list[tuple[bool, int]]) -> None
 def test_allocated_by_address_index_equals_the_scan() -> None:
     """Looking the live chunks up by address (what each scrubber frame does) gives what scanning
     every allocation gives, at every event of a run that reuses addresses."""
-    alloc = BFCAllocator(SimUpstream("1GiB", base=BASE), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB", base=BASE), growth=True)
     rng = np.random.default_rng(5)
     live: list[int] = []
     for _ in range(400):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import snapshot
 
-from gpuviz import BFCAllocator, EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
+from gpuviz import EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import GiB, MiB
-from gpuviz.capture import recorder
+from gpuviz.capture import ReferenceBFCAllocator, recorder
 from gpuviz.capture.arguments import LOG_INT_MAX
 from gpuviz.capture.recorder import Recorder
 from gpuviz.log.schema import Kind
@@ -26,8 +26,10 @@ RECORDERS = ["C row writer", "Python recorder"]
 
 @pytest.fixture(params=RECORDERS)
 def any_alloc(
-    request: pytest.FixtureRequest, make_allocator: Callable[..., BFCAllocator], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[BFCAllocator]:
+    request: pytest.FixtureRequest,
+    make_allocator: Callable[..., ReferenceBFCAllocator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[ReferenceBFCAllocator]:
     """The ``alloc`` fixture's heap (1000 B tagged "x", then 3000 B) for each allocator class and recorder."""
     if request.param == "C row writer" and recorder._RowWriter is None:
         pytest.skip("the C row writer is not built (no C compiler at install time)")
@@ -48,34 +50,34 @@ def any_alloc(
         (None, TypeError, "integer number of bytes"),
     ],
 )
-def test_bad_sizes(any_alloc: BFCAllocator, bad: object, error: type[Exception], match: str) -> None:
+def test_bad_sizes(any_alloc: ReferenceBFCAllocator, bad: object, error: type[Exception], match: str) -> None:
     before = snapshot(any_alloc)
     with pytest.raises(error, match=match):
         any_alloc.allocate(bad)  # type: ignore[arg-type]
     assert snapshot(any_alloc) == before
 
 
-def test_numpy_integer_sizes_are_accepted(any_alloc: BFCAllocator) -> None:
+def test_numpy_integer_sizes_are_accepted(any_alloc: ReferenceBFCAllocator) -> None:
     p = any_alloc.allocate(np.int64(512))
     assert any_alloc.allocated_size(p) == 512
 
 
 @pytest.mark.parametrize("size", [10, 0])  # a 0-byte request checks its tag too
-def test_bad_tag(any_alloc: BFCAllocator, size: int) -> None:
+def test_bad_tag(any_alloc: ReferenceBFCAllocator, size: int) -> None:
     before = snapshot(any_alloc)
     with pytest.raises(TypeError, match="tag must be a string or None, not int"):
         any_alloc.allocate(size, tag=3)  # type: ignore[arg-type]
     assert snapshot(any_alloc) == before
 
 
-def test_free_unknown_address(any_alloc: BFCAllocator) -> None:
+def test_free_unknown_address(any_alloc: ReferenceBFCAllocator) -> None:
     before = snapshot(any_alloc)
     with pytest.raises(InvalidFreeError, match="never allocated"):
         any_alloc.free(12345)
     assert snapshot(any_alloc) == before
 
 
-def test_double_free(any_alloc: BFCAllocator) -> None:
+def test_double_free(any_alloc: ReferenceBFCAllocator) -> None:
     p = any_alloc.allocate(64)
     any_alloc.free(p)
     before = snapshot(any_alloc)
@@ -84,21 +86,21 @@ def test_double_free(any_alloc: BFCAllocator) -> None:
     assert snapshot(any_alloc) == before
 
 
-def test_free_of_an_interior_pointer(any_alloc: BFCAllocator) -> None:
+def test_free_of_an_interior_pointer(any_alloc: ReferenceBFCAllocator) -> None:
     before = snapshot(any_alloc)
     with pytest.raises(InvalidFreeError, match="points inside the chunk at 0x10000000000"):
         any_alloc.free(BASE + 8)
     assert snapshot(any_alloc) == before
 
 
-def test_size_queries_of_a_dead_address(any_alloc: BFCAllocator) -> None:
+def test_size_queries_of_a_dead_address(any_alloc: ReferenceBFCAllocator) -> None:
     with pytest.raises(InvalidFreeError):
         any_alloc.requested_size(999)
     with pytest.raises(InvalidFreeError):
         any_alloc.allocated_size(999)
 
 
-def test_size_beyond_limit_changes_nothing_but_records_the_oom(any_alloc: BFCAllocator) -> None:
+def test_size_beyond_limit_changes_nothing_but_records_the_oom(any_alloc: ReferenceBFCAllocator) -> None:
     state, stats, n = snapshot(any_alloc)
     with pytest.raises(OutOfMemoryError) as info:
         any_alloc.allocate(2 * GiB)
@@ -108,7 +110,7 @@ def test_size_beyond_limit_changes_nothing_but_records_the_oom(any_alloc: BFCAll
     any_alloc.check()
 
 
-def test_oom_is_a_memory_error_with_all_numbers(bfc: type[BFCAllocator]) -> None:
+def test_oom_is_a_memory_error_with_all_numbers(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1MiB"), growth=False)
     alloc.allocate(400 * 1024)  # 1 MiB >= 2 * 400 KiB: split, 624 KiB stay free
     with pytest.raises(MemoryError) as info:
@@ -128,7 +130,7 @@ def test_oom_is_a_memory_error_with_all_numbers(bfc: type[BFCAllocator]) -> None
 
 
 # ------------------------------------------------------------------ free's argument
-def test_free_of_a_float_address_after_another_free_changes_nothing(any_alloc: BFCAllocator) -> None:
+def test_free_of_a_float_address_after_another_free_changes_nothing(any_alloc: ReferenceBFCAllocator) -> None:
     p = any_alloc.allocate(5000, tag="p")
     q = any_alloc.allocate(5000)
     assert (p, q) == (BASE + 4096, BASE + 4096 + 5120)
@@ -148,7 +150,7 @@ def test_free_of_a_float_address_after_another_free_changes_nothing(any_alloc: B
     [(None, "NoneType (None)"), ("x", "str ('x')"), (1.5, "float (1.5)"), (True, "bool (True)"),
      (0.0, "float (0.0)"), (np.float64(2.0), "float64 (np.float64(2.0))"), ([BASE], "list ([1099511627776])")],
 )  # fmt: skip
-def test_free_of_a_non_integer_names_the_problem(any_alloc: BFCAllocator, bad: object, shown: str) -> None:
+def test_free_of_a_non_integer_names_the_problem(any_alloc: ReferenceBFCAllocator, bad: object, shown: str) -> None:
     before = snapshot(any_alloc)
     with pytest.raises(TypeError) as info:
         any_alloc.free(bad)  # type: ignore[arg-type]
@@ -156,7 +158,7 @@ def test_free_of_a_non_integer_names_the_problem(any_alloc: BFCAllocator, bad: o
     assert snapshot(any_alloc) == before
 
 
-def test_free_and_size_queries_accept_numpy_integers(any_alloc: BFCAllocator) -> None:
+def test_free_and_size_queries_accept_numpy_integers(any_alloc: ReferenceBFCAllocator) -> None:
     p = any_alloc.allocate(700)
     assert any_alloc.allocated_size(np.uint64(p)) == 768  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="size query: the address must be an integer"):
@@ -165,7 +167,7 @@ def test_free_and_size_queries_accept_numpy_integers(any_alloc: BFCAllocator) ->
     assert any_alloc.log[-1].kind in ("free", "merge") and any_alloc.stats().bytes_in_use == 1024 + 3072
 
 
-def test_free_of_addresses_outside_int64_is_an_invalid_free(any_alloc: BFCAllocator) -> None:
+def test_free_of_addresses_outside_int64_is_an_invalid_free(any_alloc: ReferenceBFCAllocator) -> None:
     before = snapshot(any_alloc)
     for address in (2**64 + BASE, -BASE, np.uint64(2**64 - 1)):
         with pytest.raises(InvalidFreeError, match="never allocated"):
@@ -180,7 +182,7 @@ def test_free_of_addresses_outside_int64_is_an_invalid_free(any_alloc: BFCAlloca
     ids=["2**63", "2**63-1", "10**30", "uint64 max"],
 )
 def test_sizes_beyond_int64_are_out_of_memory_with_one_oom_event(
-    any_alloc: BFCAllocator, size: int, rounded: int
+    any_alloc: ReferenceBFCAllocator, size: int, rounded: int
 ) -> None:
     state, stats, n = snapshot(any_alloc)
     with pytest.raises(OutOfMemoryError) as info:
@@ -217,7 +219,7 @@ def test_recorders_refuse_values_outside_int64_and_write_nothing(native: bool) -
     assert len(log) == 1 and log[0].size == LOG_INT_MAX
 
 
-def test_preallocate_reserves_the_limit_in_the_allocators_own_pool(bfc: type[BFCAllocator]) -> None:
+def test_preallocate_reserves_the_limit_in_the_allocators_own_pool(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), memory_limit="64MiB", growth=False)
     assert alloc.preallocate() == 64 * MiB and alloc.preallocate() == 0
     p = alloc.allocate(MiB)

@@ -19,9 +19,9 @@ from conftest import ALLOCATOR_FACTORIES, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuviz import BFCAllocator, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
+from gpuviz import InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
-from gpuviz.capture import recorder
+from gpuviz.capture import ReferenceBFCAllocator, recorder
 from gpuviz.log.schema import Kind
 
 JUNK_VALUES = st.one_of(
@@ -49,7 +49,7 @@ RECORDER_ENV = {"C row writer": "1", "Python recorder": "0"}
 
 
 def _junk_call(
-    alloc: BFCAllocator, op: str, arg: Any, live: list[int], freed: list[int]
+    alloc: ReferenceBFCAllocator, op: str, arg: Any, live: list[int], freed: list[int]
 ) -> Callable[[], object] | None:
     """The junk call ``op`` stands for, or None for a valid operation (or nothing to free)."""
     if op == "allocate junk":
@@ -65,7 +65,7 @@ def _junk_call(
     return None
 
 
-def _apply(alloc: BFCAllocator, op: str, arg: Any, live: list[int], freed: list[int]) -> tuple[str, int]:
+def _apply(alloc: ReferenceBFCAllocator, op: str, arg: Any, live: list[int], freed: list[int]) -> tuple[str, int]:
     """Run one operation; returns ("ok", address) or ("oom", 0)."""
     if op == "allocate":
         try:
@@ -90,7 +90,7 @@ def test_junk_never_breaks_check_and_never_loses_an_event(
 ) -> None:
     if recorder_kind == "C row writer" and recorder._RowWriter is None:
         pytest.skip("the C row writer is not built (no C compiler at install time)")
-    factory: Callable[..., BFCAllocator] = ALLOCATOR_FACTORIES[factory_name]
+    factory: Callable[..., ReferenceBFCAllocator] = ALLOCATOR_FACTORIES[factory_name]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GPUVIZ_NATIVE", RECORDER_ENV[recorder_kind])
         alloc = factory(SimUpstream("64MiB"), memory_limit=8 * MiB, growth=growth)

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gpuviz import BFCAllocator, EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
+from gpuviz import EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
-from gpuviz.capture import native
+from gpuviz.capture import ReferenceBFCAllocator, native
 from gpuviz.capture.native import NativeBFCAllocator, allocator_class, native_core_available
 
 needs_core = pytest.mark.skipif(not native_core_available(), reason="the native core is not built (no C compiler)")
@@ -35,7 +35,7 @@ TAGS = st.sampled_from([None, "a", "b", "matmul/weights"])
 class _FreeingUpstream(SimUpstream):
     """An upstream that frees an address of its allocator inside allocate (as a finalizer would)."""
 
-    victim: BFCAllocator | None = None
+    victim: ReferenceBFCAllocator | None = None
     address = 0
 
     def allocate(self, nbytes: int) -> int:
@@ -62,12 +62,12 @@ def outcome(call: object) -> tuple[str, object]:
 
 
 class DifferentialMachine(RuleBasedStateMachine):
-    """Drives a BFCAllocator and a NativeBFCAllocator with the same operations."""
+    """Drives a ReferenceBFCAllocator and a NativeBFCAllocator with the same operations."""
 
     def __init__(self) -> None:
         super().__init__()
         self.live: list[int] = []
-        self.pair: tuple[BFCAllocator, BFCAllocator] | None = None
+        self.pair: tuple[ReferenceBFCAllocator, ReferenceBFCAllocator] | None = None
         self.upstreams: list[_FreeingUpstream] = []
 
     @initialize(
@@ -79,7 +79,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     )
     def setup(self, limit_mib: int, hog_mib: int, growth: bool, gc: bool, stacks: bool) -> None:
         allocators = []
-        for cls in (BFCAllocator, NativeBFCAllocator):
+        for cls in (ReferenceBFCAllocator, NativeBFCAllocator):
             upstream = _FreeingUpstream("512MiB")
             if hog_mib:  # another user of the device: growth must back off (TF's 10 % steps)
                 upstream.allocate(hog_mib * MiB)
@@ -189,7 +189,7 @@ TestDifferential = needs_core(DifferentialMachine.TestCase)
 @needs_core
 def test_a_long_mixed_run_matches_the_reference_event_for_event() -> None:
     logs = []
-    for cls in (BFCAllocator, NativeBFCAllocator):
+    for cls in (ReferenceBFCAllocator, NativeBFCAllocator):
         rng = np.random.default_rng(7)
         alloc = cls(SimUpstream("16GiB"), growth=True)
         live: list[int] = []
@@ -205,8 +205,8 @@ def test_a_long_mixed_run_matches_the_reference_event_for_event() -> None:
     assert replay(alloc.log).state_at(-1) == alloc.state()
 
 
-@pytest.mark.parametrize("cls", [BFCAllocator, pytest.param(NativeBFCAllocator, marks=needs_core)])
-def test_numpy_integer_addresses_are_freed_like_ints(cls: type[BFCAllocator]) -> None:
+@pytest.mark.parametrize("cls", [ReferenceBFCAllocator, pytest.param(NativeBFCAllocator, marks=needs_core)])
+def test_numpy_integer_addresses_are_freed_like_ints(cls: type[ReferenceBFCAllocator]) -> None:
     alloc = cls(SimUpstream("1GiB"))
     p = alloc.allocate(1000)
     assert alloc.requested_size(np.int64(p)) == 1000  # type: ignore[arg-type]
@@ -218,7 +218,7 @@ def test_numpy_integer_addresses_are_freed_like_ints(cls: type[BFCAllocator]) ->
 @needs_core
 def test_preallocate_reserves_as_the_python_allocator(limit: str) -> None:
     results = []
-    for cls in (BFCAllocator, NativeBFCAllocator):
+    for cls in (ReferenceBFCAllocator, NativeBFCAllocator):
         upstream = SimUpstream("128MiB")
         upstream.allocate(16 * MiB)  # another user of the device: 128 MiB backs off by 10 % steps
         alloc = cls(upstream, memory_limit=limit, growth=False)
@@ -273,14 +273,14 @@ def test_threads_block_on_the_lock_while_one_grows_the_pool() -> None:
 @needs_core
 def test_reentrant_allocate_is_an_error_and_changes_nothing() -> None:
     class AllocatingUpstream(SimUpstream):
-        allocator: BFCAllocator | None = None
+        allocator: ReferenceBFCAllocator | None = None
 
         def allocate(self, nbytes: int) -> int:
             assert self.allocator is not None
             self.allocator.allocate(10)
             return super().allocate(nbytes)
 
-    for cls in (BFCAllocator, NativeBFCAllocator):
+    for cls in (ReferenceBFCAllocator, NativeBFCAllocator):
         upstream = AllocatingUpstream("1GiB")
         alloc = cls(upstream)
         upstream.allocator = alloc
@@ -408,13 +408,13 @@ def test_allocator_class_follows_gpuviz_native(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("GPUVIZ_NATIVE", "1")
     assert allocator_class() is NativeBFCAllocator
     monkeypatch.setenv("GPUVIZ_NATIVE", "0")
-    assert allocator_class() is BFCAllocator
+    assert allocator_class() is ReferenceBFCAllocator
 
 
 def test_without_the_core_the_native_class_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "_CoreClass", None)
     assert not native_core_available()
-    assert allocator_class() is BFCAllocator
+    assert allocator_class() is ReferenceBFCAllocator
     with pytest.raises(RuntimeError, match="installed without a C compiler"):
         NativeBFCAllocator(SimUpstream("1GiB"))
 
@@ -423,3 +423,18 @@ def test_the_core_is_built_where_a_compiler_exists() -> None:
     has_cc = subprocess.run(["sh", "-c", "command -v cc || command -v gcc"], capture_output=True).returncode == 0
     if has_cc and os.environ.get("GPUVIZ_NATIVE", "1") != "0":
         assert native._CoreClass is not None, "a C compiler exists but gpuviz.capture._bfcnative was not built"
+
+
+def test_the_taught_name_is_the_native_allocator_where_it_was_built() -> None:
+    import gpuviz
+    import gpuviz.capture
+
+    expected = NativeBFCAllocator if native_core_available() else ReferenceBFCAllocator
+    assert gpuviz.BFCAllocator is gpuviz.capture.BFCAllocator is expected
+    assert gpuviz.capture.ReferenceBFCAllocator is ReferenceBFCAllocator
+    assert repr(gpuviz.BFCAllocator(SimUpstream("1GiB"))).startswith("<BFCAllocator GPU:0: 0 bytes in use")
+    script = "import gpuviz; print(gpuviz.BFCAllocator.__name__)"
+    for env, name in (("1", expected.__name__), ("0", "ReferenceBFCAllocator")):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "GPUVIZ_NATIVE": env})  # fmt: skip
+        assert proc.stdout.strip() == name

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuviz import BFCAllocator, OutOfMemoryError, SimUpstream
+from gpuviz import OutOfMemoryError, SimUpstream
 from gpuviz.base.units import GiB, MiB
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.chunks import NUM_BINS, bin_for_size, bin_size, rounded_bytes
 
 BASE = 1 << 40
 
 
-def events(alloc: BFCAllocator) -> list[tuple[str, int, int]]:
+def events(alloc: ReferenceBFCAllocator) -> list[tuple[str, int, int]]:
     return [(e.kind, e.address, e.size) for e in alloc.log]
 
 
@@ -53,7 +54,7 @@ def test_rounding(n: int, rounded: int) -> None:
     assert rounded_bytes(n) == rounded
 
 
-def test_one_float_requests_4_and_gets_256(bfc: type[BFCAllocator]) -> None:
+def test_one_float_requests_4_and_gets_256(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"))
     p = alloc.allocate(np.dtype(np.float32).itemsize)
     assert p == BASE
@@ -62,7 +63,7 @@ def test_one_float_requests_4_and_gets_256(bfc: type[BFCAllocator]) -> None:
     assert alloc.stats().bytes_in_use == 256
 
 
-def test_1023_allocations_in_a_1gib_non_growing_allocator(bfc: type[BFCAllocator]) -> None:
+def test_1023_allocations_in_a_1gib_non_growing_allocator(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), growth=False)
     addresses = [alloc.allocate(n) for n in range(1, 1024)]
     assert alloc.stats().bytes_in_use == 654336
@@ -76,7 +77,7 @@ def test_1023_allocations_in_a_1gib_non_growing_allocator(bfc: type[BFCAllocator
     alloc.check()
 
 
-def test_growth_regions_after_128_allocations_of_4mib(bfc: type[BFCAllocator]) -> None:
+def test_growth_regions_after_128_allocations_of_4mib(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), memory_limit="512MiB", growth=True)
     addresses = [alloc.allocate(4 * MiB) for _ in range(128)]
     state = alloc.state()
@@ -106,7 +107,7 @@ def test_growth_regions_after_128_allocations_of_4mib(bfc: type[BFCAllocator]) -
     alloc.check()
 
 
-def test_oom_without_fragmentation_says_not_enough_memory(bfc: type[BFCAllocator]) -> None:
+def test_oom_without_fragmentation_says_not_enough_memory(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("4MiB"), growth=False)
     alloc.allocate(3 * MiB)
     with pytest.raises(OutOfMemoryError) as info:
@@ -115,7 +116,7 @@ def test_oom_without_fragmentation_says_not_enough_memory(bfc: type[BFCAllocator
     assert "not enough memory" in str(info.value)
 
 
-def test_request_beyond_the_limit_is_an_oom_that_names_the_limit(bfc: type[BFCAllocator]) -> None:
+def test_request_beyond_the_limit_is_an_oom_that_names_the_limit(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("16GiB"), memory_limit="1GiB")
     with pytest.raises(OutOfMemoryError, match="larger than the memory limit"):
         alloc.allocate(2 * GiB)
@@ -123,7 +124,7 @@ def test_request_beyond_the_limit_is_an_oom_that_names_the_limit(bfc: type[BFCAl
     assert isinstance(OutOfMemoryError, type) and issubclass(OutOfMemoryError, MemoryError)
 
 
-def test_best_fit_takes_smallest_chunk_then_lowest_address(bfc: type[BFCAllocator]) -> None:
+def test_best_fit_takes_smallest_chunk_then_lowest_address(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), growth=False)
     # layout: [A 4096][s][B 2048][s][C 2048][s][D 8192][s] ... rest
     sizes = [4096, 256, 2048, 256, 2048, 256, 8192, 256]
@@ -140,7 +141,7 @@ def test_best_fit_takes_smallest_chunk_then_lowest_address(bfc: type[BFCAllocato
     alloc.check()
 
 
-def test_split_rule(bfc: type[BFCAllocator]) -> None:
+def test_split_rule(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), growth=False)
     a = alloc.allocate(1024)
     alloc.allocate(256)  # separator keeps A from merging with the tail
@@ -155,7 +156,7 @@ def test_split_rule(bfc: type[BFCAllocator]) -> None:
     assert alloc.state().segments[0].chunks[1].address == a + 512
 
 
-def test_split_when_remainder_is_at_least_128mib(bfc: type[BFCAllocator]) -> None:
+def test_split_when_remainder_is_at_least_128mib(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), growth=False)
     big = alloc.allocate(384 * MiB)
     alloc.allocate(256)
@@ -167,7 +168,7 @@ def test_split_when_remainder_is_at_least_128mib(bfc: type[BFCAllocator]) -> Non
     assert alloc.allocated_size(q) == 384 * MiB
 
 
-def test_free_coalesces_next_then_previous(bfc: type[BFCAllocator]) -> None:
+def test_free_coalesces_next_then_previous(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), growth=False)
     a, b, c = (alloc.allocate(1024) for _ in range(3))
     alloc.allocate(256)
@@ -180,7 +181,7 @@ def test_free_coalesces_next_then_previous(bfc: type[BFCAllocator]) -> None:
     assert (chunks[0].address, chunks[0].size, chunks[0].in_use) == (a, 3072, False)
 
 
-def test_preallocation_reserves_the_whole_limit_at_first_allocation(bfc: type[BFCAllocator]) -> None:
+def test_preallocation_reserves_the_whole_limit_at_first_allocation(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("16GiB"), memory_limit="4GiB", growth=False)
     assert alloc.stats().pool_bytes == 0
     alloc.allocate(10)
@@ -188,7 +189,7 @@ def test_preallocation_reserves_the_whole_limit_at_first_allocation(bfc: type[BF
     assert alloc.stats().pool_bytes == 4 * GiB
 
 
-def test_memory_limit_and_fraction(bfc: type[BFCAllocator]) -> None:
+def test_memory_limit_and_fraction(bfc: type[ReferenceBFCAllocator]) -> None:
     up = SimUpstream("16GiB")
     assert bfc(up, memory_fraction=0.5).stats().bytes_limit == 8 * GiB
     assert bfc(up, memory_limit="4GiB").stats().bytes_limit == 4 * GiB
@@ -204,8 +205,8 @@ def test_memory_limit_and_fraction(bfc: type[BFCAllocator]) -> None:
         bfc(up, memory_limit="4 parsecs")
 
 
-def test_garbage_collection_returns_free_segments_and_retries(bfc: type[BFCAllocator]) -> None:
-    def run(gc: bool) -> BFCAllocator:
+def test_garbage_collection_returns_free_segments_and_retries(bfc: type[ReferenceBFCAllocator]) -> None:
+    def run(gc: bool) -> ReferenceBFCAllocator:
         alloc = bfc(SimUpstream("1GiB"), memory_limit="4MiB", garbage_collection=gc)
         alloc.free(alloc.allocate(2 * MiB))  # a wholly free 2 MiB segment
         alloc.allocate(3 * MiB)
@@ -221,7 +222,7 @@ def test_garbage_collection_returns_free_segments_and_retries(bfc: type[BFCAlloc
     alloc.check()
 
 
-def test_gc_is_skipped_when_it_cannot_make_the_request_fit(bfc: type[BFCAllocator]) -> None:
+def test_gc_is_skipped_when_it_cannot_make_the_request_fit(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), memory_limit="6MiB", garbage_collection=True)
     alloc.free(alloc.allocate(2 * MiB))  # free segment of 2 MiB; next step 4 MiB
     alloc.allocate(4 * MiB)  # second segment, in use; pool 6 MiB
@@ -230,7 +231,7 @@ def test_gc_is_skipped_when_it_cannot_make_the_request_fit(bfc: type[BFCAllocato
     assert [s.size for s in alloc.state().segments] == [2 * MiB, 4 * MiB]
 
 
-def test_backpedal_when_the_device_has_less_than_the_step(bfc: type[BFCAllocator]) -> None:
+def test_backpedal_when_the_device_has_less_than_the_step(bfc: type[ReferenceBFCAllocator]) -> None:
     upstream = SimUpstream("8MiB")
     other = bfc(upstream, memory_limit="8MiB", growth=False, device="GPU:1")
     hog = upstream.allocate(6 * MiB)  # someone else holds 6 MiB of the device
@@ -246,7 +247,7 @@ def test_backpedal_when_the_device_has_less_than_the_step(bfc: type[BFCAllocator
     assert other.stats().pool_bytes == 0
 
 
-def test_stats_and_clear_stats(bfc: type[BFCAllocator]) -> None:
+def test_stats_and_clear_stats(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), growth=False)
     s = alloc.stats()
     assert (s.num_allocs, s.bytes_in_use, s.pool_bytes, s.fragmentation) == (0, 0, 0, 0.0)
@@ -269,14 +270,14 @@ def test_stats_and_clear_stats(bfc: type[BFCAllocator]) -> None:
     assert alloc.stats().peak_bytes_in_use == 1280
 
 
-def test_fragmentation_is_zero_when_nothing_is_free(bfc: type[BFCAllocator]) -> None:
+def test_fragmentation_is_zero_when_nothing_is_free(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1MiB"), growth=False)
     alloc.allocate(MiB)
     s = alloc.stats()
     assert (s.pool_bytes, s.bytes_in_use, s.fragmentation) == (MiB, MiB, 0.0)
 
 
-def test_release_free_segments(bfc: type[BFCAllocator]) -> None:
+def test_release_free_segments(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"))
     a = alloc.allocate(2 * MiB)
     b = alloc.allocate(4 * MiB)
@@ -289,14 +290,14 @@ def test_release_free_segments(bfc: type[BFCAllocator]) -> None:
     assert alloc.upstream.regions() == []  # type: ignore[attr-defined]
 
 
-def test_zero_byte_allocation_returns_null_and_records_nothing(bfc: type[BFCAllocator]) -> None:
+def test_zero_byte_allocation_returns_null_and_records_nothing(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"))
     assert alloc.allocate(0) == 0
     alloc.free(0)
     assert len(alloc.log) == 0
 
 
-def test_tags_are_recorded_and_kept_in_state(bfc: type[BFCAllocator]) -> None:
+def test_tags_are_recorded_and_kept_in_state(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"))
     p = alloc.allocate(100, tag="float32[5,5]")
     assert alloc.state().segments[0].chunks[0].tag == "float32[5,5]"
@@ -305,14 +306,14 @@ def test_tags_are_recorded_and_kept_in_state(bfc: type[BFCAllocator]) -> None:
     assert alloc.log.filter(kind="free")[0].tag == "float32[5,5]"
 
 
-def test_recording_off_keeps_the_log_empty(bfc: type[BFCAllocator]) -> None:
+def test_recording_off_keeps_the_log_empty(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), record=False)
     alloc.free(alloc.allocate(100))
     assert len(alloc.log) == 0
     assert alloc.stats().num_allocs == 1
 
 
-def test_stacks_point_at_the_callers_line(bfc: type[BFCAllocator]) -> None:
+def test_stacks_point_at_the_callers_line(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("1GiB"), stacks=True)
     alloc.allocate(100)
     event = alloc.log[-1]

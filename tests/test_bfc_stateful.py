@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gpuviz import BFCAllocator, EventLog, HeapState, OutOfMemoryError, SimUpstream, replay
+from gpuviz import EventLog, HeapState, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
+from gpuviz.capture import ReferenceBFCAllocator
 
 SIZES = st.one_of(
     st.integers(1, 2048),
@@ -24,8 +25,8 @@ STEPS: list[int] = []  # allocator steps (allocate, free, release) of each examp
 
 
 class AllocatorMachine(RuleBasedStateMachine):
-    alloc: BFCAllocator
-    allocator_class: type[BFCAllocator] = BFCAllocator
+    alloc: ReferenceBFCAllocator
+    allocator_class: type[ReferenceBFCAllocator] = ReferenceBFCAllocator
 
     def __init__(self) -> None:
         super().__init__()
@@ -117,11 +118,11 @@ AllocatorMachine.TestCase.settings = settings(
 
 
 @pytest.mark.parametrize("bfc", ALLOCATOR_CLASSES)
-def test_random_sequences_keep_invariants_and_replay_exactly(bfc: type[BFCAllocator]) -> None:
+def test_random_sequences_keep_invariants_and_replay_exactly(bfc: type[ReferenceBFCAllocator]) -> None:
     STEPS.clear()
     AllocatorMachine.allocator_class = bfc
     try:
         AllocatorMachine.TestCase().runTest()
     finally:
-        AllocatorMachine.allocator_class = BFCAllocator
+        AllocatorMachine.allocator_class = ReferenceBFCAllocator
     assert sum(STEPS) >= 3000, f"only {sum(STEPS)} allocator steps ran"

@@ -7,14 +7,15 @@ import threading
 
 import pytest
 
-from gpuviz import BFCAllocator, SimUpstream, replay
+from gpuviz import SimUpstream, replay
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.recorder import native_available
 from gpuviz.capture.upstream import SimUpstream as _Sim
 
 
 @pytest.mark.parametrize("native", ["1", "0"], ids=["C row writer", "Python recorder"])
 def test_eight_threads_allocating_and_freeing(
-    bfc: type[BFCAllocator], native: str, monkeypatch: pytest.MonkeyPatch
+    bfc: type[ReferenceBFCAllocator], native: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if native == "1" and not native_available():
         pytest.skip("the C row writer is not built (no C compiler)")
@@ -63,7 +64,7 @@ def test_eight_threads_allocating_and_freeing(
 class _FreeingUpstream(_Sim):
     """An upstream whose allocate runs a free, as a garbage-collector finalizer would."""
 
-    victim: BFCAllocator | None = None
+    victim: ReferenceBFCAllocator | None = None
     address = 0
 
     def allocate(self, nbytes: int) -> int:
@@ -73,7 +74,7 @@ class _FreeingUpstream(_Sim):
         return super().allocate(nbytes)
 
 
-def test_free_arriving_inside_an_allocation_is_deferred_and_applied(bfc: type[BFCAllocator]) -> None:
+def test_free_arriving_inside_an_allocation_is_deferred_and_applied(bfc: type[ReferenceBFCAllocator]) -> None:
     upstream = _FreeingUpstream("1GiB")
     alloc = bfc(upstream, growth=True)
     p = alloc.allocate(1 << 20)  # fills the first 2 MiB segment partly

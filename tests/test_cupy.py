@@ -10,7 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip(
+    "cupy", reason="CuPy is not installed (it is not in the test extra: pip install -e .[test,cuda12] or [cuda13])"
+)
 
 import gpuviz  # noqa: E402
 import gpuviz.cupy as gcupy  # noqa: E402

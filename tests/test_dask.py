@@ -18,11 +18,12 @@ from distributed import Client, LocalCluster
 from runs import write_leaky_run
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
+from gpuviz import EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
 from gpuviz.analysis.cluster import ClusterSummary
 from gpuviz.analysis.timeline import ResampledSeries
 from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import MiB
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.dask import profile_run
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
@@ -88,7 +89,7 @@ def test_the_summary_on_workers_equals_the_in_process_one(leaky_run: Path, execu
 def test_options_reach_the_workers(leaky_run: Path, executor: Client | None) -> None:
     log = EventLog(meta={"run": RankInfo(5, 0, 6, "node1").as_meta()})
     for device in ("GPU:0", "CPU:0"):
-        alloc = BFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device=device, log=log)
+        alloc = ReferenceBFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device=device, log=log)
         alloc.free(alloc.allocate(4 * MiB))
     log.with_columns(time_ns=np.arange(len(log), dtype=np.int64)).save(leaky_run / "node1-rank5.arrow")
     options: dict[str, Any] = {"threshold": 0.05, "points": 7, "gpus_only": False}

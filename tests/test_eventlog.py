@@ -18,7 +18,8 @@ import pyarrow.ipc as ipc
 import pytest
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, load, mark, span
+from gpuviz import EventLog, LogFormatError, SimUpstream, load, mark, span
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.recorder import native_available
 from gpuviz.log.fileio import ARROW_SCHEMA
 from gpuviz.log.schema import ROW_DTYPE, MarkPhase
@@ -26,8 +27,8 @@ from gpuviz.log.schema import ROW_DTYPE, MarkPhase
 BASE = 1 << 40
 
 
-def small_run(log: EventLog | None = None) -> BFCAllocator:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False, log=log)
+def small_run(log: EventLog | None = None) -> ReferenceBFCAllocator:
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=False, log=log)
     a = alloc.allocate(1000, tag="weights")
     b = alloc.allocate(2000, tag="grads")
     alloc.free(a)
@@ -135,7 +136,7 @@ def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike(tmp
 def test_filter_by_kind_device_time_and_tag() -> None:
     log = EventLog()
     small_run(log)
-    other = BFCAllocator(SimUpstream("1GiB"), device="GPU:1", log=log)
+    other = ReferenceBFCAllocator(SimUpstream("1GiB"), device="GPU:1", log=log)
     other.allocate(10, tag="weights")
     allocs = log.filter(kind="alloc")
     assert allocs["seq"].tolist() == [2, 4, 11]
@@ -315,9 +316,10 @@ def test_a_log_still_recording_at_exit_is_finished(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from gpuviz import BFCAllocator, EventLog, SimUpstream
+        from gpuviz import EventLog, SimUpstream
+        from gpuviz.capture import ReferenceBFCAllocator
         log = EventLog(sys.argv[1])
-        BFCAllocator(SimUpstream("1GiB"), log=log).allocate(100)
+        ReferenceBFCAllocator(SimUpstream("1GiB"), log=log).allocate(100)
         """
     )  # never closed: the interpreter's exit closes it
     path = tmp_path / "exit.arrow"
@@ -349,7 +351,7 @@ def test_a_damaged_batch_ends_the_readable_prefix(tmp_path: Path) -> None:
 
 def test_a_damaged_chunk_of_a_saved_log_keeps_the_chunks_before_it(tmp_path: Path) -> None:
     log = EventLog()
-    alloc = BFCAllocator(SimUpstream("1GiB"), log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log)
     for size in range(1, 40_000):
         alloc.free(alloc.allocate(size * 256))
     path = tmp_path / "run.arrow"
@@ -472,7 +474,7 @@ def test_a_loaded_log_survives_its_file_being_replaced(tmp_path: Path) -> None:
 def test_recording_to_a_file_writes_incrementally(tmp_path: Path) -> None:
     path = tmp_path / "live.arrow"
     log = EventLog(path, flush_interval_s=0.05)
-    alloc = BFCAllocator(SimUpstream("1GiB"), log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log)
     alloc.allocate(100)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and len(load(path)) < 3:
@@ -489,9 +491,10 @@ def test_recording_to_a_file_writes_incrementally(tmp_path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from gpuviz import BFCAllocator, EventLog, SimUpstream
+    from gpuviz import EventLog, SimUpstream
+    from gpuviz.capture import ReferenceBFCAllocator
     log = EventLog(sys.argv[1], flush_rows=1000, flush_interval_s=0.05)
-    alloc = BFCAllocator(SimUpstream("1GiB"), log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log)
     live = []
     for i in range(5000):
         live.append(alloc.allocate(1000 + i))
@@ -528,7 +531,8 @@ ZYGOTE = textwrap.dedent(
     """
     import os, sys, time
     import numpy as np
-    from gpuviz import BFCAllocator, EventLog, SimUpstream
+    from gpuviz import EventLog, SimUpstream
+    from gpuviz.capture import ReferenceBFCAllocator
     for line in sys.stdin:
         path, progress_path, mode = line.split()
         pid = os.fork()
@@ -540,7 +544,7 @@ ZYGOTE = textwrap.dedent(
         progress = np.memmap(progress_path, dtype=np.int64, mode="r+")
         slots = (len(progress) - 2) // 2
         log = EventLog(path)
-        alloc = BFCAllocator(SimUpstream("1GiB"), log=log)
+        alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log)
         live, i = [], 0
         progress[1] = time.perf_counter_ns()
         deadline = time.monotonic() + 30

@@ -13,7 +13,8 @@ import pytest
 from torch_snapshots import SNAPSHOTS, TRACES, final_state, raw
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, SimUpstream, replay
+from gpuviz import EventLog, SimUpstream, replay
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.exporters.torch_snapshot import device_indices, to_torch_snapshot, write_torch_snapshot
 from gpuviz.frontends.cli import main
 from gpuviz.importers import load
@@ -58,9 +59,9 @@ def test_pytorch_snapshot_round_trip_keeps_the_trace_and_the_final_segments(path
     assert again.meta["columns"]["size"] == "exact"
 
 
-def _simulated_run(seed: int) -> BFCAllocator:
+def _simulated_run(seed: int) -> ReferenceBFCAllocator:
     rng = random.Random(seed)
-    alloc = BFCAllocator(SimUpstream("96MiB"), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("96MiB"), growth=True)
     live: list[int] = []
     for step in range(600):
         if live and rng.random() < 0.45:

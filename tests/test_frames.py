@@ -17,7 +17,7 @@ from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.profile import profile
 from gpuviz.analysis.replay import replay
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
-from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.upstream import SimUpstream
 from gpuviz.views import fragmentation
 from gpuviz.views.eventstream import decode_columns
@@ -49,7 +49,7 @@ def definition_frame(state: HeapState, title: str, max_rectangles: int) -> dict[
 def random_heap(seed: int) -> HeapState:
     """A BFC heap of several segments, chunks in use with waste, free holes (exact addresses)."""
     rng = np.random.default_rng(seed)
-    alloc = BFCAllocator(SimUpstream("8GiB"), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("8GiB"), growth=True)
     live = []
     for _ in range(int(rng.integers(300, 1500))):
         if live and rng.random() < 0.45:
@@ -120,7 +120,7 @@ def test_array_frames_are_the_per_heapstate_maps(seed: int) -> None:
 
 def test_a_little_used_heap_opens_zoomed() -> None:
     """Bytes in use below a tenth of the pool: both paths open at the same used range."""
-    alloc = BFCAllocator(SimUpstream("8GiB"), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("8GiB"), growth=True)
     ptrs = [alloc.allocate(4096) for _ in range(900)]
     for p in ptrs[::2]:
         alloc.free(p)
@@ -137,7 +137,7 @@ def test_a_little_used_heap_opens_zoomed() -> None:
 def test_replay_columns_are_the_replayed_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """``columns_at`` at every few events is ``state_at`` (compiled pass and Python twin alike),
     and at the end the allocator's own state."""
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True)
     live = [alloc.allocate((i % 7 + 1) * 5000, tag=f"t{i % 3}") for i in range(300)]
     for p in live[::3]:
         alloc.free(p)
@@ -158,7 +158,7 @@ def test_replay_columns_are_the_replayed_state(monkeypatch: pytest.MonkeyPatch) 
 def training_log() -> gpuviz.EventLog:
     """~900 live chunks (aggregated maps) with marks (scrubber stops), after a small start (exact maps)."""
     log = gpuviz.EventLog()
-    alloc = BFCAllocator(SimUpstream("2GiB"), growth=True, log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream("2GiB"), growth=True, log=log)
     keep = [alloc.allocate((i % 5 + 1) * 3000, tag=f"t{i % 3}") for i in range(40)]
     gpuviz.mark("small", log=log)
     for step in range(6):

@@ -39,7 +39,7 @@ def ts_constant(name: str) -> str | int:
 
 
 def test_both_sides_declare_the_same_wire_format() -> None:
-    from gpuviz_labextension.handlers import ROUTE
+    from gpuviz.frontends.labserver import ROUTE
 
     assert ts_constant("MIME_TYPE") == MIME_TYPE == "application/vnd.gpuviz.v1+json"
     route = re.search(r"export const RESULT_ROUTE = \[([^\]]*)\];", (EXTENSION / "src" / "format.ts").read_text())
@@ -71,7 +71,7 @@ def test_extension_is_installed_and_enabled() -> None:
     )
     listing = proc.stdout + proc.stderr  # jupyter prints the list on stderr
     assert re.search(r"gpuviz-labextension v0\.1\.0 \S*enabled\S* \S*OK", listing), (
-        "the JupyterLab extension is not installed: pip install ./labextension (the README's test command does)"
+        "the JupyterLab extension is not installed: it comes with gpuviz (pip install -e ., as the README says)"
     )
 
 

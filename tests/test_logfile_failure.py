@@ -17,11 +17,12 @@ from gpuviz.capture.native import native_core_available
 
 _RUN = """
 import json, resource, signal, sys
-from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz import EventLog, SimUpstream
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.native import NativeBFCAllocator
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
-cls = NativeBFCAllocator if sys.argv[1] == "native" else BFCAllocator
+cls = NativeBFCAllocator if sys.argv[1] == "native" else ReferenceBFCAllocator
 path, saved = sys.argv[2], sys.argv[3]
 if sys.argv[4] == "pyarrow":  # the file's batches written by pyarrow, as without the C batch writer
     import gpuviz.log.fileio

@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, load, mark
+from gpuviz import EventLog, LogFormatError, SimUpstream, load, mark
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.log.fileio import LogWriter
 
 
 def run(log: EventLog) -> None:
     """~600 events in several flushes: two devices, tags, stacks, marks, new strings late on."""
-    gpu0 = BFCAllocator(SimUpstream("1GiB"), log=log, stacks=True)
-    gpu1 = BFCAllocator(SimUpstream("1GiB"), device="GPU:1", log=log)
-    live: list[tuple[BFCAllocator, int]] = []
+    gpu0 = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log, stacks=True)
+    gpu1 = ReferenceBFCAllocator(SimUpstream("1GiB"), device="GPU:1", log=log)
+    live: list[tuple[ReferenceBFCAllocator, int]] = []
     for step in range(60):
         mark(f"step {step}", log=log)
         live.append((gpu0, gpu0.allocate(1000 + 37 * step, tag=f"layer {step % 7}")))

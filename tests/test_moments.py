@@ -6,21 +6,22 @@ import numpy as np
 import pytest
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz import EventLog, SimUpstream
 from gpuviz.analysis.moments import oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.timeline import operation_ends, timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import KiB, MiB, format_size
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.marks import mark
 from gpuviz.log.schema import Kind
 
 BASE = 1 << 40
 
 
-def fragmented() -> tuple[BFCAllocator, dict[str, int]]:
+def fragmented() -> tuple[ReferenceBFCAllocator, dict[str, int]]:
     """One 16 MiB segment: free 3 MiB | A 1 MiB | free 3 MiB | B 2 MiB | free 1 MiB | C 512 KiB | D 5.5 MiB."""
-    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="16MiB", growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), memory_limit="16MiB", growth=False)
     sizes = {"x0": 3 * MiB, "A": MiB, "x1": 3 * MiB, "B": 2 * MiB, "x2": MiB, "C": 512 * KiB, "D": 5 * MiB + 512 * KiB}
     addresses = {name: alloc.allocate(size, tag=name) for name, size in sizes.items()}
     for name in ("x0", "x1", "x2"):
@@ -121,7 +122,7 @@ def test_opening_index_is_the_first_oom_else_the_peak() -> None:
 
 
 def test_scrub_stops_hold_every_oom_the_peak_and_every_mark() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="64MiB", growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), memory_limit="64MiB", growth=True)
     log = alloc.log
     live = []
     for i in range(200):
@@ -209,7 +210,7 @@ def test_the_map_at_an_oom_draws_ghost_holes_and_pinning() -> None:
 def test_the_map_zooms_to_the_used_range_of_a_large_pool() -> None:
     from gpuviz.views.fragmentation import MIN_WIDTH, ZOOM_BELOW, fragmentation_map, zoom_range
 
-    alloc = BFCAllocator(SimUpstream("16GiB"), memory_limit="1GiB", growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("16GiB"), memory_limit="1GiB", growth=False)
     alloc.allocate(256, tag="tiny")
     alloc.allocate(3 * MiB, tag="small")
     state = alloc.state()

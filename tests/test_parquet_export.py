@@ -15,9 +15,10 @@ import pytest
 from runs import write_leaky_run, write_rank
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, SimUpstream, cluster_summary, load_run
+from gpuviz import EventLog, SimUpstream, cluster_summary, load_run
 from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import KiB, MiB
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.events import record_transfer
 from gpuviz.exporters.parquet import export_run_parquet, partition_path
 from gpuviz.frontends.cli import main
@@ -41,7 +42,7 @@ def named(column: pd.Series) -> list[object]:
 def _write_two_device_rank(folder: Path) -> None:
     """Rank 5 on host node1: a transfer between CPU:0 and GPU:0, a tagged allocation, a mark."""
     log = EventLog(meta={"run": RankInfo(5, 0, 6, "node1").as_meta()})
-    gpu = BFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device="GPU:0", log=log)
+    gpu = ReferenceBFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device="GPU:0", log=log)
     cpu = log.add_device("CPU:0")
     address = gpu.allocate(3 * MiB, tag="weights")
     record_transfer(log, direction=Direction.H2D, source=cpu, destination=0, nbytes=MiB, start_ns=5, duration_ns=7)

@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 
-from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, SimUpstream
-from gpuviz.capture import recorder
+from gpuviz import EventLog, OutOfMemoryError, SimUpstream
+from gpuviz.capture import ReferenceBFCAllocator, recorder
 from gpuviz.capture.recorder import Recorder, native_available
 from gpuviz.log.schema import ROW_STRUCT, Kind
 
@@ -28,10 +28,10 @@ and converts (gpuviz/capture/_clock.h: ~0.1 us measured, ~2 us at worst)."""
 needs_native = pytest.mark.skipif(recorder._RowWriter is None, reason="the C row writer is not built (no C compiler)")
 
 
-def workload(seed: int) -> BFCAllocator:
+def workload(seed: int) -> ReferenceBFCAllocator:
     """Splits, merges both ways, growth, an OOM, segment release: every allocator event kind."""
     rng = random.Random(seed)
-    alloc = BFCAllocator(SimUpstream("64MiB"), memory_limit="48MiB", garbage_collection=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("64MiB"), memory_limit="48MiB", garbage_collection=True)
     live: list[int] = []
     for step in range(600):
         if live and rng.random() < 0.45:

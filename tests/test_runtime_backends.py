@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip(
+    "cupy", reason="CuPy is not installed (it is not in the test extra: pip install -e .[test,cuda12] or [cuda13])"
+)
 
 import gpuviz  # noqa: E402
-from gpuviz import BFCAllocator, EventLog, SimUpstream, config  # noqa: E402
+from gpuviz import EventLog, SimUpstream, config  # noqa: E402
+from gpuviz.capture import ReferenceBFCAllocator  # noqa: E402
 from gpuviz.runtime.backends import CupyBackend, cupy_gpu_count  # noqa: E402
 from gpuviz.runtime.context import get_runtime  # noqa: E402
 
@@ -17,7 +20,7 @@ BASE = 1 << 40
 
 @pytest.fixture
 def backend() -> CupyBackend:
-    return CupyBackend(0, BFCAllocator(SimUpstream("1GiB")))
+    return CupyBackend(0, ReferenceBFCAllocator(SimUpstream("1GiB")))
 
 
 def test_views_over_device_addresses_and_view_detection(backend: CupyBackend) -> None:

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz import EventLog, SimUpstream
 from gpuviz.analysis.replay import replay
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.native import NativeBFCAllocator, native_core_available
 
 staging = pytest.importorskip("gpuviz.log._staging", reason="built only where a C compiler exists")
@@ -162,7 +163,7 @@ def test_rows_survive_many_flushes_in_place(native: bool, tmp_path: os.PathLike[
     if native and not native_core_available():
         pytest.skip("the native core is not built")
     log = EventLog(os.path.join(tmp_path, "run.arrow"), flush_rows=64, flush_interval_s=3600)
-    alloc = (NativeBFCAllocator if native else BFCAllocator)(SimUpstream("1GiB"), growth=True, log=log)
+    alloc = (NativeBFCAllocator if native else ReferenceBFCAllocator)(SimUpstream("1GiB"), growth=True, log=log)
     live = [alloc.allocate(256 * (i % 7 + 1)) for i in range(50)]
     for i in range(5000):
         alloc.free(live[i % 50])
@@ -187,7 +188,7 @@ def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeyp
         if not arena and not built:
             monkeypatch.setattr(eventlog, "_Arena", None)
         log = EventLog(flush_rows=16, arena=not built)  # built: a log made at once (an import) keeps bytes
-        alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
+        alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
         live = [alloc.allocate(256 * (i % 7 + 1)) for i in range(20)]
         for i in range(300):
             alloc.free(live[i % 20])
@@ -262,7 +263,7 @@ def test_a_log_splits_its_rows_into_the_same_columns_with_and_without_the_c_spli
         if not native:
             monkeypatch.setattr(rows, "_split", None)
         log = EventLog(os.path.join(tmp_path, f"{native}.arrow"), flush_rows=64)
-        alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
+        alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
         live = [alloc.allocate(256 * (i % 7 + 1), tag=f"t{i % 3}") for i in range(20)]
         for i in range(500):
             alloc.free(live[i % 20])
@@ -291,7 +292,7 @@ def test_a_log_recording_to_a_file_writes_each_block_from_where_it_was_written(t
 
     path = os.path.join(tmp_path, "run.arrow")
     log = EventLog(path)
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
     live = [alloc.allocate(256) for _ in range(100)]
     for i in range(20000):  # ~40,000 rows: 3 MB, six times the first chunk
         alloc.free(live[i % 100])

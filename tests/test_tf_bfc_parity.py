@@ -25,7 +25,8 @@ import pytest
 from conftest import ALLOCATOR_FACTORIES
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, replay
+from gpuviz import EventLog, OutOfMemoryError, replay
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.importers.xplane import MemoryRecord, decode_memory_records
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_bfc"
@@ -35,7 +36,7 @@ WORKLOADS = sorted(MANIFEST["workloads"])
 Factory = Callable[[Any, int, EventLog], Any]
 
 
-def _factory(cls: Callable[..., BFCAllocator]) -> Factory:
+def _factory(cls: Callable[..., ReferenceBFCAllocator]) -> Factory:
     return lambda upstream, limit, log: cls(upstream, memory_limit=limit, growth=True, log=log)
 
 

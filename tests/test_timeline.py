@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuviz import BFCAllocator, EventLog, SimUpstream, internal_waste, peak, replay, resample, timeline_series
+from gpuviz import EventLog, SimUpstream, internal_waste, peak, replay, resample, timeline_series
 from gpuviz.base.units import MiB
+from gpuviz.capture import ReferenceBFCAllocator
 
 
 def test_series_values_per_event() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True)
     a = alloc.allocate(1000)  # segment 2 MiB, split, alloc 1024
     b = alloc.allocate(3 * MiB)  # segment 4 MiB, whole chunk? 4 < 6 MiB and 1 MiB < 128 MiB -> no split
     alloc.free(a)  # free, merge
@@ -43,7 +44,7 @@ def test_series_values_per_event() -> None:
 
 
 def test_fragmentation_series() -> None:
-    alloc = BFCAllocator(SimUpstream("1MiB"), growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1MiB"), growth=False)
     ptrs = [alloc.allocate(64 * 1024) for _ in range(16)]  # fills the 1 MiB
     for p in ptrs[::2]:
         alloc.free(p)  # 8 holes of 64 KiB
@@ -54,7 +55,7 @@ def test_fragmentation_series() -> None:
 
 
 def test_resample_keeps_spikes() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=False)
     for i in range(3000):
         p = alloc.allocate(1000 if i != 1717 else 500 * MiB)  # one short spike
         alloc.free(p)
@@ -72,7 +73,7 @@ def test_resample_keeps_spikes() -> None:
 
 
 def test_peak_and_waste() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=False)
     a = alloc.allocate(1000)
     b = alloc.allocate(5000)
     alloc.free(b)
@@ -87,8 +88,8 @@ def test_peak_and_waste() -> None:
 
 def test_series_needs_a_device_when_there_are_several() -> None:
     log = EventLog()
-    BFCAllocator(SimUpstream("1GiB"), device="GPU:0", log=log).allocate(1)
-    BFCAllocator(SimUpstream("1GiB"), device="GPU:1", log=log).allocate(1)
+    ReferenceBFCAllocator(SimUpstream("1GiB"), device="GPU:0", log=log).allocate(1)
+    ReferenceBFCAllocator(SimUpstream("1GiB"), device="GPU:1", log=log).allocate(1)
     with pytest.raises(ValueError, match="pass device="):
         timeline_series(log)
     assert timeline_series(log, "GPU:1").bytes_in_use.tolist() == [0, 0, 256]
@@ -102,10 +103,10 @@ def test_extremes_in_chunks_equal_the_whole_series(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(timeline, "EXTREMES_CHUNK", chunk)
     log = EventLog()
-    gpu = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log, device="GPU:0")
-    cpu = BFCAllocator(SimUpstream("1GiB"), growth=True, log=log, device="CPU:0")
+    gpu = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True, log=log, device="GPU:0")
+    cpu = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True, log=log, device="CPU:0")
     rng = np.random.default_rng(3)
-    live: list[tuple[BFCAllocator, int]] = []
+    live: list[tuple[ReferenceBFCAllocator, int]] = []
     for step in range(300):
         if live and rng.random() < 0.45:
             owner, address = live.pop(int(rng.integers(len(live))))

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpuviz import BFCAllocator, EventLog, OutOfMemoryError, SimUpstream, replay
+from gpuviz import EventLog, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
+from gpuviz.capture import ReferenceBFCAllocator
 
 try:
     import gpuviz.torch.pluggable as gtorch
@@ -62,7 +63,9 @@ def test_the_library_decides_and_records_as_the_python_allocator(
     lib: Library, limit_mib: int, capacity_mib: int, growth: bool, gc: bool
 ) -> None:
     limit = min(limit_mib, capacity_mib) * MiB
-    reference = BFCAllocator(SimUpstream(capacity_mib * MiB), memory_limit=limit, growth=growth, garbage_collection=gc)
+    reference = ReferenceBFCAllocator(
+        SimUpstream(capacity_mib * MiB), memory_limit=limit, growth=growth, garbage_collection=gc
+    )
     log = EventLog()
     session = gtorch.TorchSession(log, {0: gtorch.configure_device(0, log, memory_limit=limit, growth=growth,
                                                                    garbage_collection=gc,

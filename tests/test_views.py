@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import gpuviz
-from gpuviz import BFCAllocator, EventLog, SimUpstream
+from gpuviz import EventLog, SimUpstream
 from gpuviz.analysis.profile import ViewOptions, profile
 from gpuviz.analysis.tables import placement_table
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.base.units import MiB, format_size
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.views import fragmentation
 from gpuviz.views.fragmentation import fragmentation_map
 from gpuviz.views.plotlyjs import CARTESIAN
@@ -27,7 +28,7 @@ BASE = 1 << 40
 
 
 def small_state() -> HeapState:
-    alloc = BFCAllocator(SimUpstream("1GiB"), memory_limit="4KiB", growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), memory_limit="4KiB", growth=False)
     a = alloc.allocate(1000, tag="weights")  # chunk 1024, requested 1000
     alloc.allocate(512, tag="<b>bias</b>")
     alloc.free(a)
@@ -86,7 +87,7 @@ def test_fragmentation_map_aggregates_large_heaps() -> None:
 
 
 def test_timeline_downsampling_keeps_spikes() -> None:
-    alloc = BFCAllocator(SimUpstream("1GiB"), growth=False)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=False)
     for i in range(5000):
         alloc.free(alloc.allocate(1000 if i != 3333 else 300 * MiB))
     series = gpuviz.timeline_series(alloc.log)
@@ -167,7 +168,7 @@ def test_lean_map_for_reports_uses_numeric_rows_and_customdata() -> None:
     assert list(figure.layout.yaxis.ticktext) == [f"{BASE:#x}"]
 
 
-def allocate_here(alloc: BFCAllocator, nbytes: int) -> int:
+def allocate_here(alloc: ReferenceBFCAllocator, nbytes: int) -> int:
     return alloc.allocate(nbytes, tag="x")
 
 
@@ -175,7 +176,7 @@ def test_call_sites_in_the_map_and_the_call_site_table() -> None:
     from gpuviz.analysis.tables import call_site_table
     from gpuviz.views.tables import call_site_html
 
-    alloc = BFCAllocator(SimUpstream("1GiB"), stacks=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), stacks=True)
     allocate_here(alloc, 1000)
     allocate_here(alloc, 3000)
     keep = alloc.allocate(256)
@@ -205,7 +206,7 @@ def test_many_transfers_are_drawn_as_time_buckets_without_losing_any() -> None:
             "destination": ["GPU:0"] * n, "reason": ["Const"] * n, "bandwidth": np.full(n, 4096e9 / 100),
         }
     )  # fmt: skip
-    alloc = BFCAllocator(SimUpstream("1GiB"))
+    alloc = ReferenceBFCAllocator(SimUpstream("1GiB"))
     alloc.free(alloc.allocate(1))
     figure = timeline(gpuviz.timeline_series(alloc.log), t0_ns=0, transfers=transfers)
     spans = next(t for t in figure.data if t.name == "H2D transfers")
@@ -300,7 +301,7 @@ def test_the_aggregated_map_is_its_definition(seed: int) -> None:
     from one per segment to more buckets than chunks, with and without hover texts: the same
     rectangles, in the same order, with the same hovers and customdata."""
     rng = np.random.default_rng(seed)
-    alloc = BFCAllocator(SimUpstream("8GiB"), growth=True)
+    alloc = ReferenceBFCAllocator(SimUpstream("8GiB"), growth=True)
     live = []
     for _ in range(int(rng.integers(50, 1500))):
         if live and rng.random() < 0.45:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import gpuviz
-from gpuviz import BFCAllocator, SimUpstream, replay
+from gpuviz import SimUpstream, replay
 from gpuviz.analysis.requests import request_stream
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.frontends.cli import main
 from gpuviz.scenarios import whatif
 from gpuviz.views.comparison import comparison_html, comparison_result, comparison_static_html
@@ -20,9 +21,9 @@ from gpuviz.views.result import FORMAT, MIME_TYPE
 MiB = 1 << 20
 
 
-def _run() -> BFCAllocator:
+def _run() -> ReferenceBFCAllocator:
     """A small recorded run: four allocations, a free, one more."""
-    a = BFCAllocator(SimUpstream("1GiB"))
+    a = ReferenceBFCAllocator(SimUpstream("1GiB"))
     xs = [a.allocate(n, tag=f"t{i}") for i, n in enumerate((1000, 5 * MiB, 3 * MiB, 300))]
     a.free(xs[1])
     a.allocate(7 * MiB, tag="t4")

@@ -27,6 +27,7 @@ import numpy as np
 
 from gpuviz.analysis.tables import oom_table
 from gpuviz.analysis.timeline import TimelineSeries, timeline_series
+from gpuviz.base import display
 from gpuviz.base.units import format_bytes
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
@@ -201,6 +202,8 @@ class Comparison:
         return f"<Comparison of {names} on {self.device}: {self.headline()}>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        if not _renderers:
+            display.load("Comparison")  # the views that render it, imported at the first display
         if _renderers:
             return _renderers[0](self)
         return {"text/plain": repr(self)}

@@ -7,10 +7,10 @@ them together); ``GPUVIZ_NATIVE=0`` makes every caller use the twin.
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
 from typing import Any
+
+from gpuviz.base import native as registry
 
 __all__ = ["kernel_function"]
 
@@ -18,10 +18,8 @@ __all__ = ["kernel_function"]
 def kernel_function(name: str, module: str = "_replaykernel") -> Callable[..., Any] | None:
     """The compiled pass ``name`` of ``gpuviz.analysis.<module>``, or None without the compiled
     module (or with ``GPUVIZ_NATIVE=0``)."""
-    if os.environ.get("GPUVIZ_NATIVE", "1") == "0":
+    full = f"gpuviz.analysis.{module}"
+    if not registry.available(full):
         return None
-    try:  # importlib: a compiled module has no imports of its own for the layering check to follow
-        function: Callable[..., Any] = getattr(importlib.import_module(f"gpuviz.analysis.{module}"), name)
-    except (ImportError, AttributeError):  # built without a C compiler
-        return None
+    function: Callable[..., Any] | None = getattr(registry.load(full), name, None)
     return function

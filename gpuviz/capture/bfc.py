@@ -1,4 +1,7 @@
-"""The instrumented best-fit-with-coalescing (BFC) allocator, with TensorFlow's semantics.
+"""The instrumented best-fit-with-coalescing (BFC) allocator, with TensorFlow's semantics:
+``ReferenceBFCAllocator``, the executable reference in Python. Users get ``gpuviz.BFCAllocator``,
+the native allocator (``capture.native.NativeBFCAllocator``) wherever it was built: the same
+arguments, decisions, rows and errors, with its hot path in C.
 
 Policy (design.md "Reference semantics"):
     rounding     sizes round up to 256 B (a 0-byte request returns the null address 0)
@@ -39,7 +42,7 @@ from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 
-__all__ = ["BFCAllocator", "AllocatorStats", "INITIAL_SEGMENT_BYTES", "MAX_INTERNAL_FRAGMENTATION"]
+__all__ = ["ReferenceBFCAllocator", "AllocatorStats", "INITIAL_SEGMENT_BYTES", "MAX_INTERNAL_FRAGMENTATION"]
 
 logger = logging.getLogger("gpuviz")
 
@@ -75,7 +78,7 @@ class AllocatorStats:
     fragmentation: float
 
 
-class BFCAllocator:
+class ReferenceBFCAllocator:
     """A best-fit-with-coalescing allocator over one device's upstream.
 
     Args:

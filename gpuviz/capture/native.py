@@ -1,8 +1,8 @@
-"""The native BFC allocator: ``BFCAllocator``'s policy and API with its hot path in C.
+"""The native BFC allocator: ``ReferenceBFCAllocator``'s policy and API with its hot path in C.
 
 ``NativeBFCAllocator`` takes the same arguments, makes the same decisions (addresses,
 splits, merges, growth, garbage collection, errors) and records the same rows as
-``BFCAllocator``, which stays the executable reference: tests drive both with the same
+``ReferenceBFCAllocator``, which stays the executable reference: tests drive both with the same
 operations and compare everything but time and thread.
 
 What runs where:
@@ -14,26 +14,25 @@ What runs where:
         record_into.
 
 ``allocator_class()`` is the class new allocators should use: the native one when it is
-built and ``GPUVIZ_NATIVE`` is not ``0``, else ``BFCAllocator``.
+built and ``GPUVIZ_NATIVE`` is not ``0``, else ``ReferenceBFCAllocator``.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuviz.base import native as registry
 from gpuviz.base.errors import InvalidFreeError, InvariantError, OutOfMemoryError
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.capture.arguments import address_argument, allocation_size, log_int
-from gpuviz.capture.bfc import AllocatorStats, BFCAllocator
+from gpuviz.capture.bfc import AllocatorStats, ReferenceBFCAllocator
 from gpuviz.capture.chunks import NUM_BINS, bin_for_size, rounded_bytes
 from gpuviz.capture.recorder import Observer, Recorder
 from gpuviz.log.eventlog import EventLog, RowStaging
 from gpuviz.log.schema import Kind
 
-__all__ = ["NativeBFCAllocator", "allocator_class", "allocator_description", "native_core_available"]
+__all__ = ["BFCAllocator", "NativeBFCAllocator", "allocator_class", "allocator_description", "native_core_available"]
 
 logger = logging.getLogger("gpuviz")
 
@@ -68,34 +67,26 @@ class _Core(Protocol):
     def unlock(self) -> None: ...
 
 
-def _load_core() -> Any:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    try:
-        return importlib.import_module("gpuviz.capture._bfcnative").Core
-    except ImportError:  # built without a C compiler: the Python allocator is used
-        return None
-
-
-_CoreClass = _load_core()
+_MODULE = "gpuviz.capture._bfcnative"
+_core_module = registry.load(_MODULE)  # None where it was not built: the Python allocator is used
+_CoreClass: Any = None if _core_module is None else _core_module.Core
 
 
 def native_core_available() -> bool:
-    """Whether the native core is built and not switched off (``GPUVIZ_NATIVE=0``)."""
-    return _CoreClass is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+    """Whether the native core is built, loaded and not switched off (``gpuviz.base.native``)."""
+    return _CoreClass is not None and registry.available(_MODULE)
 
 
-def allocator_class() -> type[BFCAllocator]:
-    """``NativeBFCAllocator`` where the native core is available, else ``BFCAllocator``."""
-    return NativeBFCAllocator if native_core_available() else BFCAllocator
+def allocator_class() -> type[ReferenceBFCAllocator]:
+    """``NativeBFCAllocator`` where the native core is available, else ``ReferenceBFCAllocator``."""
+    return NativeBFCAllocator if native_core_available() else ReferenceBFCAllocator
 
 
 def allocator_description() -> str:
     """Which BFC allocator new devices use, in words (for ``gpuviz info``)."""
     if native_core_available():
         return "native core (C)"
-    if _CoreClass is None:
-        return "Python (the native core was not built: no C compiler at install time)"
-    return "Python (GPUVIZ_NATIVE=0)"
+    return f"Python ({registry.why_not(_MODULE) or 'the native core is not loaded'})"
 
 
 class _Locked:
@@ -113,8 +104,8 @@ class _Locked:
         self._core.unlock()
 
 
-class NativeBFCAllocator(BFCAllocator):
-    """``BFCAllocator`` with its hot path in C (same arguments, decisions, rows and errors).
+class NativeBFCAllocator(ReferenceBFCAllocator):
+    """``ReferenceBFCAllocator`` with its hot path in C (same arguments, decisions, rows and errors).
 
     Raises ``RuntimeError`` when the native core was not built (no C compiler at install).
     """
@@ -299,7 +290,7 @@ class NativeBFCAllocator(BFCAllocator):
     # ------------------------------------------------------------------ release
     def preallocate(self) -> int:
         """Without growth, reserve the whole memory limit now as one segment, as
-        ``BFCAllocator.preallocate`` does; the bytes reserved (0 with growth on, when a
+        ``ReferenceBFCAllocator.preallocate`` does; the bytes reserved (0 with growth on, when a
         segment is already reserved, or when nothing can be reserved)."""
         with self._locked:
             if self.growth or self._core.segments():
@@ -360,3 +351,11 @@ class NativeBFCAllocator(BFCAllocator):
             raise InvariantError(f"pool_bytes {pool_bytes}, segments add up to {pool}, limit {self.memory_limit}")
         if peak < in_use or peak_pool < pool:
             raise InvariantError("a peak is below its current value")
+
+
+if TYPE_CHECKING:
+    BFCAllocator = ReferenceBFCAllocator
+else:
+    # the name users are taught: the native allocator wherever it was built (and not switched
+    # off with GPUVIZ_NATIVE=0 when gpuviz was imported), else the Python reference
+    BFCAllocator = allocator_class()

@@ -14,7 +14,6 @@ otherwise (``native=False`` or the environment variable ``GPUVIZ_NATIVE=0``).
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
+from gpuviz.base import native as registry
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame, RowStaging
 from gpuviz.log.schema import ROW_STRUCT
 
@@ -51,17 +51,11 @@ class _NativeWriter(Protocol):
     ) -> None: ...
 
 
-def _load_row_writer() -> Callable[[RowStaging, int, Callable[[], object], int], _NativeWriter] | None:
-    # importlib: a compiled module has no imports of its own for the layering check to follow
-    try:
-        module = importlib.import_module("gpuviz.capture._rowwriter")
-    except ImportError:  # built without a C compiler: record with the Python recorder
-        return None
-    writer: Callable[[RowStaging, int, Callable[[], object], int], _NativeWriter] = module.RowWriter
-    return writer
-
-
-_RowWriter = _load_row_writer()
+_MODULE = "gpuviz.capture._rowwriter"
+_rowwriter_module = registry.load(_MODULE)  # None where it was not built: the Python recorder is used
+_RowWriter: Callable[[RowStaging, int, Callable[[], object], int], _NativeWriter] | None = (
+    None if _rowwriter_module is None else _rowwriter_module.RowWriter
+)
 
 
 class Observer(Protocol):
@@ -91,17 +85,15 @@ def capture_stack(log: EventLog, *, depth: int = STACK_DEPTH, skip: tuple[str, .
 
 
 def native_available() -> bool:
-    """Whether the C row writer is built and not switched off (``GPUVIZ_NATIVE=0``)."""
-    return _RowWriter is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+    """Whether the C row writer is built, loaded and not switched off (``gpuviz.base.native``)."""
+    return _RowWriter is not None and registry.available(_MODULE)
 
 
 def recorder_description() -> str:
     """Which recorder new allocators use, in words (for ``gpuviz info``)."""
     if native_available():
         return "C row writer"
-    if _RowWriter is None:
-        return "Python (the C row writer was not built: no C compiler at install time)"
-    return "Python (GPUVIZ_NATIVE=0)"
+    return f"Python ({registry.why_not(_MODULE) or 'the C row writer is not loaded'})"
 
 
 def _make_emit(log: EventLog, device: int) -> EmitFn:

@@ -1,5 +1,5 @@
 """gpuviz's allocator under CuPy: every CuPy device allocation goes through one
-``BFCAllocator`` per device, installed with ``cupy.cuda.set_allocator``.
+``gpuviz.BFCAllocator`` per device, installed with ``cupy.cuda.set_allocator``.
 
 Contract with CuPy (14): the allocator receives only a byte count (possibly 0) and must
 return a ``cupy.cuda.MemoryPointer``; the memory is wrapped as
@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
-from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.native import allocator_class
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import EventLog
@@ -37,7 +37,7 @@ class Block:
 
     __slots__ = ("__weakref__", "address", "allocator")
 
-    def __init__(self, allocator: BFCAllocator, address: int) -> None:
+    def __init__(self, allocator: ReferenceBFCAllocator, address: int) -> None:
         self.allocator = allocator
         self.address = address
 
@@ -91,7 +91,7 @@ def limit_from_environment() -> tuple[int | None, float | None]:
 class CupyAllocator:
     """The callable handed to ``cupy.cuda.set_allocator``: ``allocator(nbytes) -> MemoryPointer``.
 
-    One ``BFCAllocator`` per device, created at the device's first allocation from
+    One ``gpuviz.BFCAllocator`` per device, created at the device's first allocation from
     ``upstream(device_id)``; ``current_device()`` says which device CuPy allocates for.
     """
 
@@ -121,9 +121,9 @@ class CupyAllocator:
             "garbage_collection": garbage_collection,
             "stacks": stacks,
         }
-        self.allocators: dict[int, BFCAllocator] = {}
+        self.allocators: dict[int, ReferenceBFCAllocator] = {}
 
-    def allocator_for(self, device_id: int) -> BFCAllocator:
+    def allocator_for(self, device_id: int) -> ReferenceBFCAllocator:
         allocator = self.allocators.get(device_id)
         if allocator is None:
             allocator = self.allocators[device_id] = allocator_class()(

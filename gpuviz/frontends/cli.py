@@ -99,6 +99,12 @@ def _info(args: argparse.Namespace) -> int:
     from gpuviz.scenarios.native import replay_description
 
     print(f"what-if replays: {replay_description()}")
+    from gpuviz.base.native import statuses
+
+    print("native modules:")
+    for entry in statuses():
+        state = entry.state + (f" ({entry.reason})" if entry.reason else "")
+        print(f"  {entry.module.name}: {state} - {entry.module.speeds_up}")
     from gpuviz.capture.nvml import device_facts, nvml_status
 
     try:

@@ -11,13 +11,14 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpuviz.analysis.advice import Advice
-from gpuviz.analysis.profile import COLOR_BY, GROUP_BY, ViewOptions, profile
+from gpuviz.analysis.viewoptions import COLOR_BY, GROUP_BY, ViewOptions
 from gpuviz.base.devices import parse_device
-from gpuviz.log.eventlog import EventLog
-from gpuviz.views.report import report_html
-from gpuviz.views.result import FILE_EXTENSION, result_json
+
+if TYPE_CHECKING:  # the analysis and views are imported when a report is written: `gpuviz --help` stays quick
+    from gpuviz.analysis.advice import Advice
+    from gpuviz.log.eventlog import EventLog
 
 __all__ = [
     "add_view_arguments",
@@ -108,6 +109,10 @@ def write_report(
     A path ending in ``.gpuviz.json`` gets the result as JSON instead (what the JupyterLab
     extension opens; ``cdn`` does not apply).
     """
+    from gpuviz.analysis.profile import profile
+    from gpuviz.views.report import report_html
+    from gpuviz.views.result import FILE_EXTENSION, result_json
+
     target = Path(path)
     if target.name.endswith(FILE_EXTENSION):
         target.write_text(result_json(profile(log, options), title=title or target.name), encoding="utf-8")

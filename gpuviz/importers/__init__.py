@@ -29,10 +29,13 @@ import struct
 import zlib
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gpuviz.base.errors import LogFormatError
-from gpuviz.importers.source import InputTooLarge, Progress, Source, make_progress
-from gpuviz.log.eventlog import EventLog
+
+if TYPE_CHECKING:  # imported where used: the package stays light (it is also the C readers' parent)
+    from gpuviz.importers.source import Source
+    from gpuviz.log.eventlog import EventLog
 
 __all__ = ["load", "detect", "formats", "IMPORTERS"]
 
@@ -98,6 +101,8 @@ def _describe(source: Source) -> str:
 
 def detect(path: str | Path) -> str:
     """The name of the format of the file at ``path`` (``LogFormatError`` when none fits)."""
+    from gpuviz.importers.source import Source
+
     _check_regular(path)
     return _choose(Source(path)).NAME  # type: ignore[no-any-return]
 
@@ -131,6 +136,8 @@ def load(path: str | Path, *, progress: bool | None = None) -> EventLog:
     ``False`` never. ``log.meta["source"]`` says what the file was. Raises ``LogFormatError``
     naming the file and the reason when it cannot be read, ``FileNotFoundError`` when missing.
     """
+    from gpuviz.importers.source import InputTooLarge, Progress, Source, make_progress
+
     _check_regular(path)
     source = Source(path)
     try:

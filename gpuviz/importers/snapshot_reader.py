@@ -13,9 +13,7 @@ error. JSON files, and pickles without the extension, are loaded whole and conve
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import pickle
 import re
 from array import array
@@ -25,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuviz.base import native as registry
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.source import Source
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
@@ -40,16 +39,14 @@ OTHER = 255  # an action gpuviz does not know (its name is in TraceColumns.other
 HAS_ADDR, HAS_SIZE, HAS_TIME, HAS_BLOCK_SIZE = 1, 2, 4, 8
 _CODES = {name: code for code, name in enumerate(ACTIONS)}
 
-try:
-    _native: Any = importlib.import_module("gpuviz.importers._snapshotpickle")
-    assert tuple(_native.ACTION_NAMES) == ACTIONS
-except ImportError:  # built without a C compiler
-    _native = None
+_MODULE = "gpuviz.importers._snapshotpickle"
+_native: Any = registry.load(_MODULE)  # None where it was not built
+assert _native is None or tuple(_native.ACTION_NAMES) == ACTIONS
 
 
 def native_reader_available() -> bool:
-    """Whether pickles are read by the streaming C reader (built, and ``GPUVIZ_NATIVE`` is not ``0``)."""
-    return _native is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+    """Whether pickles are read by the streaming C reader (built, loaded, not switched off: ``gpuviz.base.native``)."""
+    return _native is not None and registry.available(_MODULE)
 
 
 @dataclass

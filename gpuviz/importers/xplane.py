@@ -33,13 +33,12 @@ device as ``untracked_bytes_in_use``.
 
 from __future__ import annotations
 
-import importlib
 import mmap
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuviz.base import native as registry
 from gpuviz.base.errors import LogFormatError
 from gpuviz.importers.builder import finish, set_source_meta
 from gpuviz.importers.memory_columns import MemoryColumns, MemoryColumnsBuilder
@@ -65,11 +64,9 @@ DESCRIPTION = "a TensorFlow/JAX profiler XSpace (.xplane.pb)"
 _MEMORY_EVENTS = {"MemoryAllocation": True, "MemoryDeallocation": False}
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 _PLANE_FIELDS = {1: VARINT, 2: LEN, 3: LEN, 4: LEN, 5: LEN, 6: LEN}
-try:  # the C decoder of memory events (gpuviz/importers/_xplanewire.c), built where a C compiler exists
-    _native: Any = importlib.import_module("gpuviz.importers._xplanewire")
-    _SLOTS = {name: slot for slot, name in enumerate(_native.SLOT_NAMES)}
-except ImportError:
-    _native, _SLOTS = None, {}
+_MODULE = "gpuviz.importers._xplanewire"  # the C decoder of memory events, built where a C compiler exists
+_native: Any = registry.load(_MODULE)
+_SLOTS = {} if _native is None else {name: slot for slot, name in enumerate(_native.SLOT_NAMES)}
 _TEXT_SLOTS = 7  # allocator_name, tf_op, data_type, shape, tensor_shape, region_type, index_on_host
 
 
@@ -294,8 +291,8 @@ def decode_memory_records(data: WireData) -> tuple[list[_Plane], MemoryColumns]:
 
 
 def native_decoder_available() -> bool:
-    """Whether memory events are decoded in C (built, and ``GPUVIZ_NATIVE`` is not ``0``)."""
-    return _native is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+    """Whether memory events are decoded in C (built, loaded and not switched off: ``gpuviz.base.native``)."""
+    return _native is not None and registry.available(_MODULE)
 
 
 def _decode(data: WireData) -> tuple[list[_Plane], MemoryColumns]:

@@ -39,7 +39,6 @@ flagged ``truncated``.
 from __future__ import annotations
 
 import atexit
-import importlib
 import logging
 import threading
 import weakref
@@ -50,14 +49,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from gpuviz.base import display
+from gpuviz.base import native as registry
 from gpuviz.log.rows import split_rows
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
 from gpuviz.log.strings import StringTable
 
-try:  # rows written in place into huge-page chunks, flushed without a copy (gpuviz/log/_staging.c)
-    _Arena: Callable[[], Any] | None = importlib.import_module("gpuviz.log._staging").Arena
-except ImportError:  # no compiler at install time: a bytearray, one bytes object per flush
-    _Arena = None
+# rows written in place into huge-page chunks, flushed without a copy (gpuviz/log/_staging.c);
+# where it was not built: a bytearray, one bytes object per flush
+_staging = registry.load("gpuviz.log._staging")
+_Arena: Callable[[], Any] | None = None if _staging is None else _staging.Arena
 
 
 class RowStaging(Protocol):
@@ -653,6 +654,8 @@ class EventLog:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """Rich display (a static summary) when the views layer registered a renderer."""
+        if not _renderers:
+            display.load("EventLog")  # the views that render it, imported at the first display
         if _renderers:
             return _renderers[0](self)
         return {"text/plain": repr(self)}

@@ -30,7 +30,6 @@ are views of the old file's mapping, stays valid.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import logging
@@ -44,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from gpuviz.base import native as registry
 from gpuviz.base.errors import LogFormatError
 from gpuviz.log.checksums import CHUNK_ROWS, batch_checksum, digest
 from gpuviz.log.eventlog import DeviceInfo, EventLog
@@ -57,10 +57,10 @@ __all__ = ["LogWriter", "save", "load", "to_parquet", "ARROW_SCHEMA"]
 logger = logging.getLogger("gpuviz")
 
 _NAMES = tuple(name for name, _ in COLUMNS)
-try:  # the stream's batches written off the recording thread (gpuviz/log/_batchwriter.c)
-    _BatchWriter: Any = importlib.import_module("gpuviz.log._batchwriter").BatchWriter
-except ImportError:  # no compiler at install time: written with pyarrow by the flushing thread
-    _BatchWriter = None
+# the stream's batches written off the recording thread (gpuviz/log/_batchwriter.c); where it
+# was not built: written with pyarrow by the flushing thread
+_batchwriter = registry.load("gpuviz.log._batchwriter")
+_BatchWriter: Any = None if _batchwriter is None else _batchwriter.BatchWriter
 _RECHECK_S = 0.05  # seconds: how often a recording's devices' options and meta are compared (LogWriter._delta)
 _WRITE_BUFFER = 1 << 20  # bytes: a default batch (flush_rows // 3 rows, ~111 KB) and more
 
@@ -99,7 +99,18 @@ def _schema(log: EventLog) -> pa.Schema:
 
 
 def _record(columns: list[np.ndarray]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(column) for column in columns], schema=ARROW_SCHEMA)
+    # each column's buffer as it is (every column is a fixed-width integer): no copy, and unlike
+    # pa.array no check for a pandas object, which would import pandas (even at interpreter exit,
+    # where a log still recording is finished and importing pandas fails)
+    arrays = [
+        pa.Array.from_buffers(
+            field.type,
+            len(column),
+            [None, pa.py_buffer(np.ascontiguousarray(column, field.type.to_pandas_dtype()).data)],
+        )
+        for field, column in zip(ARROW_SCHEMA, columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _empty_columns() -> list[np.ndarray]:

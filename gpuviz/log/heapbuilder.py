@@ -39,11 +39,10 @@ it is ``PythonHeapBuilder``. Both make the same decisions and write the same row
 from __future__ import annotations
 
 import heapq
-import importlib
-import os
 from bisect import bisect_right, insort
 from typing import TYPE_CHECKING, Any
 
+from gpuviz.base import native as registry
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
@@ -407,10 +406,9 @@ def _state(log: EventLog, device: int, layout: _Layout) -> HeapState:
     return HeapState(log.devices[device].name, tuple(segments))
 
 
-try:
-    _Core: Any = importlib.import_module("gpuviz.log._heapcore").Core
-except ImportError:  # built without a C compiler
-    _Core = None
+_MODULE = "gpuviz.log._heapcore"
+_core_module = registry.load(_MODULE)  # None where it was not built
+_Core: Any = None if _core_module is None else _core_module.Core
 
 
 class NativeHeapBuilder(_Core if _Core is not None else object):  # type: ignore[misc]
@@ -443,8 +441,8 @@ class NativeHeapBuilder(_Core if _Core is not None else object):  # type: ignore
 
 
 def native_heap_available() -> bool:
-    """Whether ``HeapBuilder`` is the native one (built, and ``GPUVIZ_NATIVE`` is not ``0``)."""
-    return _Core is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+    """Whether ``HeapBuilder`` is the native one (built, loaded, not switched off: ``gpuviz.base.native``)."""
+    return _Core is not None and registry.available(_MODULE)
 
 
 if TYPE_CHECKING:

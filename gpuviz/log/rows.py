@@ -8,23 +8,20 @@ per column (``ROW_DTYPE``'s view of the rows) otherwise; the two give equal colu
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from gpuviz.base import native as registry
 from gpuviz.log.schema import DTYPES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT
 
 __all__ = ["ROW_BYTES", "split_rows"]
 
 ROW_BYTES = ROW_STRUCT.size  # one packed row, bytes
 
-_split: Callable[[Any, Sequence[np.ndarray], int], None] | None
-try:
-    _split = importlib.import_module("gpuviz.log._staging").split
-except ImportError:  # no compiler at install time
-    _split = None
+_staging = registry.load("gpuviz.log._staging")  # None where it was not built
+_split: Callable[[Any, Sequence[np.ndarray], int], None] | None = None if _staging is None else _staging.split
 
 
 def split_rows(block: bytes | memoryview, columns: Sequence[np.ndarray], first_seq: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.upstream import SimUpstream
 
 __all__ = ["Backend", "SimulatedBackend", "CupyBackend", "cupy_gpu_count"]
@@ -116,7 +116,7 @@ class CupyBackend:
 
     name = "cupy"
 
-    def __init__(self, device_id: int, allocator: BFCAllocator) -> None:
+    def __init__(self, device_id: int, allocator: ReferenceBFCAllocator) -> None:
         import cupy
 
         from gpuviz.cupy.allocator import CupyAllocator

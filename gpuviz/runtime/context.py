@@ -1,7 +1,7 @@
 """The device runtime: logical devices with their allocators, placement, copies, release.
 
 Initialised lazily from ``gpuviz.config`` at the first use. Every logical device has a
-``BFCAllocator``; all of them record into one EventLog (``gpuviz.default_log()``, or the
+``gpuviz.BFCAllocator``; all of them record into one EventLog (``gpuviz.default_log()``, or the
 log of the active ``Session``). Simulated GPUs are ``SimUpstream``s backed by lazily
 committed host memory, so data on them is real.
 """
@@ -24,7 +24,7 @@ import numpy as np
 from gpuviz.base.devices import DeviceSpec, parse_device
 from gpuviz.base.scopes import ThreadStack
 from gpuviz.base.units import GiB, MiB
-from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.events import record_placement, record_transfer
 from gpuviz.capture.marks import default_log, run_log, set_default_log
 from gpuviz.capture.native import allocator_class
@@ -95,7 +95,7 @@ class Device:
     devices) upstream."""
 
     def __init__(
-        self, spec: DeviceSpec, allocator: BFCAllocator, upstream: Upstream, physical: int, backend: Backend
+        self, spec: DeviceSpec, allocator: ReferenceBFCAllocator, upstream: Upstream, physical: int, backend: Backend
     ) -> None:
         self.spec = spec
         self.name = spec.short
@@ -171,7 +171,7 @@ class Runtime:
         return SimUpstream(memory, base=(physical + 1) << 40, backed=True)
 
     @staticmethod
-    def _backend(upstream: Upstream, physical: int, allocator: BFCAllocator) -> Backend:
+    def _backend(upstream: Upstream, physical: int, allocator: ReferenceBFCAllocator) -> Backend:
         if isinstance(upstream, SimUpstream):
             return SimulatedBackend(upstream)
         return CupyBackend(physical, allocator)

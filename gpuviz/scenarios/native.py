@@ -16,16 +16,15 @@ device's options recorded and RMM's initial pool reserved exactly as in the Pyth
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 from typing import Any
 
 import numpy as np
 
 from gpuviz.analysis.requests import RequestStream
+from gpuviz.base import native as registry
 from gpuviz.base.torch_rules import NO_MAX_SPLIT
-from gpuviz.capture.bfc import INITIAL_SEGMENT_BYTES, BFCAllocator
+from gpuviz.capture.bfc import INITIAL_SEGMENT_BYTES, ReferenceBFCAllocator
 from gpuviz.capture.chunks import rounded_bytes
 from gpuviz.capture.native import NativeBFCAllocator
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
@@ -36,10 +35,8 @@ from gpuviz.log.schema import DTYPES, ROW_COLUMNS
 
 __all__ = ["native_replay_available", "replay_native", "replay_description"]
 
-try:  # importlib: a compiled module has no imports for the layering check to follow
-    _core: Any = importlib.import_module("gpuviz.scenarios._whatifcore")
-except ImportError:  # built without a C compiler: the Python models replay
-    _core = None
+_MODULE = "gpuviz.scenarios._whatifcore"
+_core: Any = registry.load(_MODULE)  # None where it was not built: the Python models replay
 
 _TORCH, _RMM, _NOPOOL, _BFC = 1, 2, 3, 4
 _REQUEST_MAX = 1 << 62  # larger requests (and negative ones) take the Python path, which says what is wrong
@@ -47,17 +44,15 @@ logger = logging.getLogger("gpuviz")
 
 
 def native_replay_available() -> bool:
-    """Whether the C replay is built and not switched off (``GPUVIZ_NATIVE=0``)."""
-    return _core is not None and os.environ.get("GPUVIZ_NATIVE", "1") != "0"
+    """Whether the C replay is built, loaded and not switched off (``gpuviz.base.native``)."""
+    return _core is not None and registry.available(_MODULE)
 
 
 def replay_description() -> str:
     """How what-if replays run, in words (for ``gpuviz info``)."""
     if native_replay_available():
         return "C for every policy (tf-bfc on the native core)"
-    if _core is None:
-        return "Python (the C replay was not built: no C compiler at install time)"
-    return "Python (GPUVIZ_NATIVE=0)"
+    return f"Python ({registry.why_not(_MODULE) or 'the C replay is not loaded'})"
 
 
 _Settings = tuple[int, int, float, tuple[int, ...], int]
@@ -67,8 +62,8 @@ def _settings(alloc: object) -> tuple[int, _Settings] | None:
     """The C kind and (max_split, allowed, gc_threshold, divisions, maximum) of ``alloc``
     (-1: none; tf-bfc: maximum is the memory limit), or None when the C replay does not model it."""
     none: tuple[int, ...] = (0,) * 16
-    if type(alloc) in (BFCAllocator, NativeBFCAllocator):  # as Policy.build makes them: recording, no stacks
-        assert isinstance(alloc, BFCAllocator)
+    if type(alloc) in (ReferenceBFCAllocator, NativeBFCAllocator):  # as Policy.build makes them: recording, no stacks
+        assert isinstance(alloc, ReferenceBFCAllocator)
         return _BFC, (-1, -1, 0.0, none, alloc.memory_limit)
     if isinstance(alloc, TorchCachingAllocator):
         rules = alloc.rules
@@ -101,7 +96,7 @@ def replay_native(
         return None
     kind, options = settings
     regions = upstream.regions()
-    if isinstance(alloc, BFCAllocator):
+    if isinstance(alloc, ReferenceBFCAllocator):
         segments: list[tuple[int, int]] = []
         if regions or len(alloc.log) or alloc.stats().pool_bytes:
             return None  # only a fresh allocator

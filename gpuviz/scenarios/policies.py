@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from gpuviz.base.torch_rules import CachingRules
 from gpuviz.base.units import MiB, parse_bytes
-from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.native import allocator_class
 from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
 from gpuviz.capture.torch_caching import TorchCachingAllocator
@@ -51,8 +51,8 @@ _OPTIONS: dict[str, dict[str, str]] = {  # option -> kind: bool, bytes, int, fra
 
 
 # What a what-if replay drives. The policies other than tf-bfc take the time stamp of their next
-# events (``time_ns``) and tag/stack indices; BFCAllocator records its own clock and a tag string.
-PolicyAllocator = BFCAllocator | TorchCachingAllocator | RmmPoolAllocator | NoPoolAllocator
+# events (``time_ns``) and tag/stack indices; ReferenceBFCAllocator records its own clock and a tag string.
+PolicyAllocator = ReferenceBFCAllocator | TorchCachingAllocator | RmmPoolAllocator | NoPoolAllocator
 
 
 def _text(value: object) -> str:

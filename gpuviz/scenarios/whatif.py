@@ -25,7 +25,7 @@ from gpuviz.analysis.requests import RequestStream, request_stream
 from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
-from gpuviz.capture.bfc import BFCAllocator
+from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
@@ -90,11 +90,11 @@ def replay_policy(
     waiting: set[tuple[int, int]] = set()  # (allocation's position in the stream, address): deferred frees
     served = 0
     for i, (is_alloc, requested, tag, stack, time_ns) in enumerate(requests):
-        if not isinstance(alloc, BFCAllocator):
+        if not isinstance(alloc, ReferenceBFCAllocator):
             alloc.time_ns = time_ns
         if is_alloc:
             try:
-                if isinstance(alloc, BFCAllocator):
+                if isinstance(alloc, ReferenceBFCAllocator):
                     address = alloc.allocate(requested, tag=strings[tag] if tag >= 0 else None)
                 else:
                     address = alloc.allocate(requested, tag=local_tag(tag), stack=local_stack(stack))

@@ -23,21 +23,22 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from gpuviz.base import native as registry
 from gpuviz.base.units import parse_bytes
 from gpuviz.capture.marks import default_log
 from gpuviz.log.eventlog import EventLog
 
 __all__ = ["TorchSession", "library", "use_bfc"]
 
+_MODULE = "gpuviz.capture._pluggable"
+
 
 def library() -> ModuleType:
     """The compiled ``gpuviz.capture._pluggable`` module (its ``__file__`` is what PyTorch loads)."""
-    try:
-        return importlib.import_module("gpuviz.capture._pluggable")
-    except ImportError:
-        raise RuntimeError(
-            "gpuviz's pluggable allocator library is not built (gpuviz was installed without a C compiler)"
-        ) from None
+    module = registry.load(_MODULE)
+    if module is None:
+        raise RuntimeError(f"gpuviz's pluggable allocator library ({_MODULE}) is {registry.why_not(_MODULE)}")
+    return module
 
 
 @dataclass

@@ -1,7 +1,7 @@
 // The application plugin: saved event logs (.arrow), traces of other tools (TRACE_EXTENSIONS:
 // PyTorch memory snapshots, XPlane, XProf memory profiles) and run manifests (RUN_EXTENSION:
 // a distributed run's heatmaps and per-rank table) open as results. The Jupyter
-// server's gpuviz extension (gpuviz_labextension/handlers.py) analyses the file where it lies
+// server's gpuviz extension (gpuviz/frontends/labserver.py) analyses the file where it lies
 // and answers with the result JSON; this file only wires that to a ResultView.
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import {

@@ -1,4 +1,4 @@
-// The Jupyter server's gpuviz route (gpuviz_labextension/handlers.py): the result of a file
+// The Jupyter server's gpuviz route (gpuviz/frontends/labserver.py): the result of a file
 // that lies on the server (an event log, a trace, a run manifest), analysed where it lies.
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';

@@ -1,4 +1,7 @@
-"""``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON; for a run
+"""The Jupyter server extension of gpuviz (enabled by the ``jupyter_server_config.d/gpuviz.json``
+that ``pip install gpuviz`` puts in place), for the JupyterLab extension's file viewers:
+
+``GET <base_url>/gpuviz/result?path=RUN.arrow``: the result of a saved log, as JSON; for a run
 manifest (``RUN.gpuviz-run``), the result of the distributed run it names (``run_result_json``).
 
 Confinement: the path is checked through the server's contents manager (only files the user
@@ -18,14 +21,13 @@ the next request.
 
 Errors are JSON replies with the same message the CLI prints: 400 for a file gpuviz cannot
 read (the reason, naming the path as requested), 404 for a missing file or one outside the
-root, 501 when gpuviz is not installed here or the contents are not on a local file system,
-503 when the analysis ran past its time limit, 500 when its process died.
+root, 501 when the contents are not on a local file system, 503 when the analysis ran past
+its time limit, 500 when its process died.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -130,7 +132,7 @@ _context: list[Any] = []  # the fork-server context, made at the first request
 def _process_context() -> Any:
     if not _context:  # a fork server, not fork: the Jupyter server has threads of its own
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["gpuviz_labextension.handlers", "gpuviz", "gpuviz.importers"])
+        context.set_forkserver_preload(["gpuviz.frontends.labserver", "gpuviz", "gpuviz.importers"])
         _context.append(context)
     return _context[0]
 
@@ -164,12 +166,10 @@ def run_analysis(os_path: str, title: str, root: str | None) -> tuple[int, str]:
 _slots: list[asyncio.Semaphore] = []
 
 
-class ResultHandler(APIHandler):  # type: ignore[misc]
+class ResultHandler(APIHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
         path = self.get_query_argument("path")
-        if importlib.util.find_spec("gpuviz") is None:
-            raise tornado.web.HTTPError(501, "gpuviz is not installed in the Jupyter server's environment")
         os_path, root = await self._os_path(path)
         if not _slots:
             _slots.append(asyncio.Semaphore(WORKERS))
@@ -183,7 +183,7 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
     async def _os_path(self, path: str) -> tuple[str, str]:
         """(the real path of the file ``path`` names, the server's real root); 404 when it
         is missing, a link loop or lies outside the root; 400 for a special file."""
-        manager = self.contents_manager
+        manager: Any = self.contents_manager
         missing = tornado.web.HTTPError(404, f"file does not exist: {path}")
         try:
             model = await ensure_async(manager.get(path, content=False, type="file"))  # 404, 400 for a folder
@@ -193,7 +193,7 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
         if root is None or not hasattr(manager, "_get_os_path"):
             raise tornado.web.HTTPError(501, "gpuviz results need the contents on the server's local file system")
         real_root = os.path.realpath(root)
-        os_path = os.path.realpath(manager._get_os_path(model["path"]))
+        os_path = os.path.realpath(str(manager._get_os_path(model["path"])))
         if os.path.commonpath([real_root, os_path]) != real_root:
             raise missing  # a symlink out of the root
         try:
@@ -204,6 +204,11 @@ class ResultHandler(APIHandler):  # type: ignore[misc]
             kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
             raise tornado.web.HTTPError(400, f"{path}: {kind}, not a file gpuviz opens")
         return os_path, real_root
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    """Called by the Jupyter server at start (``gpuviz._jupyter_server_extension_points``)."""
+    setup_handlers(server_app.web_app)
 
 
 def setup_handlers(web_app: Any) -> None:
