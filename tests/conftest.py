@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from traces import MISSING_MARK
 
 from gpuviz import BFCAllocator, SimUpstream
 
@@ -107,6 +108,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MISSING_MARK}(message): a real trace the test expects is not there (fails)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A parameter of ``traces.trace_files`` whose file is missing (or not expected) fails, before
+    any fixture opens it."""
+    mark = item.get_closest_marker(MISSING_MARK)
+    if mark is not None:
+        pytest.fail(mark.args[0], pytrace=False)
 
 
 def _free_port() -> int:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 from runs import write_leaky_run
+from traces import trace_path
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
@@ -24,8 +25,6 @@ from gpuviz.analysis.timeline import ResampledSeries
 from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import MiB
 from gpuviz.dask import profile_run
-
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def test_options_reach_the_workers(leaky_run: Path, executor: Client | None) -> 
 
 def test_imported_traces_given_as_a_list_are_ranks_in_list_order(executor: Client | None) -> None:
     names = ["pt_snapshot_assignment2_2026b.pickle", "pt_snapshot_assignment2_2026a.pickle"]
-    files = [TRACES / name for name in names]
+    files = [trace_path(name) for name in names]  # real traces (GPUVIZ_TEST_TRACES)
     got = profile_run(files, executor)
     assert_identical(got, cluster_summary(gpuviz.Run(tuple(files))))
     assert got.table["host"].tolist() == ["pt_snapshot_assignment2_2026b", "pt_snapshot_assignment2_2026a"]
