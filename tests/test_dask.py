@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from distributed import Client, LocalCluster
 from runs import write_leaky_run
 from traces import trace_path
+from waiting import wait_until
 
 import gpuviz
 from gpuviz import BFCAllocator, EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
@@ -145,12 +145,11 @@ def test_the_dask_client_is_left_clean(leaky_run: Path, client: Client) -> None:
     sends the cancel on its batched stream, which a later call may overtake: the scheduler has
     forgotten the keys shortly after, not necessarily when profile_run returns.)"""
     profile_run(leaky_run, client)
-    deadline = time.monotonic() + 10
-    while (tasks := client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-    assert tasks == 0
+    wait_until(
+        lambda: client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0,
+        "the scheduler forgets the summary's tasks",
+        poll_s=0.05,
+    )
 
 
 def test_import_gpuviz_does_not_import_dask() -> None:
