@@ -558,6 +558,7 @@ ZYGOTE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events(tmp_path: Path) -> None:
     """30 recorders killed at random moments (fast with the C row writer, fast with the Python
     recorder, slow): each file loads flagged truncated, its events in order, and the events lost

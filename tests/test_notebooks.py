@@ -11,6 +11,7 @@ from nbclient import NotebookClient
 from traces import TRACES, needs_traces
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+pytestmark = pytest.mark.slow  # a kernel per notebook, seconds each
 ON_REAL_TRACES = {"08-what-if"}
 """Notebooks that open a real third-party trace (from the folder GPUVIZ_TRACES names: the tests pass
 GPUVIZ_TEST_TRACES's)."""
