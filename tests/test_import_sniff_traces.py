@@ -38,17 +38,31 @@ NOT_YET = {
 }
 
 
+FOLDER_OWNER = {
+    "torch_profiler": "pytorch-profiler",
+    "torch_memory_timeline": "pytorch-memory-timeline",
+    "jax_xplane": "xplane",
+    "tf_bfc": "xplane",
+    "tf_placement": "tf-placement",
+    "xprof_memory": "xprof-memory-profile",
+}
+
+
 def _fixture_owner(path: Path) -> str | None:
     name = path.name
+    if name.endswith((".py", ".json")) and path.parent != FIXTURES:
+        return None  # generator scripts and manifests
+    if path.parent.name in FOLDER_OWNER:
+        return FOLDER_OWNER[path.parent.name]
+    if path.parent.name == "torch_snapshot_export":
+        return "gpuviz" if name.endswith(".arrow") else "pytorch-snapshot"
     if name.startswith("rmm_log"):
         return "rmm-csv"
     if "torch_profiler" in name:
         return "pytorch-profiler"
     if name.startswith("pt_snapshot_"):
         return "pytorch-snapshot"
-    if name.endswith(".xplane.pb.gz"):
-        return "xplane"
-    return None  # the legacy RMM CSV (rejected by its own reader), scripts, manifests
+    return None  # the legacy RMM CSV (rejected by its own reader)
 
 
 def _accepted(path: Path) -> set[str]:

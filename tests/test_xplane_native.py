@@ -29,6 +29,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_bfc"
 REAL = [
     *trace_files(["tb_xplane_gpu_multiworker.xplane.pb"]),
     *(pytest.param(p, id=p.name) for p in sorted(FIXTURES.glob("*.xplane.pb.gz"))),
+    *(pytest.param(p, id=p.name) for p in sorted((FIXTURES.parent / "jax_xplane").glob("*.xplane.pb.gz"))),
 ]
 
 
