@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from traces import MISSING_MARK
+from traces import pytest_configure, pytest_runtest_setup  # noqa: F401 (the real traces' hooks)
 
 from gpuviz import BFCAllocator, SimUpstream
 
@@ -116,19 +116,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MISSING_MARK}(message): a real trace the test expects is not there (fails)")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A parameter of ``traces.trace_files`` whose file is missing (or not expected) fails, before
-    any fixture opens it."""
-    mark = item.get_closest_marker(MISSING_MARK)
-    if mark is not None:
-        pytest.fail(mark.args[0], pytrace=False)
 
 
 def _free_port() -> int:

@@ -33,7 +33,8 @@ ENV = "GPUVIZ_TEST_TRACES"
 REASON = "GPUVIZ_TEST_TRACES is not set: the real third-party traces (../shared/data/traces) are not available"
 MISSING_MARK = "trace_missing"
 """The mark a parameter of ``trace_files`` carries when the folder does not hold what the test expects
-(conftest fails such a test before its fixtures run, with the mark's message)."""
+(``pytest_runtest_setup`` below, a hook conftest.py imports, fails such a test before its fixtures
+run, with the mark's message)."""
 
 
 def _folder() -> Path | None:
@@ -110,3 +111,16 @@ def trace_files(
             marks = [pytest.mark.xfail(reason=xfail[name], strict=True)]
         params.append(pytest.param(folder / name, id=name, marks=marks))
     return params
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MISSING_MARK}(message): a real trace the test expects is not there (fails)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A parameter of ``trace_files`` whose file is missing (or not expected) fails, before any
+    fixture opens it."""
+    mark = item.get_closest_marker(MISSING_MARK)
+    if mark is not None:
+        pytest.fail(mark.args[0], pytrace=False)
