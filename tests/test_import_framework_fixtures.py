@@ -188,3 +188,35 @@ def test_pytorchs_own_memory_viz_reads_the_exported_fixture() -> None:
     assert f"segments: {len(state.segments)}\n" in viz.segsum(snapshot)
     trace = snapshot["device_traces"][0]
     assert viz.trace(snapshot).startswith(f"Device 0 ----------------\n{len(trace)} entries\n")
+
+
+# ------------------------------------------------------------------ every fixture through the CLI
+@pytest.mark.parametrize(
+    ("path", "format_name", "events"),
+    [
+        (PROFILER, "pytorch-profiler", 146),
+        (TIMELINE, "pytorch-memory-timeline", 184),
+        (JAX_XPLANE, "xplane", 0),
+        (XPROF / "oom.memory_profile.json.gz", "xprof-memory-profile", 29),
+        (PLACEMENT, "tf-placement", 26),
+        (EXPORT_SNAPSHOT, "pytorch-snapshot", 676),  # the run's 675, the mark's START and END
+        (FIXTURES / "tf_bfc" / "oom.xplane.pb.gz", "xplane", 27),
+    ],
+    ids=lambda value: value.name if isinstance(value, Path) else None,
+)
+def test_gpuviz_import_writes_the_log_load_reads(
+    path: Path, format_name: str, events: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuviz.frontends.cli import main
+
+    direct = gpuviz.load(path)
+    output = tmp_path / "imported.arrow"
+    assert main(["import", str(path), "-o", str(output)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"imported {path.name}: {format_name}, written by ") and f"; {len(direct)} events\n" in said
+    assert said.endswith(f"event log written to {output}\n")
+    assert len(direct) == events
+    saved = gpuviz.load(output)
+    assert saved.meta["source"] == direct.meta["source"] and saved.device_names == direct.device_names
+    for name in ("time_ns", "kind", "address", "size", "requested", "tag"):
+        assert saved[name].tolist() == direct[name].tolist(), name
