@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import pickle
 import random
 import shutil
@@ -47,7 +48,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
+# the real third-party traces: the folder GPUVIZ_TEST_TRACES names, as for the tests
+TRACES = Path(
+    os.environ.get("GPUVIZ_TEST_TRACES") or Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+)
 _MEASURE = """
 import gc, resource, sys, time
 import gpuviz

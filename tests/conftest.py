@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from traces import pytest_configure, pytest_runtest_setup  # noqa: F401 (the real traces' hooks)
 
 from gpuviz import SimUpstream
 from gpuviz.capture import ReferenceBFCAllocator
@@ -104,8 +105,16 @@ def _gpu_present() -> bool:
         return False
 
 
+SLOW_FIXTURES = frozenset({"browser", "chromium", "lab_server"})
+"""Fixtures that start Chromium or a JupyterLab server: a test using one is ``slow`` (seconds each)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``gpu``-marked tests need a real NVIDIA GPU with CuPy; without one they are skipped."""
+    """Tests that start Chromium or JupyterLab are marked ``slow`` (``pytest -m "not slow"`` leaves
+    them out); ``gpu``-marked tests need a real NVIDIA GPU with CuPy: without one they are skipped."""
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if _gpu_present():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none present)")

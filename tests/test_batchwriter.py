@@ -215,15 +215,20 @@ def test_a_forked_child_records_in_memory_and_leaves_the_parents_file_alone(tmp_
 
 def test_a_flush_that_finds_two_blocks_still_to_be_written_waits_for_the_oldest() -> None:
     """Two blocks in flight at most (the crash bound: eventlog.py flushes every flush_rows // 3):
-    the file here is a pipe nobody reads until a third submit has had to wait."""
+    the file here is a pipe nobody reads until a third submit has had to wait (``waits`` counts it
+    before it blocks)."""
     import threading
     import time
 
     read, write = os.pipe()
     received = bytearray()
+    made, over = threading.Event(), threading.Event()  # over: the test ended early (a failure)
+    writers: list[batchwriter.BatchWriter] = []
 
     def drain() -> None:
-        time.sleep(0.3)  # the third submit is waiting by now
+        made.wait()
+        while writers and writers[0].waits == 0 and not over.is_set():  # until the third submit waits
+            time.sleep(0.001)
         while chunk := os.read(read, 1 << 20):  # until the write end is closed
             received.extend(chunk)
 
@@ -231,18 +236,22 @@ def test_a_flush_that_finds_two_blocks_still_to_be_written_waits_for_the_oldest(
     reader.start()
     try:
         writer = batchwriter.BatchWriter(write, 1 << 16)
+        writers.append(writer)
+        made.set()
         rows = _block([(i, 2, 0, 0, 0, *(i,) * 7, -1, -1) for i in range(2000)])  # ~156 KB: more than a pipe holds
         delta = b"{}"
         writer.submit(rows, 0, delta, digest(delta).encode())
         writer.submit(rows, 2000, delta, digest(delta).encode())
         assert writer.waits == 0 and writer.events == 0  # both taken at once, the first stuck in the pipe
         writer.submit(rows, 4000, delta, digest(delta).encode())
-        assert writer.waits == 1 and writer.waited_ns > 0.1e9  # until the reader began, 0.3 s after the start
+        assert writer.waits == 1 and writer.waited_ns > 0  # until the reader began
         assert writer.events in (2000, 4000)  # the first block written whole before the third was taken
         writer.wait()
         assert (writer.events, writer.batches) == (6000, 3)
         assert writer.waits in (1, 2)  # 2 when wait() found a block still in flight
     finally:
+        over.set()
+        made.set()
         os.close(write)
         reader.join()
         os.close(read)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from waiting import HANG_GUARD_S
 
 from gpuviz import EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import MiB
@@ -248,22 +249,22 @@ def test_threads_block_on_the_lock_while_one_grows_the_pool() -> None:
         def allocate(self, nbytes: int) -> int:
             if nbytes > 4 * MiB:
                 entered.set()
-                assert release.wait(10)
+                assert release.wait(HANG_GUARD_S)
             return super().allocate(nbytes)
 
     alloc = NativeBFCAllocator(SlowUpstream("1GiB"))
     small = alloc.allocate(256)
     grower = threading.Thread(target=alloc.allocate, args=(6 * MiB,))
     grower.start()
-    assert entered.wait(10)
+    assert entered.wait(HANG_GUARD_S)
     done: list[int] = []
     other = threading.Thread(target=lambda: done.append(alloc.allocate(512)))
     other.start()
     other.join(0.2)
     assert done == []  # waiting on the lock (with the GIL released: this thread runs)
     release.set()
-    grower.join(10)
-    other.join(10)
+    grower.join(HANG_GUARD_S)
+    other.join(HANG_GUARD_S)
     assert done == [small + 256]
     alloc.free(small)
     alloc.check()

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import plotly
 import pytest
 from runs import write_leaky_run, write_rank
 
@@ -20,7 +19,7 @@ from gpuviz.base.units import MiB
 from gpuviz.frontends.cli import main
 from gpuviz.frontends.run_report import write_run_report
 from gpuviz.views.cluster import TIME_AXIS, cluster_grid, cluster_heatmap, cluster_report_html
-from gpuviz.views.plotlyjs import CARTESIAN
+from gpuviz.views.plotlyjs import bundle_for
 from gpuviz.widgets.cluster import ClusterDashboard
 from gpuviz.widgets.dashboard import Dashboard
 
@@ -139,8 +138,9 @@ def test_run_report_links_the_rows_of_ranks_with_their_own_report(
     out.mkdir()
     assert main(["report", str(leaky_run), "-o", str(out / "run.html")]) == 0
     assert capsys.readouterr().out == f"report written to {out / 'run.html'} (1 rank report in run-ranks/)\n"
+    bundle = bundle_for({"bar", "scatter", "heatmap"})  # the cartesian one at plotly.py's plotly.js version
     written = sorted(p.name for p in (out / "run-ranks").iterdir())
-    assert written == ["node0-rank2.arrow.html", "plotly-cartesian.min.js"]
+    assert written == sorted(["node0-rank2.arrow.html", bundle.file_name])
     page = (out / "run.html").read_text(encoding="utf-8")
     summary = cluster_summary(load_run(leaky_run))
     link = "run-ranks/node0-rank2.arrow.html"
@@ -148,15 +148,14 @@ def test_run_report_links_the_rows_of_ranks_with_their_own_report(
     assert page.count("data-href=") == 1 and f'<tr data-row="2" class="outlier" data-href="{link}">' in page
     assert "1 rank report: click a rank's row in a heatmap or in the table to open its views" in page
     rank = (out / "run-ranks" / "node0-rank2.arrow.html").read_text(encoding="utf-8")
-    assert '<script src="plotly-cartesian.min.js"></script>' in rank and "gpuviz report: node0/rank2" in rank
+    assert f'<script src="{bundle.file_name}"></script>' in rank and "gpuviz report: node0/rank2" in rank
     assert "<h2>node0/rank2/GPU:0: peak 14 MiB</h2>" in rank
-    assert (out / "run-ranks" / "plotly-cartesian.min.js").read_text(encoding="utf-8") == CARTESIAN.source()
-    assert CARTESIAN.source().startswith("/**\n* plotly.js (cartesian - minified) v")
+    assert (out / "run-ranks" / bundle.file_name).read_text(encoding="utf-8") == bundle.source()
 
     written = write_run_report(load_run(leaky_run), out / "all.html", rank_reports="all", cdn=True)
     assert sorted(written.rank_reports) == [f"node0-rank{r}.arrow" for r in range(5)]
     assert sorted(p.name for p in (out / "all-ranks").iterdir()) == [f"node0-rank{r}.arrow.html" for r in range(5)]
-    cdn = f'<script src="https://cdn.plot.ly/plotly-cartesian-{plotly.offline.get_plotlyjs_version()}.min.js">'
+    cdn = f'<script src="{bundle.cdn_url()}">'
     assert cdn in written.rank_reports["node0-rank0.arrow"].read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="rank reports must be one of outliers, all, none, not 'some'"):
         write_run_report(load_run(leaky_run), out / "some.html", rank_reports="some")

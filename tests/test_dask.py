@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,8 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 from runs import write_leaky_run
+from traces import trace_path
+from waiting import wait_until
 
 import gpuviz
 from gpuviz import EventLog, LogFormatError, SimUpstream, cluster_summary, load_run
@@ -25,8 +26,6 @@ from gpuviz.base.ranks import RankInfo
 from gpuviz.base.units import MiB
 from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.dask import profile_run
-
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
 
 
 @pytest.fixture
@@ -104,7 +103,7 @@ def test_options_reach_the_workers(leaky_run: Path, executor: Client | None) -> 
 
 def test_imported_traces_given_as_a_list_are_ranks_in_list_order(executor: Client | None) -> None:
     names = ["pt_snapshot_assignment2_2026b.pickle", "pt_snapshot_assignment2_2026a.pickle"]
-    files = [TRACES / name for name in names]
+    files = [trace_path(name) for name in names]  # real traces (GPUVIZ_TEST_TRACES)
     got = profile_run(files, executor)
     assert_identical(got, cluster_summary(gpuviz.Run(tuple(files))))
     assert got.table["host"].tolist() == ["pt_snapshot_assignment2_2026b", "pt_snapshot_assignment2_2026a"]
@@ -147,12 +146,11 @@ def test_the_dask_client_is_left_clean(leaky_run: Path, client: Client) -> None:
     sends the cancel on its batched stream, which a later call may overtake: the scheduler has
     forgotten the keys shortly after, not necessarily when profile_run returns.)"""
     profile_run(leaky_run, client)
-    deadline = time.monotonic() + 10
-    while (tasks := client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-    assert tasks == 0
+    wait_until(
+        lambda: client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0,
+        "the scheduler forgets the summary's tasks",
+        poll_s=0.05,
+    )
 
 
 def test_import_gpuviz_does_not_import_dask() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from runs import write_leaky_run
+from traces import trace_path
 
 import gpuviz
 from gpuviz import cluster_summary, load_run
@@ -21,7 +22,7 @@ from gpuviz.base.units import MiB
 from gpuviz.frontends.cli import main
 from gpuviz.views.cluster import cluster_grid, cluster_heatmap, cluster_report_html
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
+XPLANE = "tb_xplane_gpu_multiworker.xplane.pb"  # a real trace (GPUVIZ_TEST_TRACES)
 
 
 # ------------------------------------------------------------------ rank identity
@@ -195,13 +196,13 @@ def test_cli_summary_and_report_of_a_run_directory(leaky_run: Path, capsys: pyte
 
 # ------------------------------------------------------------------ imported traces
 def test_the_8_gpu_xplane_is_a_run_of_8_gpu_rows() -> None:
-    summary = cluster_summary(load_run(TRACES / "tb_xplane_gpu_multiworker.xplane.pb"))
+    summary = cluster_summary(load_run(trace_path(XPLANE)))
     table = summary.table
     assert table["device"].tolist() == [f"tb_xplane_gpu_multiworker/rank0/GPU:{i}" for i in range(8)]
     assert table["rank"].tolist() == [0] * 8
     active = table["peak_bytes"] > 0  # the trace has allocator events on GPUs 1, 4 and 6 only
     assert table.loc[active, "device"].str[-5:].tolist() == ["GPU:1", "GPU:4", "GPU:6"]
-    log = gpuviz.load(TRACES / "tb_xplane_gpu_multiworker.xplane.pb", progress=False)
+    log = gpuviz.load(trace_path(XPLANE), progress=False)
     assert table["peak_bytes"].tolist() == [gpuviz.peak(log, f"GPU:{i}").bytes for i in range(8)]
     # idle GPUs are never outliers; GPU:1 (7.5 KiB against ~2 GiB on GPUs 4 and 6) is
     assert table["peak_bytes"].tolist()[1] == 7680
@@ -211,12 +212,13 @@ def test_the_8_gpu_xplane_is_a_run_of_8_gpu_rows() -> None:
 
 
 def test_per_rank_pytorch_snapshots_join_as_ranks_in_file_order() -> None:
-    pattern = str(TRACES / "pt_snapshot_assignment2_2026*.pickle")
-    table = cluster_summary(load_run(pattern)).table
     names = ["pt_snapshot_assignment2_2026a", "pt_snapshot_assignment2_2026b"]
+    folder = trace_path(f"{names[0]}.pickle").parent
+    assert trace_path(f"{names[1]}.pickle").parent == folder
+    table = cluster_summary(load_run(str(folder / "pt_snapshot_assignment2_2026*.pickle"))).table
     assert table["rank"].tolist() == [0, 1] and table["host"].tolist() == names
     assert table["device"].tolist() == [f"{name}/rank{r}/GPU:0" for r, name in enumerate(names)]
-    peaks = [gpuviz.peak(gpuviz.load(TRACES / f"{name}.pickle", progress=False), "GPU:0").bytes for name in names]
+    peaks = [gpuviz.peak(gpuviz.load(trace_path(f"{name}.pickle"), progress=False), "GPU:0").bytes for name in names]
     assert table["peak_bytes"].tolist() == peaks == [3861684736, 13927832064]
 
 

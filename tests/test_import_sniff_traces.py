@@ -1,4 +1,4 @@
-"""Every importer's sniffer on every real file in shared/data/traces and every fixture: each file is
+"""Every importer's sniffer on every real trace (GPUVIZ_TEST_TRACES) and every fixture: each file is
 accepted by its own format's sniffer and by no other (load chooses by content, never by name)."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traces import trace_files
 
 from gpuviz.importers import IMPORTERS, detect
 from gpuviz.importers.source import Source
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
 FIXTURES = Path(__file__).parent / "fixtures"
 MODULES = list(map(__import__("importlib").import_module, IMPORTERS))
 SNIFFERS = {module.NAME: module.sniff for module in MODULES}
@@ -31,24 +31,39 @@ OWN = {
     "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz": "xprof-memory-profile",
     "tb_memory_profile_tpu_xprof_golden.json.gz": "xprof-memory-profile",
     "pt_memory_timeline_raw_hta.json.gz": "pytorch-memory-timeline",
-    "pt_profiler_h100_owlv2_tracelens.json.gz": "pytorch-profiler",  # by its keys: they sit past the head
     "pt_snapshot_codelocation_3gpu_expandable_oom.pickle": "pytorch-snapshot",
+    "pt_profiler_h100_owlv2_tracelens.json.gz": "pytorch-profiler",  # by its keys: they sit past the head
+}
+NOT_YET: dict[str, str] = {}  # real files gpuviz cannot open yet (strict expected failures)
+
+
+FOLDER_OWNER = {
+    "torch_profiler": "pytorch-profiler",
+    "torch_profiler_ops": "pytorch-profiler",
+    "torch_memory_timeline": "pytorch-memory-timeline",
+    "jax_xplane": "xplane",
+    "tf_bfc": "xplane",
+    "tf_placement": "tf-placement",
+    "xprof_memory": "xprof-memory-profile",
+    "jax_memory_profile": "jax-memory-profile",
 }
 
 
 def _fixture_owner(path: Path) -> str | None:
     name = path.name
+    if name.endswith((".py", ".json")) and path.parent != FIXTURES:
+        return None  # generator scripts and manifests
+    if path.parent.name in FOLDER_OWNER:
+        return FOLDER_OWNER[path.parent.name]
+    if path.parent.name == "torch_snapshot_export":
+        return "gpuviz" if name.endswith(".arrow") else "pytorch-snapshot"
     if name.startswith("rmm_log"):
         return "rmm-csv"
     if "torch_profiler" in name:
         return "pytorch-profiler"
     if name.startswith("pt_snapshot_"):
         return "pytorch-snapshot"
-    if name.endswith(".xplane.pb.gz"):
-        return "xplane"
-    if name.endswith(".prof") and path.parent.name == "jax_memory_profile":
-        return "jax-memory-profile"
-    return None  # the legacy RMM CSV (rejected by its own reader), scripts, manifests
+    return None  # the legacy RMM CSV (rejected by its own reader)
 
 
 def _accepted(path: Path) -> set[str]:
@@ -61,7 +76,7 @@ def _accepted(path: Path) -> set[str]:
     return accepted
 
 
-@pytest.mark.parametrize("path", sorted(p for p in TRACES.iterdir() if p.name != "SOURCES.md"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", trace_files(OWN, pattern="*", exclude=["SOURCES.md"], xfail=NOT_YET))
 def test_each_real_file_is_accepted_by_its_own_sniffer_only(path: Path) -> None:
     assert _accepted(path) == {OWN[path.name]}
     assert detect(path) == OWN[path.name]

@@ -1,4 +1,5 @@
-"""TensorFlow placement logs: real Colab outputs (text and notebook) and every line form TF writes."""
+"""TensorFlow placement logs: real Colab outputs (text and notebook, GPUVIZ_TEST_TRACES) and every line
+form TF writes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from traces import trace_path
 
 import gpuviz
 from gpuviz import LogFormatError
@@ -15,7 +17,6 @@ from gpuviz.analysis.tables import placement_table
 from gpuviz.importers import detect
 from gpuviz.importers.tf_placement import device_name, sniff
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
 RUNS = ["tf_placement_colab_gpu_guide", "tf_placement_colab_xla_gpu_seq2seq"]
 
 
@@ -27,9 +28,9 @@ def _expected(text: str) -> Counter[tuple[str, str]]:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_real_colab_runs_give_one_placement_per_executed_op(run: str) -> None:
-    text = (TRACES / f"{run}.outputs.txt").read_text()
+    text = (trace_path(f"{run}.outputs.txt")).read_text()
     expected = _expected(text)
-    for path in (TRACES / f"{run}.outputs.txt", TRACES / f"{run}.ipynb"):
+    for path in (trace_path(f"{run}.outputs.txt"), trace_path(f"{run}.ipynb")):
         assert detect(path) == "tf-placement"
         log = gpuviz.load(path)
         assert Counter((e.tag, e.device) for e in log) == expected
@@ -42,12 +43,12 @@ def test_real_colab_runs_give_one_placement_per_executed_op(run: str) -> None:
 
 
 def test_placement_table_of_a_real_run() -> None:
-    log = gpuviz.load(TRACES / "tf_placement_colab_gpu_guide.ipynb")
+    log = gpuviz.load(trace_path("tf_placement_colab_gpu_guide.ipynb"))
     assert log.device_names == ["GPU:0", "CPU:0"]
     table = placement_table(log)
     columns = zip(table["op"], table["device"], table["count"], strict=True)
     counts = {(str(op), str(device)): int(n) for op, device, n in columns}
-    text = (TRACES / "tf_placement_colab_gpu_guide.outputs.txt").read_text()
+    text = (trace_path("tf_placement_colab_gpu_guide.outputs.txt")).read_text()
     assert counts == dict(_expected(text))
 
 
@@ -116,7 +117,7 @@ def test_sniffing_is_strict() -> None:
 
 
 def test_a_broken_notebook_is_a_clear_error(tmp_path: Path) -> None:
-    data = (TRACES / "tf_placement_colab_gpu_guide.ipynb").read_bytes()
+    data = (trace_path("tf_placement_colab_gpu_guide.ipynb")).read_bytes()
     path = tmp_path / "cut.ipynb"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(LogFormatError, match="looks like a notebook but is not valid JSON"):

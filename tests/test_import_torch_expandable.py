@@ -1,5 +1,5 @@
-"""A PyTorch snapshot of expandable segments (a small hand-written fixture: no real trace with
-``segment_map``/``segment_unmap`` exists in ../shared/data/traces): the trace's mapped and
+"""A PyTorch snapshot of expandable segments (a small hand-written fixture: PyTorch records them only
+on CUDA; a real 3-GPU one is among the optional real traces): the trace's mapped and
 unmapped ranges become segment_map/segment_unmap, the segments at the start are found by
 undoing them, and replay ends in the snapshot's own segments."""
 

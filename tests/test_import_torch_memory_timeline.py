@@ -1,4 +1,5 @@
-"""PyTorch's raw memory timeline (export_memory_timeline_raw): the real HTA file and edge cases."""
+"""PyTorch's raw memory timeline (export_memory_timeline_raw): the real HTA file (GPUVIZ_TEST_TRACES)
+and edge cases."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from counting import ProgressCounter
+from traces import optional_trace, trace_path
 
 import gpuviz
 from gpuviz import LogFormatError, replay
@@ -19,8 +21,7 @@ from gpuviz.importers.source import NullProgress, Source
 from gpuviz.importers.torch_memory_timeline import CATEGORIES
 from gpuviz.log.schema import Kind
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
-RAW = TRACES / "pt_memory_timeline_raw_hta.json.gz"
+RAW = "pt_memory_timeline_raw_hta.json.gz"
 
 
 def _signed(log: gpuviz.EventLog) -> list[int]:
@@ -29,9 +30,10 @@ def _signed(log: gpuviz.EventLog) -> list[int]:
 
 
 def test_real_timeline_bytes_in_use_follow_the_file_row_by_row() -> None:
-    rows = json.loads(gzip.decompress(RAW.read_bytes()))
-    assert detect(RAW) == "pytorch-memory-timeline"
-    log = gpuviz.load(RAW)
+    raw = trace_path(RAW)
+    rows = json.loads(gzip.decompress(raw.read_bytes()))
+    assert detect(raw) == "pytorch-memory-timeline"
+    log = gpuviz.load(raw)
     changes = [n for _, action, n, _ in rows if action != 3]  # version increments move bytes between categories
     assert _signed(log) == changes
     in_use = np.cumsum(changes)
@@ -127,16 +129,20 @@ def _random_rows(n: int, seed: int) -> list[list[int]]:
 
 
 def test_streamed_reading_gives_the_log_of_reading_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real file (gzip and plain) and generated ones of many 16 KiB pieces, compact and indented,
-    with leading white space and a DESTROY before any CREATE: the same log as reading whole, and
-    no file of valid rows is read whole."""
-    plain = tmp_path / "raw.json"
-    plain.write_bytes(gzip.decompress(RAW.read_bytes()))
+    """The real file (gzip and plain, where the real traces are available) and generated ones of
+    many 16 KiB pieces, compact and indented, with leading white space and a DESTROY before any
+    CREATE: the same log as reading whole, and no file of valid rows is read whole."""
+    real = optional_trace(RAW)
+    reals = []
+    if real is not None:
+        plain = tmp_path / "raw.json"
+        plain.write_bytes(gzip.decompress(real.read_bytes()))
+        reals = [real, plain]
     rows = [[5, 4, -100, 2], *_random_rows(40_000, seed=1), [10**6, 4, -100, 3]]
     compact, indented = tmp_path / "compact.json", tmp_path / "indented.json.gz"
     compact.write_text("\n  " + json.dumps(rows, separators=(",", ":")) + "\n")
     indented.write_bytes(gzip.compress(json.dumps(rows, indent=1).encode()))
-    for path in (RAW, plain, compact, indented):
+    for path in (*reals, compact, indented):
         log = _assert_same(path, never_whole=monkeypatch)
         assert isinstance(log, gpuviz.EventLog) and not log.truncated
     log = _assert_same(compact)
@@ -176,7 +182,7 @@ def test_irregular_files_get_what_reading_whole_gives(tmp_path: Path, text: str,
 
 def test_a_cut_gzip_stream_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "cut.json.gz"
-    data = RAW.read_bytes()
+    data = gzip.compress(json.dumps(_random_rows(5_000, seed=2)).encode())
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(LogFormatError, match="the gzip stream is truncated or corrupt"):
         gpuviz.load(path)
@@ -195,8 +201,9 @@ def test_progress_moves_in_both_passes_and_fills_once(monkeypatch: pytest.Monkey
         return opened(self, **options)
 
     monkeypatch.setattr(Source, "open", open_counted)
-    size = RAW.stat().st_size
-    log = torch_memory_timeline.read(Source(RAW, progress=ProgressCounter(seen)), progress=NullProgress())
+    raw = trace_path(RAW)
+    size = raw.stat().st_size
+    log = torch_memory_timeline.read(Source(raw, progress=ProgressCounter(seen)), progress=NullProgress())
     assert len(log) == 14670
     assert at_open == [0, size // 2] and sum(seen) == size
 

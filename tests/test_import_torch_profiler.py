@@ -1,4 +1,5 @@
-"""PyTorch profiler Chrome traces: real V100 traces (current and 2021 schema) and hand-made edge cases."""
+"""PyTorch profiler Chrome traces: real V100 traces (current and 2021 schema, GPUVIZ_TEST_TRACES) and
+hand-made edge cases."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from traces import trace_path
 
 import gpuviz
 from gpuviz import EventLog, LogFormatError, replay
 from gpuviz.importers import detect
 from gpuviz.log.schema import Kind
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
-HTA = TRACES / "pt_profiler_cuda_v100_hta_df_index_resolver.json.gz"
-OLD = TRACES / "pt_profiler_cuda_v100_kineto_resnet50_2021_oldschema.json.gz"
+HTA = "pt_profiler_cuda_v100_hta_df_index_resolver.json.gz"
+OLD = "pt_profiler_cuda_v100_kineto_resnet50_2021_oldschema.json.gz"
 SMALL = Path(__file__).parent / "fixtures" / "torch_profiler_small.json"
 
 
@@ -45,14 +46,15 @@ def _in_use_after_each_change(log: EventLog, device: str) -> tuple[list[int], li
 
 @pytest.fixture(scope="module")
 def hta() -> tuple[EventLog, list[dict[str, Any]]]:
-    return gpuviz.load(HTA), _raw_memory_events(HTA)
+    path = trace_path(HTA)
+    return gpuviz.load(path), _raw_memory_events(path)
 
 
 def test_current_schema_bytes_in_use_equal_total_allocated_after_every_event(
     hta: tuple[EventLog, list[dict[str, Any]]],
 ) -> None:
     log, raw = hta
-    assert detect(HTA) == "pytorch-profiler"
+    assert detect(trace_path(HTA)) == "pytorch-profiler"
     assert log.device_names == ["GPU:1", "CPU:0"]
     for device in ("GPU:1", "CPU:0"):
         traced = [e["args"] for e in raw if _device(e["args"]) == device]
@@ -123,8 +125,8 @@ def test_current_schema_meta_devices_and_reserved(hta: tuple[EventLog, list[dict
 
 
 def test_2021_schema_pairs_frees_by_size_and_keeps_bytes_in_use() -> None:
-    log = gpuviz.load(OLD)
-    raw = _raw_memory_events(OLD)
+    log = gpuviz.load(trace_path(OLD))
+    raw = _raw_memory_events(trace_path(OLD))
     assert log.meta["source"]["schema"] == "2021 (no Addr/totals)"
     assert log.meta["columns"]["address"] == "absent"
     assert log.device_names == ["GPU:0", "CPU:0"]

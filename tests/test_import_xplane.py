@@ -1,5 +1,5 @@
-"""XPlane (TensorFlow/JAX profiler) import: the real multi-GPU trace, checked against xprof's own
-conversion of the same file, plus hand-made protobufs for edge cases and bad input."""
+"""XPlane (TensorFlow/JAX profiler) import: the real multi-GPU trace (GPUVIZ_TEST_TRACES), checked
+against xprof's own conversion of the same file, plus hand-made protobufs for edge cases and bad input."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from traces import TRACES, trace_files, trace_path
 
 import gpuviz
 from gpuviz import LogFormatError, replay
@@ -17,25 +18,26 @@ from gpuviz.importers import detect, load
 from gpuviz.importers.protowire import as_int64, fields
 from gpuviz.importers.xplane import sniff
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
-XPLANE = TRACES / "tb_xplane_gpu_multiworker.xplane.pb"
-XPROF_JSON = TRACES / "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz"
+XPLANE = "tb_xplane_gpu_multiworker.xplane.pb"
+XPROF_JSON = "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz"
+TF_BFC = Path(__file__).parent / "fixtures" / "tf_bfc"
 DEVICE_OF = {"GPU_1_bfc": "GPU:1", "GPU_4_bfc": "GPU:4", "GPU_6_bfc": "GPU:6", "gpu_host_bfc": "CPU:0"}
 
 
 @pytest.fixture(scope="module")
 def log() -> gpuviz.EventLog:
-    return gpuviz.load(XPLANE)
+    return gpuviz.load(trace_path(XPLANE))
 
 
 @pytest.fixture(scope="module")
 def xprof() -> dict[str, dict]:  # type: ignore[type-arg]
-    profile: dict[str, dict] = json.loads(gzip.decompress(XPROF_JSON.read_bytes()))["memoryProfilePerAllocator"]  # type: ignore[type-arg]
+    document = json.loads(gzip.decompress(trace_path(XPROF_JSON).read_bytes()))
+    profile: dict[str, dict] = document["memoryProfilePerAllocator"]  # type: ignore[type-arg]
     return profile
 
 
 def test_multi_gpu_file_is_eight_gpus_plus_the_host(log: gpuviz.EventLog) -> None:
-    assert detect(XPLANE) == "xplane"
+    assert detect(trace_path(XPLANE)) == "xplane"
     assert [d.name for d in log.devices] == [f"GPU:{i}" for i in range(8)] + ["CPU:0"]
     assert {d.name: d.options.get("allocator") for d in log.devices if "allocator" in d.options} == {
         v: k for k, v in DEVICE_OF.items()
@@ -212,24 +214,25 @@ def test_untracked_bytes_that_vary_are_reported_not_hidden(tmp_path: Path) -> No
 
 
 def test_truncated_and_corrupt_protobufs_raise_clear_errors(tmp_path: Path) -> None:
-    data = XPLANE.read_bytes()
+    data = gzip.decompress((TF_BFC / "keras_fit.xplane.pb.gz").read_bytes())  # TF's own XSpace
     cut = tmp_path / "cut.xplane.pb"
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(LogFormatError, match=r"not a complete XSpace protobuf \(truncated or corrupt"):
         load(cut)
     zipped = tmp_path / "cut.xplane.pb.gz"
-    zipped.write_bytes(gzip.compress(data)[:100_000])
+    zipped.write_bytes(gzip.compress(data)[: len(gzip.compress(data)) // 2])
     with pytest.raises(LogFormatError, match="truncated or corrupt"):
         load(zipped)
 
 
 def test_sniffer_accepts_only_xspaces() -> None:
-    for path in TRACES.iterdir():
-        if path.name == "SOURCES.md":
-            continue
+    """Every real trace (where available) and every fixture: only XSpaces are accepted."""
+    fixtures = [p for p in (Path(__file__).parent / "fixtures").rglob("*") if p.is_file()]
+    real = [p for p in TRACES.iterdir() if p.name != "SOURCES.md"] if TRACES is not None else []
+    for path in [*real, *fixtures]:
         raw = path.read_bytes()[: 1 << 16]
         head = gzip.decompress(path.read_bytes())[: 1 << 16] if raw[:2] == b"\x1f\x8b" else raw
-        assert sniff(head) == (path == XPLANE), path.name
+        assert sniff(head) == (path.name == XPLANE or path.name.endswith(".xplane.pb.gz")), path.name
     assert not sniff(b"\nExecuting op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0\n")
     assert not sniff(b"")
     assert sniff(_space([]))
@@ -270,9 +273,8 @@ def test_a_profile_without_memory_events_says_so(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [XPLANE, *sorted((Path(__file__).parent / "fixtures" / "tf_bfc").glob("*.xplane.pb.gz")),
-     TRACES / "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz"],
-    ids=lambda p: p.name.split(".")[0],
+    [*trace_files([XPLANE, XPROF_JSON]),
+     *(pytest.param(p, id=p.name) for p in sorted(TF_BFC.glob("*.xplane.pb.gz")))],
 )  # fmt: skip
 def test_tags_are_numbered_in_order_of_first_use(path: Path) -> None:
     """The writer interns every tag before writing a row; the string table is still the one

@@ -1,4 +1,4 @@
-"""XProf memory-profile JSON import: the real GPU (xprof-converted) and TPU (xprof golden) files,
+"""XProf memory-profile JSON import: the real GPU (xprof-converted) and TPU (xprof golden) files (GPUVIZ_TEST_TRACES),
 checked snapshot by snapshot against the JSON read here with plain ``json``, plus hand-made files."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from traces import TRACES, needs_traces, trace_files, trace_path
 
 import gpuviz
 from gpuviz import LogFormatError
 from gpuviz.importers import detect, load
 from gpuviz.importers.xprof_memory import sniff
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
-GPU_JSON = TRACES / "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz"
-TPU_JSON = TRACES / "tb_memory_profile_tpu_xprof_golden.json.gz"
-XPLANE = TRACES / "tb_xplane_gpu_multiworker.xplane.pb"
+GPU_JSON = "tb_memory_profile_gpu_multiworker_converted_xprof2.24.2.json.gz"
+TPU_JSON = "tb_memory_profile_tpu_xprof_golden.json.gz"
+XPLANE = "tb_xplane_gpu_multiworker.xplane.pb"
 
 
 def _profiles(path: Path) -> dict[str, Any]:
@@ -54,11 +54,11 @@ def _check_against_snapshots(log: gpuviz.EventLog, profiles: dict[str, Any], dev
 
 
 def test_gpu_profile_matches_every_snapshot_and_the_xplane_it_came_from() -> None:
-    log = gpuviz.load(GPU_JSON)
-    assert detect(GPU_JSON) == "xprof-memory-profile"
+    log = gpuviz.load(trace_path(GPU_JSON))
+    assert detect(trace_path(GPU_JSON)) == "xprof-memory-profile"
     devices = {"GPU_1_bfc": "GPU:1", "GPU_4_bfc": "GPU:4", "GPU_6_bfc": "GPU:6", "gpu_host_bfc": "CPU:0"}
     assert [(d.name, d.options["allocator"]) for d in log.devices] == [(v, k) for k, v in devices.items()]
-    profiles = _profiles(GPU_JSON)
+    profiles = _profiles(trace_path(GPU_JSON))
     _check_against_snapshots(log, profiles, devices)
     counts = Counter((e.kind, e.device) for e in log if e.kind in ("alloc", "free"))
     assert counts == {
@@ -76,7 +76,7 @@ def test_gpu_profile_matches_every_snapshot_and_the_xplane_it_came_from() -> Non
     assert peak + gpu4["untracked_bytes_in_use"] == 6208853760
     assert log.meta["source"]["sampled"] == dict.fromkeys(devices, False)
     # the same run from its XPlane: the same allocations, sizes and untracked bytes
-    xplane = gpuviz.load(XPLANE)
+    xplane = gpuviz.load(trace_path(XPLANE))
     for device in devices.values():
         assert [r[2:] for r in _rows(xplane, device)] == [r[2:] for r in _rows(log, device)]
         options = xplane.devices[xplane.device_index(device)].options
@@ -86,10 +86,10 @@ def test_gpu_profile_matches_every_snapshot_and_the_xplane_it_came_from() -> Non
 
 
 def test_tpu_golden_profile_infers_the_size_of_frees_that_name_none() -> None:
-    log = load(TPU_JSON)
+    log = load(trace_path(TPU_JSON))
     devices = {str(i): f"TPU:{i}" for i in range(4)}
     assert [d.name for d in log.devices] == list(devices.values())
-    _check_against_snapshots(log, _profiles(TPU_JSON), devices)
+    _check_against_snapshots(log, _profiles(trace_path(TPU_JSON)), devices)
     counts = Counter((e.kind, e.device) for e in log if e.kind in ("alloc", "free"))
     assert counts["alloc", "TPU:0"] == 225 + 13 and counts["free", "TPU:0"] == 196
     assert [d.options["untracked_bytes_in_use"] for d in log.devices] == [3346739200] + [3346196480] * 3
@@ -151,24 +151,27 @@ def test_a_full_timeline_is_flagged_as_sampled(tmp_path: Path) -> None:
 
 
 def test_truncated_json_and_gzip_raise_clear_errors(tmp_path: Path) -> None:
-    raw = gzip.decompress(GPU_JSON.read_bytes())
+    gpu_json = trace_path(GPU_JSON)
+    raw = gzip.decompress(gpu_json.read_bytes())
     cut = tmp_path / "cut.memory_profile.json"
     cut.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(LogFormatError, match="could not be read as an XProf/TensorBoard memory profile"):
         load(cut)
     cut_gz = tmp_path / "cut.memory_profile.json.gz"
-    cut_gz.write_bytes(GPU_JSON.read_bytes()[:60_000])
+    cut_gz.write_bytes(gpu_json.read_bytes()[:60_000])
     with pytest.raises(LogFormatError, match="truncated or corrupt"):
         load(cut_gz)
 
 
+@needs_traces
 def test_sniffer_accepts_only_memory_profiles() -> None:
+    assert TRACES is not None
     for path in TRACES.iterdir():
         if path.name == "SOURCES.md":
             continue
         raw = path.read_bytes()
         head = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)[: 1 << 16]
-        assert sniff(head) == (path in (GPU_JSON, TPU_JSON)), path.name
+        assert sniff(head) == (path.name in (GPU_JSON, TPU_JSON)), path.name
 
 
 def _reference(path: Path) -> gpuviz.EventLog:
@@ -191,7 +194,7 @@ def _reference(path: Path) -> gpuviz.EventLog:
     return log
 
 
-@pytest.mark.parametrize("path", [GPU_JSON, TPU_JSON], ids=["multiworker", "tpu-golden"])
+@pytest.mark.parametrize("path", trace_files([GPU_JSON, TPU_JSON]))
 def test_the_streamed_profile_gives_the_log_of_the_whole_document(path: Path, tmp_path: Path, monkeypatch: Any) -> None:
     from gpuviz.importers import xprof_memory
 
@@ -211,14 +214,15 @@ def test_the_streamed_profile_gives_the_log_of_the_whole_document(path: Path, tm
 
 
 def test_a_profile_cut_anywhere_is_refused_naming_the_file(tmp_path: Path) -> None:
-    raw = gzip.decompress(TPU_JSON.read_bytes())
+    tpu_json = trace_path(TPU_JSON)
+    raw = gzip.decompress(tpu_json.read_bytes())
     for fraction in (0.001, 0.25, 0.5, 0.999):
         cut = tmp_path / f"cut{fraction}.memory_profile.json"
         cut.write_bytes(raw[: int(len(raw) * fraction)])
         with pytest.raises(LogFormatError, match=f"{cut.name} could not be read as .*character \\d+ of the document"):
             load(cut)
         cut_gz = tmp_path / f"cut{fraction}.memory_profile.json.gz"
-        cut_gz.write_bytes(TPU_JSON.read_bytes()[: int(TPU_JSON.stat().st_size * fraction)])
+        cut_gz.write_bytes(tpu_json.read_bytes()[: int(tpu_json.stat().st_size * fraction)])
         message = "not a gpuviz event log nor a trace" if fraction < 0.01 else "the gzip stream is truncated or corrupt"
         with pytest.raises(LogFormatError, match=f"{cut_gz.name}.*{message}"):  # too short to tell what it is
             load(cut_gz)

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from waiting import wait_until
 
 import gpuviz
 from gpuviz.analysis.live import LiveFollower
@@ -118,10 +119,9 @@ def test_live_dashboard_follows_a_growing_log_from_its_thread() -> None:
     alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), growth=True, log=log)
     dashboard = Dashboard(log, live=True, rate_hz=50, budget=1.0)
     kept = [alloc.allocate((i % 5 + 1) << 16, tag="kept") for i in range(200)]
-    for _ in range(500):  # at most 5 s
-        if dashboard.live_updates >= 3 and "(live)" in dashboard.map_json:
-            break
-        time.sleep(0.01)
+    wait_until(
+        lambda: dashboard.live_updates >= 3 and "(live)" in dashboard.map_json, "three live updates of the dashboard"
+    )
     assert "(live)" in dashboard.map_json and dashboard.slider_label.startswith("live · event ")
     dashboard.stop_live()
     assert dashboard.refresh_count == 1 and len(kept) == 200

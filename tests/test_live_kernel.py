@@ -93,6 +93,7 @@ def _segment_row(data: st.DataObject, t: int, device: int, segments: dict[int, i
     return _row(t, Kind.SEGMENT_MAP, device, address, size)
 
 
+@pytest.mark.slow
 @needs_kernel
 @settings(max_examples=200, deadline=None)
 @given(st.data())

@@ -17,9 +17,12 @@ from gpuviz.analysis.live import LiveFollower
 from gpuviz.views.livemap import live_map
 
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (apt-get install chromium)"
+    ),
+    pytest.mark.slow,  # starts Chromium
+]
 
 
 def test_the_bucketed_live_map_renders_and_hover_names_a_bucket(tmp_path: Path) -> None:

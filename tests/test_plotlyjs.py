@@ -1,9 +1,14 @@
 """The plotly.js a page loads: the vendored cartesian partial bundle, tied to plotly.py's
-plotly.js version, and the full bundle for any page with a trace type it lacks (in Chromium:
-the partial bundle registers exactly the types gpuviz counts on, and a fallback page draws)."""
+plotly.js version, and the full bundle for any page with a trace type it lacks or after plotly.py
+moved to another plotly.js (said, never failed) (in Chromium: the partial bundle registers exactly
+the types gpuviz counts on, and a fallback page draws).
+
+Tests of the cartesian bundle in use pin plotly.py's plotly.js version to the vendored one
+(``same_version``): they hold the day plotly.py ships another plotly.js, when pages fall back."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,26 +22,44 @@ from runs import write_leaky_run
 import gpuviz
 from gpuviz import cluster_summary, load_run
 from gpuviz.analysis.profile import profile
+from gpuviz.views import plotlyjs as plotlyjs_module
 from gpuviz.views.cluster import cluster_report_html
 from gpuviz.views.plotlyjs import (
     CARTESIAN,
     CARTESIAN_TRACE_TYPES,
     FULL,
+    PlotlyjsVersionWarning,
     bundle_for,
+    bundle_status,
     plotlyjs_script,
     trace_types,
     vendored_version,
+    version_mismatch,
 )
 from gpuviz.views.report import plot_div, report_document
 
 chromium = test_browser.browser  # its module-scoped Chromium, as the fixture ``chromium``
 VENDORED = Path(gpuviz.__file__).parent / "views" / "js" / "plotly-cartesian.min.js"
+INSTALLED_PLOTLYJS = plotly.offline.get_plotlyjs_version()
 
 
-def test_the_vendored_bundle_is_the_plotly_js_of_python_plotly() -> None:
-    """Fails after a plotly upgrade until ``gpuviz/views/js/refresh.sh`` fetched the same version."""
-    version = plotly.offline.get_plotlyjs_version()
-    assert vendored_version() == version
+@pytest.fixture
+def same_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plotly.py's plotly.js version as the vendored bundle's (the case gpuviz/views/js/refresh.sh keeps)."""
+    monkeypatch.setattr(plotly.offline, "get_plotlyjs_version", vendored_version)
+
+
+@pytest.fixture
+def other_version(monkeypatch: pytest.MonkeyPatch) -> str:
+    """plotly.py shipping another plotly.js than the vendored bundle (after an upgrade)."""
+    monkeypatch.setattr(plotly.offline, "get_plotlyjs_version", lambda: "99.0.0")
+    monkeypatch.setattr(plotly, "__version__", "99.1.0")
+    monkeypatch.setattr(plotlyjs_module, "_warned", set())
+    return "99.0.0"
+
+
+def test_the_vendored_bundle_is_plotly_js_cartesian_with_its_license() -> None:
+    version = vendored_version()
     header = VENDORED.read_text(encoding="utf-8")[:200]
     assert header.startswith(f"/**\n* plotly.js (cartesian - minified) v{version}\n* Copyright 2012-")
     assert "* Licensed under the MIT license\n*/" in header
@@ -45,7 +68,14 @@ def test_the_vendored_bundle_is_the_plotly_js_of_python_plotly() -> None:
     assert 1_000_000 < len(CARTESIAN.source()) < len(FULL.source()) / 2  # 1.5 MB against 4.8 MB
 
 
-def test_a_trace_type_the_partial_bundle_lacks_gets_the_full_bundle() -> None:
+def test_the_same_version_loads_the_cartesian_bundle_and_says_so(same_version: None) -> None:
+    assert version_mismatch() is None
+    assert bundle_status() == (
+        f"cartesian bundle v{vendored_version()} (plotly.py's plotly.js), the full one for other trace types"
+    )
+
+
+def test_a_trace_type_the_partial_bundle_lacks_gets_the_full_bundle(same_version: None) -> None:
     ours = [go.Figure([go.Scatter(y=[1, 2]), go.Bar(y=[1])]), go.Figure(go.Heatmap(z=[[1, 2]])), {"data": [{}]}]
     assert trace_types(ours) == {"scatter", "bar", "heatmap"}  # a trace without a type is a scatter
     assert bundle_for(trace_types(ours)) is CARTESIAN
@@ -68,13 +98,38 @@ def test_a_trace_type_the_partial_bundle_lacks_gets_the_full_bundle() -> None:
         plotlyjs_script("local", CARTESIAN)
 
 
-def test_another_plotly_js_version_than_the_vendored_one_gets_the_full_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a plotly upgrade without a refreshed bundle, pages fall back to plotly.py's own copy."""
-    monkeypatch.setattr(plotly.offline, "get_plotlyjs_version", lambda: "99.0.0")
-    assert bundle_for({"bar"}) is FULL
+def test_another_plotly_js_version_than_the_vendored_one_gets_the_full_bundle_said_once(
+    other_version: str, runtime_log
+) -> None:  # type: ignore[no-untyped-def]
+    """After a plotly upgrade without a refreshed bundle, pages fall back to plotly.py's own copy:
+    warned once per process, and ``gpuviz info`` says it; nothing fails."""
+    said = (
+        f"the vendored plotly.js cartesian bundle is v{vendored_version()} but plotly 99.1.0 ships plotly.js "
+        f"v{other_version}: pages load plotly.py's full bundle (4.8 MB, not 1.5 MB) until "
+        "gpuviz/views/js/refresh.sh fetches the same version"
+    )
+    assert version_mismatch() == said and bundle_status() == said
+    with pytest.warns(PlotlyjsVersionWarning) as caught:
+        assert bundle_for({"bar"}) is FULL
+    assert [str(w.message) for w in caught] == [said]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: no second warning
+        assert bundle_for({"scatter", "heatmap"}) is FULL
+        gpuviz.asarray(np.ones(1000)) * 2
+        document = report_document(profile(runtime_log))
+    assert document.bundle is FULL and f"<script>{FULL.source()}</script>" in document.html
+    assert CARTESIAN.source() not in document.html
+    assert plotlyjs_script("cdn", FULL) == '<script src="https://cdn.plot.ly/plotly-99.0.0.min.js"></script>'
 
 
-def test_gpuviz_pages_load_the_partial_bundle(runtime_log, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gpuviz_info_names_the_bundle_pages_load(other_version: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuviz.frontends.cli import main
+
+    assert main(["info"]) == 0
+    assert f"plotly.js: {version_mismatch()}\n" in capsys.readouterr().out
+
+
+def test_gpuviz_pages_load_the_partial_bundle(runtime_log, tmp_path: Path, same_version: None) -> None:  # type: ignore[no-untyped-def]
     gpuviz.asarray(np.ones(1000)) * 2
     document = report_document(profile(runtime_log))
     assert document.bundle is CARTESIAN and f"<script>{CARTESIAN.source()}</script>" in document.html
@@ -93,7 +148,7 @@ def _page(path: Path, figure: go.Figure) -> None:
 
 
 def test_in_chromium_the_partial_bundle_has_the_trace_types_and_a_fallback_page_draws(  # type: ignore[no-untyped-def]
-    chromium, tmp_path: Path
+    chromium, tmp_path: Path, same_version: None
 ) -> None:
     page = chromium.new_page()
     errors = collect_errors(page)
@@ -105,7 +160,7 @@ def test_in_chromium_the_partial_bundle_has_the_trace_types_and_a_fallback_page_
     page.wait_for_selector("#f .main-svg")
     registered = page.evaluate("Object.keys(Plotly.PlotSchema.get().traces).sort()")
     assert registered == sorted(CARTESIAN_TRACE_TYPES)
-    assert page.evaluate("Plotly.version") == plotly.offline.get_plotlyjs_version()
+    assert page.evaluate("Plotly.version") == vendored_version()
     assert page.locator("#f .hm").count() == 1  # the heatmap is drawn
     sankey = go.Figure(go.Sankey(node={"label": ["a", "b"]}, link={"source": [0], "target": [1], "value": [5]}))
     _page(tmp_path / "sankey.html", sankey)
@@ -139,13 +194,14 @@ def test_every_result_figure_is_drawn_by_the_extensions_partial_bundle(runtime_l
     assert types == {"bar", "scatter", "heatmap"} and types <= CARTESIAN_TRACE_TYPES
 
 
-def test_the_notebook_widgets_send_the_partial_bundle_and_refuse_other_trace_types() -> None:
+def test_the_notebook_widgets_send_the_partial_bundle_and_refuse_other_trace_types(same_version: None) -> None:
     from gpuviz.widgets.plots import TRACE_TYPES, PlotlyLibrary, library_bundle, to_json
 
     assert library_bundle() is CARTESIAN and TRACE_TYPES <= CARTESIAN_TRACE_TYPES
-    esm = PlotlyLibrary._esm
-    assert esm.startswith("if (!globalThis.Plotly) {\n/**\n* plotly.js (cartesian - minified) v")
-    assert CARTESIAN.source() in esm and len(esm) < len(CARTESIAN.source()) + 200
+    esm = PlotlyLibrary._esm  # made at import, with the plotly.js version installed
+    sent = CARTESIAN if vendored_version() == INSTALLED_PLOTLYJS else FULL
+    assert esm.startswith("if (!globalThis.Plotly) {\n") and sent.source() in esm
+    assert len(esm) < len(sent.source()) + 200
     heatmap = go.Figure(go.Heatmap(z=[[1, 2]])).to_plotly_json()
     assert to_json(heatmap).startswith('{"data":[{"z":[[1,2]],"type":"heatmap"}]')
     with pytest.raises(ValueError, match=r"the notebook's plotly\.js draws bar, heatmap, scatter traces, not sankey"):

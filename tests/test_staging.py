@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -105,6 +104,9 @@ def _resident_pages(view: memoryview) -> tuple[int, int]:
     reason="MADV_POPULATE_WRITE needs Linux 5.14",
 )
 def test_the_next_chunk_is_prepared_at_half_and_populated_off_the_recording_thread() -> None:
+    """Past half of a chunk, a take asks the maker thread for the next one; once the maker has done
+    (waited for explicitly: it runs at SCHED_IDLE and may get no core for a while), the chunk the
+    rows move to is the maker's, every page of it already faulted in, not only those rows touched."""
     arena = staging.Arena()
     views = []
     for kib, expected in ((255, (512, 255, 0)), (1, (512, 256, 2048)), (300, (2048, 300, 0)), (800, (2048, 1100, 4096)),
@@ -112,13 +114,21 @@ def test_the_next_chunk_is_prepared_at_half_and_populated_off_the_recording_thre
         arena.extend(b"r" * (kib << 10))
         views.append(arena.take())
         assert tuple(value >> 10 for value in arena.chunk_bytes()) == expected
+        staging.wait_for_maker()  # the next chunk, where one was asked for, is mapped and populated
     assert [len(view) >> 10 for view in views] == [255, 1, 300, 800, 1000]
     assert all(bytes(view) == b"r" * len(view) for view in views)
     whole = memoryview(views[-1].obj)  # the 4 MiB chunk, of which the rows touched 1000 KiB
-    deadline = time.monotonic() + 10
-    while _resident_pages(whole)[0] < 1024 and time.monotonic() < deadline:
-        time.sleep(0.01)  # populated by the arena's thread
     assert _resident_pages(whole) == (1024, 1024)
+
+
+def test_waiting_for_the_maker_with_nothing_asked_returns_at_once() -> None:
+    staging.wait_for_maker()  # no request in this process yet, or all done: returns
+    arena = staging.Arena()
+    arena.extend(b"x" * (300 << 10))
+    arena.take()  # past half: the next chunk is asked for
+    staging.wait_for_maker()
+    staging.wait_for_maker()
+    assert arena.chunk_bytes() == (512 << 10, 300 << 10, 2048 << 10)
 
 
 def test_a_take_larger_than_a_chunk_gets_a_chunk_of_its_own() -> None:

@@ -153,23 +153,18 @@ def test_an_arena_goes_on_in_a_forked_child_and_in_its_parent() -> None:
 def test_the_next_chunk_is_made_by_one_named_thread_at_idle_priority() -> None:
     """The maker populates chunks only where no other thread wants a core: at normal priority
     it held off the file's batch writer (README, "Native core")."""
-    import time
-
     arenas = [staging.Arena() for _ in range(3)]
     views = []
     for arena in arenas:
         arena.extend(b"r" * (300 << 10))
         views.append(arena.take())  # past half: each asks for its next chunk
         assert arena.chunk_bytes()[2] == 2 << 20
-    deadline = time.monotonic() + 10
-    makers: list[int] = []
-    while not makers and time.monotonic() < deadline:
-        makers = [
-            int(tid)
-            for tid in os.listdir("/proc/self/task")
-            if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "gpuviz-chunks"
-        ]
-        time.sleep(0.01)
+    staging.wait_for_maker()  # it has made the three chunks (it exists, then)
+    makers = [
+        int(tid)
+        for tid in os.listdir("/proc/self/task")
+        if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "gpuviz-chunks"
+    ]
     assert len(makers) == 1  # one per process, whatever the number of arenas
     assert os.sched_getscheduler(makers[0]) == os.SCHED_IDLE
     for arena in arenas:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from traces import trace_files
 
 import gpuviz
 from gpuviz import EventLog, SimUpstream
@@ -208,7 +209,6 @@ def test_oversize_blocks_at_the_max_split_boundaries(first: int, second: int) ->
     assert segments == ([first] if first == 52 * MiB else [first, -(-second // (2 * MiB)) * 2 * MiB])
 
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 SNAPSHOTS = [
     "pt_snapshot_assignment2_2026a.pickle", "pt_snapshot_assignment2_2026b.pickle",
     "pt_snapshot_cs336_ctx128_forward_mixed_2025.pickle", "pt_snapshot_cs336_ctx128_fullstep_2025.pickle",
@@ -216,11 +216,11 @@ SNAPSHOTS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", SNAPSHOTS)
-def test_the_c_replay_of_real_pytorch_snapshots_is_the_python_models(name: str) -> None:
-    """The five real PyTorch snapshots under each policy, unbounded and on a device 10% smaller than
-    PyTorch's recorded peak (out of memory: stopping there, or skipping what does not fit)."""
-    log = gpuviz.load(TRACES / name)
+@pytest.mark.parametrize("path", trace_files(SNAPSHOTS))
+def test_the_c_replay_of_real_pytorch_snapshots_is_the_python_models(path: Path) -> None:
+    """The five real PyTorch snapshots (GPUVIZ_TEST_TRACES) under each policy, unbounded and on a device
+    10% smaller than PyTorch's recorded peak (out of memory: stopping there, or skipping what does not fit)."""
+    log = gpuviz.load(path)
     device = busiest_device(log)
     stream = request_stream(log, device)
     peak = int(outcome("recorded", log, device, requests=len(stream), served=len(stream)).peak_reserved)

@@ -1,17 +1,17 @@
-"""The PyTorch caching-allocator model against PyTorch itself: the five real snapshots in
-../shared/data/traces record PyTorch's own decisions; the model must make the same ones."""
+"""The PyTorch caching-allocator model against PyTorch itself: five real snapshots (GPUVIZ_TEST_TRACES)
+record PyTorch's own decisions; the model must make the same ones."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from traces import trace_files
 
 import gpuviz
 from gpuviz.scenarios import whatif
 from gpuviz.scenarios.reproduce import reproduce
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 # file -> (allocations in the trace, segments the trace reserved, peak reserved as recorded,
 #          peak reserved by the model started from an empty allocator) — bytes
 EXPECTED = {
@@ -23,9 +23,10 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(EXPECTED))
+@pytest.fixture(scope="module", params=trace_files(EXPECTED))
 def snapshot(request: pytest.FixtureRequest) -> tuple[str, gpuviz.EventLog]:
-    return request.param, gpuviz.load(TRACES / request.param)
+    path: Path = request.param
+    return path.name, gpuviz.load(path)
 
 
 def test_the_model_places_every_allocation_where_pytorch_did(snapshot: tuple[str, gpuviz.EventLog]) -> None:

@@ -1,5 +1,6 @@
 """The C decoder of XPlane memory events against the Python decoder (the reference): the same
-columns and the same log for the real files and for generated XSpaces, the same error for broken ones."""
+columns and the same log for the real files (a third-party one where GPUVIZ_TEST_TRACES is set, TF's
+own from the fixtures) and for generated XSpaces, the same error for broken ones."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_snapshot_reader import _assert_same_log
+from traces import trace_files
 
 from gpuviz.importers import load
 from gpuviz.importers import xplane as xp
@@ -23,9 +25,12 @@ from gpuviz.importers.source import Source
 
 pytestmark = pytest.mark.skipif(not xp.native_decoder_available(), reason="the C XPlane decoder is not built")
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_bfc"
-REAL = [TRACES / "tb_xplane_gpu_multiworker.xplane.pb", *sorted(FIXTURES.glob("*.xplane.pb.gz"))]
+REAL = [
+    *trace_files(["tb_xplane_gpu_multiworker.xplane.pb"]),
+    *(pytest.param(p, id=p.name) for p in sorted(FIXTURES.glob("*.xplane.pb.gz"))),
+    *(pytest.param(p, id=p.name) for p in sorted((FIXTURES.parent / "jax_xplane").glob("*.xplane.pb.gz"))),
+]
 
 
 def _bytes(path: Path) -> bytes:
@@ -57,7 +62,7 @@ def _assert_same_import(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         _assert_same_log(native, python)
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", REAL)
 def test_every_real_xplane_decodes_the_same_in_c(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _bytes(path)
     planes, columns = xp._decode_native(data)  # the C decoder itself: no fallback for real files

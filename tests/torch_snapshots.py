@@ -1,4 +1,5 @@
-"""Helpers for the PyTorch snapshot tests: the real files, and what a snapshot says, read with plain pickle."""
+"""Helpers for the PyTorch snapshot tests: the real files (GPUVIZ_TEST_TRACES, through ``traces``), and
+what a snapshot says, read with plain pickle."""
 
 from __future__ import annotations
 
@@ -6,10 +7,28 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from traces import trace_files
+
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 
-TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
-SNAPSHOTS = sorted(TRACES.glob("pt_snapshot_*.pickle"))
+MULTI_DEVICE = "pt_snapshot_codelocation_3gpu_expandable_oom.pickle"
+"""Three GPUs, expandable segments (segment_map/segment_unmap) and an out-of-memory event."""
+SNAPSHOT_NAMES = (
+    "pt_snapshot_assignment2_2026a.pickle",
+    "pt_snapshot_assignment2_2026b.pickle",
+    "pt_snapshot_cs336_ctx128_forward_mixed_2025.pickle",
+    "pt_snapshot_cs336_ctx128_fullstep_2025.pickle",
+    "pt_snapshot_ftcourse_2024.pickle",
+    MULTI_DEVICE,
+)
+"""The real PyTorch snapshots: every ``pt_snapshot_*.pickle`` of the traces folder."""
+SNAPSHOTS = trace_files(SNAPSHOT_NAMES, pattern="pt_snapshot_*.pickle")
+"""``pytest.param`` s of their paths (one skipped parameter where the real traces are not available)."""
+
+
+def snapshots(*, xfail: dict[str, str]) -> list[object]:
+    """``SNAPSHOTS`` with the files a test is known not to pass yet marked (strict) expected failures."""
+    return trace_files(SNAPSHOT_NAMES, pattern="pt_snapshot_*.pickle", xfail=xfail)
 
 
 def raw(path: Path) -> dict[str, Any]:

@@ -92,6 +92,9 @@ def _info(args: argparse.Namespace) -> int:
 
     print(f"gpuviz {__version__} on Python {platform.python_version()} ({platform.platform()})")
     print(f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, plotly {plotly.__version__}")
+    from gpuviz.views.plotlyjs import bundle_status
+
+    print(f"plotly.js: {bundle_status()}")
     print(f"event recorder: {recorder_description()}")
     from gpuviz.capture.native import allocator_description
 

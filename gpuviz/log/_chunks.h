@@ -88,8 +88,9 @@ typedef struct Request {
 typedef struct {
     pid_t pid; /* the process whose thread this is */
     pthread_mutex_t mutex;
-    pthread_cond_t wake;
-    Request *head, *tail; /* queued, oldest first */
+    pthread_cond_t wake, idle; /* idle: signalled when the queue is empty and nothing is in hand */
+    Request *head, *tail;      /* queued, oldest first */
+    int busy;                  /* a request taken off the queue and not yet done with */
 } Maker;
 
 static Maker *maker; /* this process's, or NULL (none started, or the parent's after a fork) */
@@ -116,6 +117,7 @@ static void *maker_run(void *arg) { /* no Python, no GIL */
         Request *request = m->head;
         m->head = request->queued;
         if (m->head == NULL) m->tail = NULL;
+        m->busy = 1;
         pthread_mutex_unlock(&m->mutex);
         Region *region = NULL;
         if (__atomic_load_n(&request->holders, __ATOMIC_ACQUIRE) > 1) /* else the arena dropped it */
@@ -129,6 +131,10 @@ static void *maker_run(void *arg) { /* no Python, no GIL */
 #endif
             region_release(region);
         }
+        pthread_mutex_lock(&m->mutex);
+        m->busy = 0;
+        if (m->head == NULL) pthread_cond_broadcast(&m->idle);
+        pthread_mutex_unlock(&m->mutex);
     }
     return NULL;
 }
@@ -143,7 +149,7 @@ static Maker *maker_get(void) {
     pthread_attr_t attr;
     pthread_t thread;
     int ok = pthread_mutex_init(&m->mutex, NULL) == 0 && pthread_cond_init(&m->wake, NULL) == 0 &&
-             pthread_attr_init(&attr) == 0;
+             pthread_cond_init(&m->idle, NULL) == 0 && pthread_attr_init(&attr) == 0;
     if (ok) {
         (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         (void)pthread_attr_setstacksize(&attr, 64 << 10);
@@ -171,6 +177,16 @@ static Request *request_region(size_t size) {
     pthread_cond_signal(&m->wake);
     pthread_mutex_unlock(&m->mutex);
     return request;
+}
+
+/* Wait until this process's maker has mapped and populated every region asked of it so far (none
+ * started: at once). For tests, which check what the maker did without racing it. */
+static void maker_wait_idle(void) {
+    Maker *m = maker;
+    if (m == NULL || m->pid != getpid()) return;
+    pthread_mutex_lock(&m->mutex);
+    while (m->head != NULL || m->busy) pthread_cond_wait(&m->idle, &m->mutex);
+    pthread_mutex_unlock(&m->mutex);
 }
 
 /* The requested region if the maker has mapped it (the caller holds it now), else NULL; the

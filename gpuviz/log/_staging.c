@@ -386,9 +386,19 @@ done:
     Py_RETURN_NONE;
 }
 
+static PyObject *wait_for_maker(PyObject *module, PyObject *unused) {
+    (void)module, (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    maker_wait_idle();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
      "split(rows, columns, first_seq): packed rows into the 15 column buffers (see the source)"},
+    {"wait_for_maker", wait_for_maker, METH_NOARGS,
+     "wait_for_maker(): return once the chunk maker has mapped and populated every chunk asked of it so far"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,12 +10,14 @@ Two rules keep a page from drawing blank:
 - a page whose figures have a trace type the cartesian bundle lacks gets the full bundle
   (callers pass the types of every trace they embed: ``trace_types``);
 - the vendored bundle is used only at exactly the plotly.js version that the installed
-  plotly.py ships (its figure JSON is written for that version); otherwise the full bundle.
+  plotly.py ships (its figure JSON is written for that version); otherwise the full bundle,
+  said once as a ``PlotlyjsVersionWarning`` and by ``gpuviz info`` (``bundle_status``).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +28,8 @@ import plotly
 import plotly.graph_objects as go
 
 __all__ = ["Bundle", "CARTESIAN", "FULL", "CARTESIAN_TRACE_TYPES", "PLOTLYJS_MODES", "bundle_for", "trace_types"]
-__all__ += ["check_plotlyjs", "plotlyjs_script", "vendored_version"]
+__all__ += ["check_plotlyjs", "plotlyjs_script", "vendored_version", "version_mismatch", "bundle_status"]
+__all__ += ["PlotlyjsVersionWarning"]
 
 CARTESIAN_TRACE_TYPES = frozenset({
     "bar", "box", "contour", "heatmap", "histogram", "histogram2d", "histogram2dcontour", "image", "pie", "scatter",
@@ -83,12 +86,47 @@ def vendored_version() -> str:
     return match.group(1)
 
 
+class PlotlyjsVersionWarning(UserWarning):
+    """The vendored cartesian bundle is not plotly.py's plotly.js version: pages get the full bundle."""
+
+
+def version_mismatch() -> str | None:
+    """None where the vendored cartesian bundle is the plotly.js version plotly.py ships, else
+    what differs and what pages load instead, in words."""
+    vendored, shipped = vendored_version(), plotly.offline.get_plotlyjs_version()
+    if vendored == shipped:
+        return None
+    return (
+        f"the vendored plotly.js cartesian bundle is v{vendored} but plotly {plotly.__version__} ships "
+        f"plotly.js v{shipped}: pages load plotly.py's full bundle (4.8 MB, not 1.5 MB) until "
+        "gpuviz/views/js/refresh.sh fetches the same version"
+    )
+
+
+_warned: set[str] = set()
+
+
 def bundle_for(types: Iterable[str]) -> Bundle:
     """The smallest bundle that draws every trace type in ``types``: the cartesian one when it
-    has them all and its version is plotly.py's, else the full one."""
-    if CARTESIAN.draws(types) and vendored_version() == plotly.offline.get_plotlyjs_version():
+    has them all and its version is plotly.py's, else the full one (a version mismatch is
+    warned of once per process: ``PlotlyjsVersionWarning``)."""
+    if not CARTESIAN.draws(types):
+        return FULL
+    mismatch = version_mismatch()
+    if mismatch is None:
         return CARTESIAN
+    if mismatch not in _warned:
+        _warned.add(mismatch)
+        warnings.warn(mismatch, PlotlyjsVersionWarning, stacklevel=2)
     return FULL
+
+
+def bundle_status() -> str:
+    """The bundle gpuviz's pages load, in one line (for ``gpuviz info``)."""
+    mismatch = version_mismatch()
+    if mismatch is None:
+        return f"cartesian bundle v{vendored_version()} (plotly.py's plotly.js), the full one for other trace types"
+    return mismatch
 
 
 def trace_types(figures: Iterable[go.Figure | dict[str, Any]]) -> set[str]:
