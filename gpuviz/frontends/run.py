@@ -32,11 +32,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuviz.frontends.run_recorder import ProcessRecorder, framework_names
-from gpuviz.frontends.run_summary import summary_lines
-from gpuviz.log.eventlog import EventLog
+if TYPE_CHECKING:  # imported when a program runs: `gpuviz --help` builds this parser without them
+    from gpuviz.frontends.run_recorder import ProcessRecorder
+    from gpuviz.log.eventlog import EventLog
 
 __all__ = ["add_run_arguments", "run_command", "Ending", "CHILD_VARIABLE", "write_process_log"]
 
@@ -183,6 +183,8 @@ def _has_memory(log: EventLog) -> bool:
 
 def run_command(args: argparse.Namespace) -> int:
     """``gpuviz run``: the program's exit status (after the log, the report and the summary)."""
+    from gpuviz.frontends.run_recorder import ProcessRecorder
+
     if not args.program:
         raise ValueError("gpuviz run: name the program: gpuviz run script.py [args...] or gpuviz run -m module")
     target, program_args = args.program[0], args.program[1:]
@@ -222,6 +224,8 @@ def _write(
     ending: Ending, recorder: ProcessRecorder,
 ) -> None:  # fmt: skip
     from gpuviz.frontends.options import write_report
+    from gpuviz.frontends.run_recorder import framework_names
+    from gpuviz.frontends.run_summary import summary_lines
 
     children = sorted(run_dir.glob("*.arrow")) if run_dir.is_dir() else []
     title = f"gpuviz run: {name} ({ending.text})"
