@@ -35,6 +35,10 @@ __all__ = [
     "FRAGMENTATION_HINT",
 ]
 
+OOM_HINTS = 10
+"""The most out-of-memory events the hints name one by one; the rest are counted (the
+out-of-memory table lists them all)."""
+
 FLOAT64_HINT = 0.3
 """Hint when float64 arrays hold more than this share of a device's peak."""
 TRANSFER_HINT = 0.2
@@ -280,7 +284,7 @@ def diagnose(
             " keep data on the device, batch small copies, or prefetch the next batch while computing."
         )
     ooms = oom_table(log)
-    for row in ooms.to_dict("records"):
+    for row in ooms.head(OOM_HINTS).to_dict("records"):
         cause = (
             "fragmentation: enough bytes were free, but no chunk was large enough"
             if row["fragmentation_cause"]
@@ -289,6 +293,12 @@ def diagnose(
         hints.append(
             f"{row['device']}: out of memory at event {row['seq']} requesting {format_size(int(row['requested']))}"
             f" - {cause}."
+        )
+    if len(ooms) > OOM_HINTS:
+        fragmented = int(ooms["fragmentation_cause"].sum())
+        hints.append(
+            f"... and {len(ooms) - OOM_HINTS:,} more out-of-memory events ({fragmented:,} of all {len(ooms):,} "
+            "by fragmentation): every one is in the out-of-memory table."
         )
     t0 = int(time_ns.min()) if len(time_ns) else 0
     return Diagnosis(devices, ooms, int(transfers["bytes"].sum()), transfer_ns, wall, hints, t0)

@@ -92,6 +92,10 @@ MARK_STOPS = 100
 """The most marks a scrubber stops at (each stop is a drawn frame in a report): a run that marks
 every step has thousands. Beyond it, that many marks evenly spaced over the run, first and last
 included."""
+OOM_STOPS = 20
+"""The most out-of-memory events of one device a scrubber stops at (each is a map and a pinning
+analysis in a report); beyond it the first, the last and an even sample between. Every OOM is
+still listed in the report's out-of-memory table."""
 
 
 def scrub_stops(
@@ -101,23 +105,31 @@ def scrub_stops(
     count: int = 40,
     series: TimelineSeries | None = None,
     max_marks: int = MARK_STOPS,
+    max_ooms: int = OOM_STOPS,
 ) -> np.ndarray:
     """The log positions a time scrubber of ``device`` offers, ascending and unique.
 
     ``count`` evenly spaced stops over the device's settled allocator events (those that end a
-    public operation, ``TimelineSeries.settled``), plus every OOM of the device, its peak and
-    every mark of the log (marks are annotations of the whole run: cell, step, span) — at most
-    ``max_marks`` of them, evenly spaced, when the run has more.
+    public operation, ``TimelineSeries.settled``), plus the OOMs of the device — every one, or
+    when there are more than ``max_ooms`` the first, the last and an even sample between (each
+    stop is a map and a pinning analysis: a run of 2,000 OOMs must not make 2,000) — its peak
+    and every mark of the log (marks are annotations of the whole run: cell, step, span) — at
+    most ``max_marks`` of them, evenly spaced, when the run has more.
     """
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
     if max_marks < 0:
         raise ValueError(f"max_marks must be >= 0, got {max_marks}")
+    if max_ooms < 2:
+        raise ValueError(f"max_ooms must be >= 2 (the first and the last), got {max_ooms}")
     if series is None:
         series = timeline_series(log, device)
     settled = series.index[series.settled]
     picks = np.linspace(0, len(settled) - 1, min(count, len(settled))).round().astype(np.int64)
-    parts = [settled[picks].astype(np.int64), oom_indices(log, series.device)]
+    ooms = oom_indices(log, series.device)
+    if len(ooms) > max_ooms:
+        ooms = ooms[np.linspace(0, len(ooms) - 1, max_ooms).round().astype(np.int64)]
+    parts = [settled[picks].astype(np.int64), ooms]
     peak = _peak_index(series)
     if peak >= 0:
         parts.append(np.array([peak], dtype=np.int64))

@@ -46,6 +46,8 @@ MIME_TYPE = "application/vnd.gpuviz.v1+json"
 FORMAT = "gpuviz-result"
 FORMAT_VERSION = 1
 FILE_EXTENSION = ".gpuviz.json"
+OOM_LINES = 20
+"""The most out-of-memory events a result's summary names one by one (its OOM table has them all)."""
 LIVE_ROWS = 200
 """The most rows of a "live at the OOM / at the peak" table in a result."""
 
@@ -65,11 +67,13 @@ def _summary(p: Profile) -> list[str]:
         if d.pinning is not None:
             lines.append(f"{d.device}: out of memory requesting {format_size(d.pinning.request_bytes)}:")
             lines += pinning_lines(d.pinning, p.t0_ns)
-    for row in p.ooms.to_dict("records"):
+    for row in p.ooms.head(OOM_LINES).to_dict("records"):
         lines.append(
             f"out of memory on {row['device']}: {format_size(int(row['requested']))} requested, "
             f"{format_size(int(row['free']))} free, largest free chunk {format_size(int(row['largest_free']))}"
         )
+    if len(p.ooms) > OOM_LINES:
+        lines.append(f"... and {len(p.ooms) - OOM_LINES:,} more out-of-memory events (all in their table)")
     return lines
 
 
@@ -81,10 +85,11 @@ _COLUMNS: dict[str, tuple[str, str]] = {  # column -> (header, kind)
     "transfers": ("transfers", "count"), "tag": ("tag", "text"), "shape": ("shape", "text"),
     "dtype": ("dtype", "text"), "size": ("chunk", "bytes"), "age_ns": ("age", "ns"), "address": ("address", "address"),
     "alloc_index": ("allocated at event", "count"),
+    "seq": ("event", "count"), "free": ("free", "bytes"), "largest_free": ("largest free chunk", "bytes"),
 }  # fmt: skip
 
 
-_NO_TOTAL = ("age_ns", "alloc_index")
+_NO_TOTAL = ("age_ns", "alloc_index", "seq", "free", "largest_free")
 
 
 def _table(
@@ -147,6 +152,9 @@ def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:
             moment = "out-of-memory error" if d.moment == "OOM" else "peak"
             caption = f"{d.device}: live at the {moment} ({len(d.live)} allocation{'s' if len(d.live) != 1 else ''}"
             tables.append(_table(f"live:{d.device}", caption + ", largest first)", live))
+    if len(p.ooms):
+        ooms = p.ooms[["seq", "device", "requested", "free", "largest_free"]]
+        tables.append(_table("ooms", f"Out-of-memory events ({len(ooms):,})", ooms))
     if len(p.placements):
         soft = [i for i, n in enumerate(p.placements["soft"].tolist()) if n]
         tables.append(_table("placement", "Placement", p.placements, kinds={"requested": "text"}, highlight=soft))
