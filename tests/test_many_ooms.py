@@ -4,6 +4,8 @@ every one is still listed in the out-of-memory table."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 import gpuviz
@@ -18,10 +20,8 @@ def _run_of_ooms(count: int) -> gpuviz.EventLog:
     alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="8MiB", log=log)
     assert alloc.allocate(3 << 20)
     for _ in range(count):
-        try:
+        with contextlib.suppress(gpuviz.OutOfMemoryError):
             alloc.allocate(6 << 20)
-        except gpuviz.OutOfMemoryError:
-            pass
         alloc.free(alloc.allocate(1 << 10))
     return log
 
