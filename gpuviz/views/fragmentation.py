@@ -34,6 +34,7 @@ from gpuviz.views.buckets import aggregated_traces as _aggregated
 from gpuviz.views.mapstyle import COLORS, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW
 from gpuviz.views.mapstyle import PALETTE as _PALETTE
 from gpuviz.views.mapstyle import label as _label
+from gpuviz.views.overview import map_meta, row_ticks, state_lanes
 
 __all__ = [
     "fragmentation_map",
@@ -161,15 +162,19 @@ def zoom_range(state: HeapState, pinning: Pinning | None = None) -> tuple[int, i
     """
     if not state.segments or state.bytes_in_use >= ZOOM_BELOW * state.pool_bytes:
         return None
-    widest = max(s.size for s in state.segments)
+    lanes = set(state_lanes(state))
+    widest = max(s.size for i, s in enumerate(state.segments) if i not in lanes)
     end = 0
-    for seg in state.segments:
+    for i, seg in enumerate(state.segments):
+        if i in lanes:
+            continue
         for c in seg.chunks:
             if c.in_use:
                 end = max(end, c.address + c.size - seg.base)
     if pinning is not None and pinning.largest_hole_address >= 0:
         seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
         end = max(end, pinning.largest_hole_address - seg.base + pinning.rounded)
+        widest = max(widest, int(end * 1.02))  # the failed request is drawn whole, past its segment's end
         if pinning.best is not None:
             end = max(end, pinning.best.end - pinning.best.segment)
     end = min(widest, int(end * 1.25) + 1)
@@ -179,7 +184,8 @@ def zoom_range(state: HeapState, pinning: Pinning | None = None) -> tuple[int, i
 def _visible_span(state: HeapState, zoom: tuple[int, int] | None) -> int:
     if zoom is not None:
         return zoom[1] - zoom[0]
-    return max((s.size for s in state.segments), default=0)
+    lanes = set(state_lanes(state))
+    return max((s.size for i, s in enumerate(state.segments) if i not in lanes), default=0)
 
 
 def _oom_traces(
@@ -221,10 +227,13 @@ def _oom_traces(
         ghost["y"] = [y_of(seg.base)]
         ghost["base"] = [pinning.largest_hole_address - seg.base]
         ghost["x"] = [pinning.rounded]
+        miss = f"misses by {format_size(pinning.rounded - pinning.largest_hole)}"
         ghost["hovertext"] = [
-            f"<b>failed request</b> {format_size(pinning.rounded)}<br>largest free hole "
+            f"<b>failed request</b> {format_size(pinning.rounded)} ({miss})<br>largest free hole "
             f"{format_size(pinning.largest_hole)} at {pinning.largest_hole_address:#x}<br>{pinning.sentence()}"
         ]
+        ghost.update(text=[f"failed request {format_size(pinning.rounded)}: {miss}"], textposition="inside",
+                     insidetextanchor="start", textfont={"color": "#7b241c"}, constraintext="none")  # fmt: skip
     specs.append(ghost)
     return specs
 
@@ -323,17 +332,14 @@ def map_traces(
 
 
 def segment_rows(state: HeapState) -> dict[str, Any]:
-    """y-axis settings that label the numeric rows of lean traces with segment addresses."""
-    return _numbered_rows([s.base for s in state.segments])
+    """y-axis settings that label the numeric rows of lean traces with segment addresses (at
+    most ``overview.MAX_LABELS`` of them, and every lane)."""
+    return _numbered_rows([s.base for s in state.segments], [s.size for s in state.segments], state_lanes(state))
 
 
-def _numbered_rows(bases: Sequence[int]) -> dict[str, Any]:
-    return {
-        "tickvals": list(range(len(bases))),
-        "ticktext": [_label(base) for base in bases],
-        "range": [len(bases) - 0.5, -0.5],
-        "type": "linear",
-    }
+def _numbered_rows(bases: Sequence[int], sizes: Sequence[int], lanes: Sequence[int] = ()) -> dict[str, Any]:
+    tickvals, ticktext = row_ticks(bases, sizes, lanes)
+    return {"tickvals": tickvals, "ticktext": ticktext, "range": [len(bases) - 0.5, -0.5], "type": "linear"}
 
 
 def _size_ticks(span: int) -> dict[str, Any]:
@@ -356,34 +362,56 @@ def map_layout(
     heading = html.escape(title or state.device) + "<br><sub>" + metric_text(state)
     if pinning is not None:
         heading += "<br>" + html.escape(pinning.sentence())
-    bases = [s.base for s in state.segments]
-    layout = rows_layout(bases, [s.size for s in state.segments], zoom_range(state, pinning), heading + "</sub>",
-                         oom=pinning is not None)  # fmt: skip
+    bases, sizes, lanes = [s.base for s in state.segments], [s.size for s in state.segments], state_lanes(state)
+    reach = 0
+    if pinning is not None and pinning.largest_hole_address >= 0:  # the failed request, drawn whole
+        seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
+        reach = pinning.largest_hole_address - seg.base + pinning.rounded
+    layout = rows_layout(bases, sizes, zoom_range(state, pinning), heading + "</sub>", oom=pinning is not None,
+                         lanes=lanes, reach=reach)  # fmt: skip
     if lean:
-        layout["yaxis"] = lean_rows(bases, oom=pinning is not None)
+        layout["yaxis"] = lean_rows(bases, oom=pinning is not None, sizes=sizes, lanes=lanes)
+        layout["meta"] = map_meta(bases, sizes, [s.size - sum(c.size for c in s.chunks if not c.in_use)
+                                                 for s in state.segments], lanes)  # fmt: skip
     return layout
 
 
-def lean_rows(bases: Sequence[int], *, oom: bool = False) -> dict[str, Any]:
-    """The y axis of a lean map over segments at ``bases``: numbered rows labelled by address
-    (with room for the ghost bar below the last row at an OOM)."""
-    axis: dict[str, Any] = {"title": {"text": "segment"}, **_numbered_rows(bases)}
+def lean_rows(
+    bases: Sequence[int], *, oom: bool = False, sizes: Sequence[int] | None = None, lanes: Sequence[int] = ()
+) -> dict[str, Any]:
+    """The y axis of a lean map over segments at ``bases`` (of ``sizes`` bytes; ``lanes``: rows
+    of inferred preexisting memory): numbered rows, at most ``overview.MAX_LABELS`` labelled, by
+    address (with room for the ghost bar below the last row at an OOM)."""
+    axis: dict[str, Any] = {"title": {"text": "segment"}, **_numbered_rows(bases, sizes or [0] * len(bases), lanes)}
     if oom:
         axis["range"] = [axis["range"][0] + 0.2, axis["range"][1]]
+    if lanes:
+        axis["automargin"] = True
     return axis
 
 
 def rows_layout(
-    bases: Sequence[int], sizes: Sequence[int], zoom: tuple[int, int] | None, heading: str, *, oom: bool = False
-) -> dict[str, Any]:
+    bases: Sequence[int], sizes: Sequence[int], zoom: tuple[int, int] | None, heading: str, *, oom: bool = False,
+    lanes: Sequence[int] = (), reach: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     """A map layout over segments at ``bases`` of ``sizes`` bytes (one category row each, by
-    address), titled ``heading``, opening at ``zoom`` (buttons for it and the whole pool)."""
+    address, at most ``overview.MAX_LABELS`` labelled), titled ``heading``, opening at ``zoom``
+    (buttons for it and the whole pool). The x axis spans the widest segment that is not a lane
+    (``lanes``: rows of inferred preexisting memory, drawn past the axis' end), and at least to
+    ``reach`` bytes (a failed request drawn whole)."""
     rows = max(1, len(bases))
+    categories = [_label(base) for base in bases]
+    tickvals, ticktext = row_ticks(bases, sizes, lanes)
     yaxis: dict[str, Any] = {
         "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
-        "categoryorder": "array", "categoryarray": [_label(base) for base in bases],  # by address
+        "categoryorder": "array", "categoryarray": categories,  # by address
+        "tickmode": "array", "tickvals": [categories[r] for r in tickvals], "ticktext": ticktext,
+        "automargin": bool(lanes),
     }  # fmt: skip
-    widest = max(sizes, default=0)
+    lane_set = set(lanes)
+    widest = max((s for i, s in enumerate(sizes) if i not in lane_set), default=0) or max(sizes, default=0)
+    if reach > widest:
+        widest = int(reach * 1.02)
     xaxis: dict[str, Any] = {"title": {"text": "offset in segment"}, **_size_ticks(widest)}
     xaxis["range"] = [0, zoom[1]] if zoom is not None else [0, widest]
     layout: dict[str, Any] = {

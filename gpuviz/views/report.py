@@ -23,6 +23,7 @@ from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
+from gpuviz.views.overview import OVERVIEW_JS
 from gpuviz.views.plotlyjs import Bundle, bundle_for, check_plotlyjs, plotlyjs_script, trace_types
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
@@ -61,7 +62,8 @@ function gpuvizHover(data, layout) {
   // lean map traces carry [size, requested, tag, event, ms, site] per chunk; the address is the
   // row's segment base plus the bar's base. The same words as gpuviz.views.fragmentation's
   // chunk_hover / hole_hover.
-  var bases = ((layout.yaxis || {}).ticktext || []).map(function (t) { return parseInt(t, 16); });
+  var bases = (layout.meta || {}).bases ||
+    ((layout.yaxis || {}).ticktext || []).map(function (t) { return parseInt(t, 16); });
   data.forEach(function (trace) {
     if (!trace.meta || !trace.meta.strings || !trace.customdata) { return; }
     var strings = trace.meta.strings;
@@ -103,11 +105,41 @@ function gpuvizScrubber(id, first, positions) {
   // else stop by stop.
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
   var plot = document.getElementById(id), events = document.getElementById(id + '-events');
-  var frames = null, bars = null, stepper = null, steps = null;
+  var frames = null, bars = null, stepper = null, steps = null, shown = null, view = {level: 'overview'};
+  var nav = document.getElementById(id + '-nav');
   function show(f, position) {
-    Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout);
+    // many segments: the overview by size class, a group's segments or one segment (gpuvizMapView)
+    shown = {frame: f, position: position};
+    var drawn = gpuvizMapView({data: gpuvizHover(f.data, f.layout), layout: f.layout}, view);
+    if (view.level === 'segment' && events) {
+      // one segment: its chunks one by one (each hover names its allocation), from the embedded events
+      stepper = stepper || gpuvizStepper(JSON.parse(events.textContent));
+      if (stepper.covers(position)) {
+        var one = stepper.frame(position, [view.base]);
+        one.layout.title = drawn.layout.title;
+        drawn = {data: gpuvizHover(one.data, one.layout), layout: one.layout};
+      }
+    }
+    Plotly.react(id, drawn.data, drawn.layout);
     label.textContent = f.label; plot.dataset.position = String(position); plot.gpuvizHeap = f.heap || null;
+    plot.dataset.view = view.level;
+    if (nav) {
+      nav.innerHTML = '';
+      var crumbs = view.level === 'map' ? [] : [['overview', 'overview']];
+      if (view.level === 'group' || view.level === 'segment') { crumbs.push(['group', view.group]); }
+      if (view.level === 'segment') { crumbs.push(['segment', '0x' + view.base.toString(16)]); }
+      crumbs.forEach(function (c, i) {
+        var a = document.createElement(i + 1 < crumbs.length ? 'a' : 'span');
+        a.textContent = c[1]; if (i) { nav.appendChild(document.createTextNode(' \u203a ')); }
+        if (i + 1 < crumbs.length) {
+          a.href = '#'; a.addEventListener('click', function (e) { e.preventDefault(); view.level = c[0]; redraw(); });
+        }
+        nav.appendChild(a);
+      });
+    }
   }
+  function redraw() { if (shown) { show(shown.frame, shown.position); } }
+  plot.addEventListener('gpuviz-drill', function (e) { Object.assign(view, e.detail); redraw(); });
   function go(value) {
     if (frames === null) {
       frames = JSON.parse(document.getElementById(id + '-frames').textContent);
@@ -118,7 +150,7 @@ function gpuvizScrubber(id, first, positions) {
   }
   function step(direction) {
     if (steps === null) {
-      stepper = events ? gpuvizStepper(JSON.parse(events.textContent)) : null;
+      stepper = stepper || (events ? gpuvizStepper(JSON.parse(events.textContent)) : null);
       steps = Array.from(new Set(positions.concat(stepper ? stepper.steps : [])));
       steps.sort(function (a, b) { return a - b; });
     }
@@ -140,6 +172,18 @@ function gpuvizScrubber(id, first, positions) {
   input.addEventListener('keydown', keydown);
   plot.addEventListener('keydown', keydown);
   show(first, positions[parseInt(input.value, 10)]);
+  plot.on('plotly_click', function (event) {
+    // drill down: a size class of the overview to its segments, a segment to itself
+    var point = event.points && event.points[0], layout = plot.layout || {}, meta = layout.meta || {};
+    if (!point) { return; }
+    if (meta.overview) {
+      var g = meta.overview[Math.round(point.y)];
+      if (g) { view.level = 'group'; view.group = g.name; redraw(); }
+    } else if (meta.bases && view.level !== 'map') {
+      var base = meta.bases[Math.round(point.y)];
+      if (base !== undefined) { view.level = 'segment'; view.base = base; redraw(); }
+    }
+  });
 }
 """
 _ON_LOAD = "document.querySelectorAll('table.gpuviz-placement, table.gpuviz-sortable').forEach(gpuvizSortTable);"
@@ -234,7 +278,8 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
     return (
         f'<div class="scrubber"><span>time</span><input type="range" id="{div_id}-slider" min="0" '
         f'max="{max(len(positions) - 1, 0)}" value="{start}" step="1" aria-label="time scrubber">'
-        f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
+        f'<span id="{div_id}-label"></span></div><div id="{div_id}-nav" class="gpuviz-nav"></div>'
+        f'<div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
         f'<script type="application/json" id="{div_id}-frames">{to_script_json(packed)}</script>'
         f'<script type="application/json" id="{div_id}-bars">{to_script_json(bars)}</script>'
         f"{events}<script>gpuvizScrubber('{div_id}', {first}, {to_script_json(positions)});</script>"
@@ -294,7 +339,7 @@ def report_document(
     document = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{plotlyjs_script(plotlyjs, bundle)}"
-        f"<script>{_FUNCTIONS}{STEPPER_JS}{FRAMES_JS}</script></head><body>"
+        f"<script>{_FUNCTIONS}{STEPPER_JS}{FRAMES_JS}{OVERVIEW_JS}</script></head><body>"
         + "\n".join(body)
         + f"<script>{_ON_LOAD}</script></body></html>"
     )
