@@ -35,6 +35,7 @@ import numpy as np
 
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
+from gpuviz.analysis.timeline import times_inferred
 from gpuviz.log.schema import Kind
 from gpuviz.views.buckets import LEAN_AGGREGATED
 from gpuviz.views.fragmentation import _group as group_name
@@ -150,7 +151,7 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         "tags": [list(t) for t in tags.ids], "sites": list(sites.ids),
         "colors": {**COLORS, **OOM_COLORS}, "palette": PALETTE, "zoomBelow": ZOOM_BELOW, "minWidth": MIN_WIDTH,
         "maxRectangles": max_rectangles, "aggregatedHover": LEAN_AGGREGATED,
-        "complete": len(positions) == len(heap),
+        "complete": len(positions) == len(heap), "timesInferred": times_inferred(log),
     }  # fmt: skip
 
 
@@ -256,7 +257,7 @@ function gpuvizStepper(stream) {
       t.customdata = t.custom.map(function (c) {
         var tag = c.inUse ? id(stream.tags[c.tag][0]) : -1;
         var site = c.inUse && c.site >= 0 ? id(stream.sites[c.site]) : -1;
-        var ms = c.inUse && c.event >= 0 ? gpuvizRound(c.ns / 1e6) : -1;
+        var ms = c.inUse && c.event >= 0 && !stream.timesInferred ? gpuvizRound(c.ns / 1e6) : -1;
         return [c.size, c.requested, tag, c.inUse ? c.event : -1, ms, site];
       });
       t.strings = Array.from(strings.keys());
@@ -388,7 +389,8 @@ function gpuvizStepper(stream) {
           {label: 'whole pool', method: 'relayout', args: [{'xaxis.range': [0, widest]}]}]}];
     }
     var seconds = (ev.ns[Math.max(0, lo(position))] / 1e9).toFixed(6);
-    var label = 'event ' + position + ' \\u00b7 t = ' + seconds + ' s' + (peak ? ' \\u00b7 peak' : '') +
+    var when = stream.timesInferred ? '' : ' \\u00b7 t = ' + seconds + ' s';
+    var label = 'event ' + position + when + (peak ? ' \\u00b7 peak' : '') +
       ' \\u00b7 ' + metric;
     return {data: data, layout: layout, label: label, heap: heap};
   }

@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning
 from gpuviz.analysis.profile import Profile
+from gpuviz.analysis.timeline import times_inferred
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
 from gpuviz.base.units import format_size
@@ -104,8 +105,9 @@ def chunk_hover(
     size, address, when it was allocated, call site."""
     text = f"<b>{html.escape(tag) if tag else '(untagged)'}</b><br>requested {format_size(requested)}"
     text += f" · chunk {format_size(size)}<br>address {address:#x}"
-    if allocated is not None:
-        text += f"<br>allocated at event {allocated[0]}, t = {allocated[1] / 1e9:.3f} s"
+    if allocated is not None:  # (a time below 0: the source recorded none)
+        text += f"<br>allocated at event {allocated[0]}"
+        text += f", t = {allocated[1] / 1e9:.3f} s" if allocated[1] >= 0 else ""
     if site is not None:
         text += f"<br>call site {html.escape(site)}"
     return text
@@ -300,7 +302,7 @@ def trace_specs(
                 tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
                 site_id = strings.setdefault(site, len(strings)) if site is not None else -1
                 event, ns = when or (-1, -1)
-                custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
+                custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 <= ns else -1, site_id])
             meta: dict[str, Any] = {"strings": list(strings)}
             if name == "waste":  # its bars start after the requested bytes, not at the chunk
                 meta["afterRequested"] = True
@@ -494,10 +496,12 @@ def map_spec_and_state(
     at = dp.opening if index is None else index
     state = dp.state_at(at)
     pinned = dp.pinning_at(at)
+    allocated = dp.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use])
+    if times_inferred(p.log):  # hovers name the event, never an inferred time
+        allocated = {address: (event, -1) for address, (event, _) in allocated.items()}
     specs = trace_specs(
         state, color_by=p.options.color_by, max_rectangles=max_rectangles or p.options.max_rectangles, lean=lean,
-        stacks=p.log.stacks, pinning=pinned,
-        allocated=dp.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use]),
+        stacks=p.log.stacks, pinning=pinned, allocated=allocated,
     )  # fmt: skip
     if title is None:
         what = "out of memory" if pinned is not None else ("peak" if at == dp.peak.index else "")

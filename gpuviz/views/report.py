@@ -19,6 +19,7 @@ from plotly.utils import PlotlyJSONEncoder
 
 from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.analysis.tables import devices_present
+from gpuviz.analysis.timeline import devices_by_peak, times_inferred
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
@@ -72,7 +73,9 @@ function gpuvizHover(data, layout) {
       if (c[2] < 0) { return '<b>free hole</b> ' + gpuvizSize(c[0]) + '<br>address ' + address; }
       var text = '<b>' + gpuvizEscape(strings[c[2]]) + '</b><br>requested ' + gpuvizSize(c[1]) +
         ' \u00b7 chunk ' + gpuvizSize(c[0]) + '<br>address ' + address;
-      if (c[3] >= 0) { text += '<br>allocated at event ' + c[3] + ', t = ' + (c[4] / 1e3).toFixed(3) + ' s'; }
+      if (c[3] >= 0) {  // (no time where the source recorded none)
+        text += '<br>allocated at event ' + c[3] + (c[4] >= 0 ? ', t = ' + (c[4] / 1e3).toFixed(3) + ' s' : '');
+      }
       if (c[5] >= 0) { text += '<br>call site ' + gpuvizEscape(strings[c[5]]); }
       return text;
     });
@@ -251,12 +254,13 @@ def scrub_positions(device: DeviceProfile) -> list[int]:
 
 def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> str:
     seconds = (int(p.log["time_ns"][index]) - p.t0_ns) / 1e9
+    when = "" if times_inferred(p.log) else f" · t = {seconds:.6f} s"
     kind = int(p.log["kind"][index])
     if kind == Kind.MARK:  # (only a mark's tag is read: other events may have none, tag -1)
         what = f" · mark {p.log.strings[int(p.log['tag'][index])]}"
     else:
         what = " · OUT OF MEMORY" if kind == Kind.OOM else " · peak" if index == device.peak.index else ""
-    return f"event {index} · t = {seconds:.6f} s{what} · {text}"
+    return f"event {index}{when}{what} · {text}"
 
 
 def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: set[str]) -> str:
@@ -318,7 +322,9 @@ def report_document(
         + summary_html(p.diagnosis, group_by=p.options.group_by, t0_ns=p.t0_ns)
         + "</div>"
     )
-    for number, (name, device) in enumerate(p.devices.items()):
+    inferred = times_inferred(p.log)
+    order = devices_by_peak({name: device.peak.bytes for name, device in p.devices.items()})
+    for number, (name, device) in enumerate((name, p.devices[name]) for name in order):
         body.append(f"<h2>{html.escape(name)}: peak {format_size(device.peak.bytes)}</h2>")
         body.append("<h3>Fragmentation map</h3>")
         body.append(_scrubber(f"map{number}", p, name, device, types))
@@ -327,6 +333,7 @@ def report_document(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == name] if len(p.ooms) else None,
             segments=p.segments[p.segments["device"] == name] if len(p.segments) else None, peak=device.peak,
+            times_inferred=inferred,
         )  # fmt: skip
         types.update(trace_types([figure]))
         body.append(plot_div(f"timeline{number}", figure))
