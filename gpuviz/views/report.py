@@ -22,6 +22,7 @@ from gpuviz.analysis.tables import devices_present
 from gpuviz.analysis.timeline import devices_by_peak, times_inferred
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
+from gpuviz.views.active import active_spec
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
 from gpuviz.views.overview import OVERVIEW_JS
@@ -171,6 +172,18 @@ function gpuvizScrubber(id, first, positions) {
     e.preventDefault();
     step(direction);
   }
+  plot.gpuvizShowAt = function (position) {
+    // the heap right after log position `position` (a click on the active-memory view): exactly,
+    // where the embedded events reach it, else at the last stop at or before it
+    var stop = Math.max(positions.filter(function (p) { return p <= position; }).length - 1, 0);
+    if (positions[stop] !== position && events) {
+      stepper = stepper || gpuvizStepper(JSON.parse(events.textContent));
+      if (stepper.covers(position)) {
+        input.value = String(stop); show(stepper.frame(position), position); return;
+      }
+    }
+    go(stop);
+  };
   input.addEventListener('input', function () { go(input.value); });
   input.addEventListener('keydown', keydown);
   plot.addEventListener('keydown', keydown);
@@ -290,6 +303,18 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
     )
 
 
+def _active(div_id: str, map_id: str, p: Profile, device: str) -> str:
+    """The active-memory view (by call site where the log has stacks, else by tag); a click on it
+    moves the map ``map_id`` to that moment."""
+    spec = active_spec(p, device, group_by="call site" if p.log.stacks else "tag")
+    return (
+        f'<div id="{div_id}" class="gpuviz-plot"></div><script>(function(){{var s={to_script_json(spec)};'
+        f"Plotly.newPlot('{div_id}',s.data,s.layout,{{responsive:true}}).then(function(gd){{"
+        "gd.on('plotly_click',function(e){var pt=e.points&&e.points[0];"
+        f"if(pt){{document.getElementById('{map_id}').gpuvizShowAt(pt.customdata);}}}});}});}})();</script>"
+    )
+
+
 class ReportDocument(NamedTuple):
     """A report page and the plotly.js bundle it loads (in ``"directory"`` mode: the file to
     place beside it, ``bundle.file_name``)."""
@@ -328,6 +353,8 @@ def report_document(
         body.append(f"<h2>{html.escape(name)}: peak {format_size(device.peak.bytes)}</h2>")
         body.append("<h3>Fragmentation map</h3>")
         body.append(_scrubber(f"map{number}", p, name, device, types))
+        body.append("<h3>Active memory</h3>" + _active(f"active{number}", f"map{number}", p, name))
+        types.add("scatter")
         body.append("<h3>Timeline</h3>")
         figure = timeline(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,
