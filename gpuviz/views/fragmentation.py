@@ -124,7 +124,10 @@ def _exact(
     allocated: Allocated | None = None,
     min_width: float = 0.0,
     free_name: str = "free",
+    texts: bool = True,
 ) -> dict[str, dict[str, list[Any]]]:
+    """Each chunk's bars (used, waste or free) by trace name; ``texts``: with their hovers (lean
+    traces hover from ``customdata`` instead)."""
     traces: dict[str, dict[str, list[Any]]] = {}
 
     def add(name: str, y: str, start: int, length: float, text: str, custom: tuple[int, ...]) -> None:
@@ -141,14 +144,20 @@ def _exact(
             offset = c.address - seg.base
             if c.in_use:
                 when = allocated.get(c.address) if allocated is not None else None
-                info = chunk_hover(c.tag, c.size, c.requested, c.address, when, call_site(stacks, c.stack))
+                info = (
+                    chunk_hover(c.tag, c.size, c.requested, c.address, when, call_site(stacks, c.stack))
+                    if texts
+                    else ""
+                )
                 used = "used" if color_by == "state" else html.escape(_group(c.tag, color_by))
                 custom = (c.address, c.size, c.requested)
                 add(used, y, offset, max(c.requested, min_width), info, custom)
                 if c.size > c.requested:
                     add("waste", y, offset + c.requested, c.size - c.requested, info, custom)
             else:
-                add(free_name, y, offset, c.size, hole_hover(c.size, c.address), (c.address, c.size, 0))
+                add(
+                    free_name, y, offset, c.size, hole_hover(c.size, c.address) if texts else "", (c.address, c.size, 0)
+                )
     return traces
 
 
@@ -276,7 +285,7 @@ def trace_specs(
     if aggregated:
         traces = _aggregated(state, max_rectangles, texts=not lean)
     else:
-        traces = _exact(state, color_by, stacks, allocated, min_width, free_name)
+        traces = _exact(state, color_by, stacks, allocated, min_width, free_name, texts=not lean)
     first = [free_name, "waste", "used"]
     names = [*first, *sorted(n for n in traces if n not in first and n not in COLORS)]
     chunk_of = {c.address: c for c in state.chunks()} if lean and not aggregated else {}
