@@ -128,8 +128,10 @@ def main() -> None:
     with open(source / PATTERN, "rb") as file:
         largest = len(pickle.load(file)["device_traces"][0])
     inputs = list(traces(source, args.only))
-    if not args.only and not args.no_synthetic:
-        inputs += [synthetic(source, work, 10 * largest), synthetic(source, work, args.entries)]
+    if not args.no_synthetic:
+        for entries in (10 * largest, args.entries):
+            if not args.only or args.only in f"synthetic_{entries}_{PATTERN}":
+                inputs.append(synthetic(source, work, entries))
     results: list[dict[str, Any]] = []
     units = {"read": "s", "load": "s", "summary": "s", "report": "s", "report_bytes": "bytes",
              "chromium_load": "s", "chromium_draw": "s", "events": "events"}  # fmt: skip

@@ -379,7 +379,7 @@ def map_layout(
         seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
         reach = pinning.largest_hole_address - seg.base + pinning.rounded
     layout = rows_layout(bases, sizes, zoom_range(state, pinning), heading + "</sub>", oom=pinning is not None,
-                         lanes=lanes, reach=reach)  # fmt: skip
+                         lanes=lanes, reach=reach, lean=lean)  # fmt: skip
     if lean:
         layout["yaxis"] = lean_rows(bases, oom=pinning is not None, sizes=sizes, lanes=lanes)
         layout["meta"] = map_meta(bases, sizes, [s.size - sum(c.size for c in s.chunks if not c.in_use)
@@ -403,22 +403,25 @@ def lean_rows(
 
 def rows_layout(
     bases: Sequence[int], sizes: Sequence[int], zoom: tuple[int, int] | None, heading: str, *, oom: bool = False,
-    lanes: Sequence[int] = (), reach: int = 0,
+    lanes: Sequence[int] = (), reach: int = 0, lean: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """A map layout over segments at ``bases`` of ``sizes`` bytes (one category row each, by
     address, at most ``overview.MAX_LABELS`` labelled), titled ``heading``, opening at ``zoom``
     (buttons for it and the whole pool). The x axis spans the widest segment that is not a lane
     (``lanes``: rows of inferred preexisting memory, drawn past the axis' end), and at least to
-    ``reach`` bytes (a failed request drawn whole)."""
+    ``reach`` bytes (a failed request drawn whole). ``lean``: the caller sets the y axis
+    (``lean_rows``), so the category rows are not built."""
     rows = max(1, len(bases))
-    categories = [_label(base) for base in bases]
-    tickvals, ticktext = row_ticks(bases, sizes, lanes)
-    yaxis: dict[str, Any] = {
-        "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
-        "categoryorder": "array", "categoryarray": categories,  # by address
-        "tickmode": "array", "tickvals": [categories[r] for r in tickvals], "ticktext": ticktext,
-        "automargin": bool(lanes),
-    }  # fmt: skip
+    yaxis: dict[str, Any] = {}
+    if not lean:
+        categories = [_label(base) for base in bases]
+        tickvals, ticktext = row_ticks(bases, sizes, lanes)
+        yaxis = {
+            "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
+            "categoryorder": "array", "categoryarray": categories,  # by address
+            "tickmode": "array", "tickvals": [categories[r] for r in tickvals], "ticktext": ticktext,
+            "automargin": bool(lanes),
+        }  # fmt: skip
     lane_set = set(lanes)
     widest = max((s for i, s in enumerate(sizes) if i not in lane_set), default=0) or max(sizes, default=0)
     if reach > widest:

@@ -75,7 +75,7 @@ def lean_aggregated_spec(heap: HeapColumns, title: str, max_rectangles: int) -> 
     bases = heap.bases.tolist()
     heading = html.escape(title) + "<br><sub>" + metric + "</sub>"
     sizes, lanes = heap.sizes.tolist(), column_lanes(heap)
-    layout = rows_layout(bases, sizes, columns_zoom(heap, lanes), heading, lanes=lanes)
+    layout = rows_layout(bases, sizes, columns_zoom(heap, lanes), heading, lanes=lanes, lean=True)
     layout["yaxis"] = lean_rows(bases, sizes=sizes, lanes=lanes)
     layout["meta"] = map_meta(bases, sizes, column_in_use(heap), lanes)
     return Frame({"data": aggregated_specs(heap, max_rectangles, arrays=True), "layout": layout}, metric)

@@ -181,7 +181,7 @@ function gpuvizOverview(frame) {
   var top = Math.max.apply(null, groups.map(function (g) { return g.reserved; }).concat([1])), tick = 1, values = [];
   while (tick * 2 <= top / 5) { tick *= 2; }
   for (var v = 0; v <= top; v += tick) { values.push(v); }
-  layout.xaxis.tickvals = values; layout.xaxis.ticktext = values.map(gpuvizSize);
+  layout.xaxis.tickvals = values; layout.xaxis.ticktext = values.map(gpuvizSize); layout.xaxis.range = [0, top * 1.02];
   return {data: data, layout: layout};
 }
 function gpuvizSubset(frame, rows, heading) {
