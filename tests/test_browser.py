@@ -69,7 +69,7 @@ def test_report_offline(browser, tmp_path: Path) -> None:  # type: ignore[no-unt
     page.goto(path.as_uri())
     page.wait_for_selector("#map0 .main-svg")
     page.wait_for_selector("#timeline0 .main-svg")
-    assert page.locator(".js-plotly-plot").count() == 2
+    assert page.locator(".js-plotly-plot").count() == 3  # the map, the active-memory view, the timeline
     assert page.locator("#map0 .bars path").count() > 10  # chunks drawn
     before = page.evaluate("JSON.stringify(document.getElementById('map0').data)")
     label_before = page.inner_text("#map0-label")

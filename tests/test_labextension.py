@@ -117,7 +117,9 @@ def test_result_of_a_run() -> None:
     # no ops, no stacks: only what was live at the OOM, raw values with kinds, headers and totals
     live, ooms = data["tables"]
     assert (ooms["name"], ooms["title"], ooms["headers"]) == (
-        "ooms", "Out-of-memory events (1)", ["event", "device", "requested", "free", "largest free chunk"]
+        "ooms",
+        "Out-of-memory events (1)",
+        ["event", "device", "requested", "free", "largest free chunk"],
     )
     assert ooms["kinds"] == ["count", "text", "bytes", "bytes", "bytes"] and ooms["rows"][0][1:3] == ["GPU:0", 6 << 20]
     assert live["name"] == "live:GPU:0" and live["title"].startswith("GPU:0: live at the out-of-memory error (1 ")

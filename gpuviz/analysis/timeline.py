@@ -9,7 +9,7 @@ at zero at the first event of the log given: a view that starts mid-run counts f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +32,8 @@ __all__ = [
     "series_extremes",
     "operation_ends",
     "settled",
+    "times_inferred",
+    "devices_by_peak",
 ]
 
 _ALLOCATOR_KINDS = [
@@ -381,3 +383,16 @@ def peak(log: EventLog, device: str | None = None) -> Peak:
 def internal_waste(log: EventLog, device: str | None = None) -> Waste:
     """Internal waste of live allocations at the end, at the peak, and at its maximum."""
     return extremes(log, device).waste
+
+
+def times_inferred(log: EventLog) -> bool:
+    """Whether ``log``'s times were inferred by its importer (``meta["columns"]["time_ns"]``): the
+    source recorded none, so views show event positions, never seconds."""
+    columns = log.meta.get("columns")
+    return isinstance(columns, dict) and columns.get("time_ns") == "inferred"
+
+
+def devices_by_peak(peaks: Mapping[str, int]) -> list[str]:
+    """Device names (``name -> peak bytes in use``) in the order views show them: GPUs first, then
+    each kind by its peak, highest first (ties by name)."""
+    return sorted(peaks, key=lambda name: (not name.upper().startswith("GPU"), -peaks[name], name))

@@ -35,6 +35,7 @@ import numpy as np
 
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
+from gpuviz.analysis.timeline import times_inferred
 from gpuviz.log.schema import Kind
 from gpuviz.views.buckets import LEAN_AGGREGATED
 from gpuviz.views.fragmentation import _group as group_name
@@ -150,7 +151,7 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         "tags": [list(t) for t in tags.ids], "sites": list(sites.ids),
         "colors": {**COLORS, **OOM_COLORS}, "palette": PALETTE, "zoomBelow": ZOOM_BELOW, "minWidth": MIN_WIDTH,
         "maxRectangles": max_rectangles, "aggregatedHover": LEAN_AGGREGATED,
-        "complete": len(positions) == len(heap),
+        "complete": len(positions) == len(heap), "timesInferred": times_inferred(log),
     }  # fmt: skip
 
 
@@ -256,7 +257,7 @@ function gpuvizStepper(stream) {
       t.customdata = t.custom.map(function (c) {
         var tag = c.inUse ? id(stream.tags[c.tag][0]) : -1;
         var site = c.inUse && c.site >= 0 ? id(stream.sites[c.site]) : -1;
-        var ms = c.inUse && c.event >= 0 ? gpuvizRound(c.ns / 1e6) : -1;
+        var ms = c.inUse && c.event >= 0 && !stream.timesInferred ? gpuvizRound(c.ns / 1e6) : -1;
         return [c.size, c.requested, tag, c.inUse ? c.event : -1, ms, site];
       });
       t.strings = Array.from(strings.keys());
@@ -306,16 +307,31 @@ function gpuvizStepper(stream) {
     return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
       .replace(/"/g, '&quot;').replace(/'/g, '&#x27;');
   }
-  function frame(position) {
-    // {data, layout, label, heap}: the map right after log position `position`
-    var heap = heapAfter(position), count = 0, pool = 0, inUse = 0, largest = 0, widest = 0, end = 0;
-    heap.forEach(function (seg) {
-      pool += seg.size; widest = Math.max(widest, seg.size);
+  function frame(position, only) {
+    // {data, layout, label, heap}: the map right after log position `position` (`only`: of the
+    // segments at those bases alone, the report's drill-down to one segment)
+    var heap = heapAfter(position), count = 0;
+    if (only) { heap = heap.filter(function (s) { return only.indexOf(s.base) >= 0; }); }
+    var pool = 0, inUse = 0, largest = 0, widest = 0, end = 0;
+    var lanes = [], rowsInUse = [];  // gpuviz.views.overview.state_lanes: inferred preexisting segments
+    heap.forEach(function (seg, row) {
+      var c0 = seg.chunks[0];
+      if (heap.length > 1 && seg.chunks.length === 1 && c0.inUse && stream.tags[c0.tag][0] === 'PREEXISTING') {
+        lanes.push(row);
+      }
+    });
+    heap.forEach(function (seg, row) {
+      var lane = lanes.indexOf(row) >= 0, own = 0;
+      pool += seg.size; if (!lane) { widest = Math.max(widest, seg.size); }
       seg.chunks.forEach(function (c) {
         count += 1;
-        if (c.inUse) { inUse += c.size; end = Math.max(end, c.address + c.size - seg.base); }
+        if (c.inUse) {
+          inUse += c.size; own += c.size;
+          if (!lane) { end = Math.max(end, c.address + c.size - seg.base); }
+        }
         else { largest = Math.max(largest, c.size); }
       });
+      rowsInUse.push(own);
     });
     var zoom = null;  // fragmentation.zoom_range without pinning
     if (heap.length && inUse < stream.zoomBelow * pool) {
@@ -358,11 +374,13 @@ function gpuvizStepper(stream) {
       barmode: 'overlay', bargap: 0.15, height: Math.min(900, 180 + 28 * Math.max(1, heap.length)),
       hovermode: 'closest',
       xaxis: Object.assign({title: {text: 'offset in segment'}}, ticks, {range: [0, zoom === null ? widest : zoom]}),
-      yaxis: {title: {text: 'segment'}, tickvals: heap.map(function (s, i) { return i; }),
-              ticktext: heap.map(function (s) { return '0x' + s.base.toString(16); }),
-              range: [heap.length - 0.5, -0.5], type: 'linear'},
+      yaxis: Object.assign({title: {text: 'segment'}}, gpuvizRowTicks(
+                heap.map(function (s) { return s.base; }), heap.map(function (s) { return s.size; }), lanes),
+              {range: [heap.length - 0.5, -0.5], type: 'linear'}, lanes.length ? {automargin: true} : {}),
       legend: {orientation: 'h', yref: 'container', y: 0, yanchor: 'bottom'},
-      margin: {l: 120, r: 20, t: 80, b: 80}, uirevision: 'map'
+      margin: {l: 120, r: 20, t: 80, b: 80}, uirevision: 'map',
+      meta: {bases: heap.map(function (s) { return s.base; }), sizes: heap.map(function (s) { return s.size; }),
+             inUse: rowsInUse, lanes: lanes}
     };
     if (zoom !== null) {
       layout.updatemenus = [{type: 'buttons', direction: 'right', x: 1, xanchor: 'right', y: 1.02, yanchor: 'bottom',
@@ -371,7 +389,8 @@ function gpuvizStepper(stream) {
           {label: 'whole pool', method: 'relayout', args: [{'xaxis.range': [0, widest]}]}]}];
     }
     var seconds = (ev.ns[Math.max(0, lo(position))] / 1e9).toFixed(6);
-    var label = 'event ' + position + ' \\u00b7 t = ' + seconds + ' s' + (peak ? ' \\u00b7 peak' : '') +
+    var when = stream.timesInferred ? '' : ' \\u00b7 t = ' + seconds + ' s';
+    var label = 'event ' + position + when + (peak ? ' \\u00b7 peak' : '') +
       ' \\u00b7 ' + metric;
     return {data: data, layout: layout, label: label, heap: heap};
   }
@@ -384,6 +403,9 @@ function gpuvizStepper(stream) {
   }
   var steps = [];
   for (var i = 0; i < n; i++) { if (ev.settled[i]) { steps.push(ev.position[i]); } }
-  return {steps: steps, frame: frame, heapAfter: heapAfter};
+  function covers(position) {  // whether the stream knows the heap right after `position`
+    return n > 0 && position >= ev.position[0] - 1 && (stream.complete || position <= ev.position[n - 1]);
+  }
+  return {steps: steps, frame: frame, heapAfter: heapAfter, covers: covers};
 }
 """

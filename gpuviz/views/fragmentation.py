@@ -25,15 +25,18 @@ import plotly.graph_objects as go
 from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning
 from gpuviz.analysis.profile import Profile
+from gpuviz.analysis.timeline import times_inferred
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.tags import parse_array_tag
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import Frame
 from gpuviz.views.buckets import LEAN_AGGREGATED, aggregated_specs, bucket_hover, coverage
 from gpuviz.views.buckets import aggregated_traces as _aggregated
+from gpuviz.views.maprows import lean_rows, numbered_rows, rows_layout
 from gpuviz.views.mapstyle import COLORS, MIN_WIDTH, OOM_COLORS, ZOOM_BELOW
 from gpuviz.views.mapstyle import PALETTE as _PALETTE
 from gpuviz.views.mapstyle import label as _label
+from gpuviz.views.overview import map_meta, state_lanes
 
 __all__ = [
     "fragmentation_map",
@@ -103,8 +106,9 @@ def chunk_hover(
     size, address, when it was allocated, call site."""
     text = f"<b>{html.escape(tag) if tag else '(untagged)'}</b><br>requested {format_size(requested)}"
     text += f" · chunk {format_size(size)}<br>address {address:#x}"
-    if allocated is not None:
-        text += f"<br>allocated at event {allocated[0]}, t = {allocated[1] / 1e9:.3f} s"
+    if allocated is not None:  # (a time below 0: the source recorded none)
+        text += f"<br>allocated at event {allocated[0]}"
+        text += f", t = {allocated[1] / 1e9:.3f} s" if allocated[1] >= 0 else ""
     if site is not None:
         text += f"<br>call site {html.escape(site)}"
     return text
@@ -121,7 +125,10 @@ def _exact(
     allocated: Allocated | None = None,
     min_width: float = 0.0,
     free_name: str = "free",
+    texts: bool = True,
 ) -> dict[str, dict[str, list[Any]]]:
+    """Each chunk's bars (used, waste or free) by trace name; ``texts``: with their hovers (lean
+    traces hover from ``customdata`` instead)."""
     traces: dict[str, dict[str, list[Any]]] = {}
 
     def add(name: str, y: str, start: int, length: float, text: str, custom: tuple[int, ...]) -> None:
@@ -138,14 +145,20 @@ def _exact(
             offset = c.address - seg.base
             if c.in_use:
                 when = allocated.get(c.address) if allocated is not None else None
-                info = chunk_hover(c.tag, c.size, c.requested, c.address, when, call_site(stacks, c.stack))
+                info = (
+                    chunk_hover(c.tag, c.size, c.requested, c.address, when, call_site(stacks, c.stack))
+                    if texts
+                    else ""
+                )
                 used = "used" if color_by == "state" else html.escape(_group(c.tag, color_by))
                 custom = (c.address, c.size, c.requested)
                 add(used, y, offset, max(c.requested, min_width), info, custom)
                 if c.size > c.requested:
                     add("waste", y, offset + c.requested, c.size - c.requested, info, custom)
             else:
-                add(free_name, y, offset, c.size, hole_hover(c.size, c.address), (c.address, c.size, 0))
+                add(
+                    free_name, y, offset, c.size, hole_hover(c.size, c.address) if texts else "", (c.address, c.size, 0)
+                )
     return traces
 
 
@@ -161,15 +174,19 @@ def zoom_range(state: HeapState, pinning: Pinning | None = None) -> tuple[int, i
     """
     if not state.segments or state.bytes_in_use >= ZOOM_BELOW * state.pool_bytes:
         return None
-    widest = max(s.size for s in state.segments)
+    lanes = set(state_lanes(state))
+    widest = max(s.size for i, s in enumerate(state.segments) if i not in lanes)
     end = 0
-    for seg in state.segments:
+    for i, seg in enumerate(state.segments):
+        if i in lanes:
+            continue
         for c in seg.chunks:
             if c.in_use:
                 end = max(end, c.address + c.size - seg.base)
     if pinning is not None and pinning.largest_hole_address >= 0:
         seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
         end = max(end, pinning.largest_hole_address - seg.base + pinning.rounded)
+        widest = max(widest, int(end * 1.02))  # the failed request is drawn whole, past its segment's end
         if pinning.best is not None:
             end = max(end, pinning.best.end - pinning.best.segment)
     end = min(widest, int(end * 1.25) + 1)
@@ -179,7 +196,8 @@ def zoom_range(state: HeapState, pinning: Pinning | None = None) -> tuple[int, i
 def _visible_span(state: HeapState, zoom: tuple[int, int] | None) -> int:
     if zoom is not None:
         return zoom[1] - zoom[0]
-    return max((s.size for s in state.segments), default=0)
+    lanes = set(state_lanes(state))
+    return max((s.size for i, s in enumerate(state.segments) if i not in lanes), default=0)
 
 
 def _oom_traces(
@@ -221,10 +239,13 @@ def _oom_traces(
         ghost["y"] = [y_of(seg.base)]
         ghost["base"] = [pinning.largest_hole_address - seg.base]
         ghost["x"] = [pinning.rounded]
+        miss = f"misses by {format_size(pinning.rounded - pinning.largest_hole)}"
         ghost["hovertext"] = [
-            f"<b>failed request</b> {format_size(pinning.rounded)}<br>largest free hole "
+            f"<b>failed request</b> {format_size(pinning.rounded)} ({miss})<br>largest free hole "
             f"{format_size(pinning.largest_hole)} at {pinning.largest_hole_address:#x}<br>{pinning.sentence()}"
         ]
+        ghost.update(text=[f"failed request {format_size(pinning.rounded)}: {miss}"], textposition="inside",
+                     insidetextanchor="start", textfont={"color": "#7b241c"}, constraintext="none")  # fmt: skip
     specs.append(ghost)
     return specs
 
@@ -265,7 +286,7 @@ def trace_specs(
     if aggregated:
         traces = _aggregated(state, max_rectangles, texts=not lean)
     else:
-        traces = _exact(state, color_by, stacks, allocated, min_width, free_name)
+        traces = _exact(state, color_by, stacks, allocated, min_width, free_name, texts=not lean)
     first = [free_name, "waste", "used"]
     names = [*first, *sorted(n for n in traces if n not in first and n not in COLORS)]
     chunk_of = {c.address: c for c in state.chunks()} if lean and not aggregated else {}
@@ -291,7 +312,7 @@ def trace_specs(
                 tag = strings.setdefault(c.tag or "(untagged)", len(strings)) if c.in_use else -1
                 site_id = strings.setdefault(site, len(strings)) if site is not None else -1
                 event, ns = when or (-1, -1)
-                custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 else -1, site_id])
+                custom.append([size, c.requested, tag, event, round(ns / 1e6) if event >= 0 <= ns else -1, site_id])
             meta: dict[str, Any] = {"strings": list(strings)}
             if name == "waste":  # its bars start after the requested bytes, not at the chunk
                 meta["afterRequested"] = True
@@ -323,29 +344,9 @@ def map_traces(
 
 
 def segment_rows(state: HeapState) -> dict[str, Any]:
-    """y-axis settings that label the numeric rows of lean traces with segment addresses."""
-    return _numbered_rows([s.base for s in state.segments])
-
-
-def _numbered_rows(bases: Sequence[int]) -> dict[str, Any]:
-    return {
-        "tickvals": list(range(len(bases))),
-        "ticktext": [_label(base) for base in bases],
-        "range": [len(bases) - 0.5, -0.5],
-        "type": "linear",
-    }
-
-
-def _size_ticks(span: int) -> dict[str, Any]:
-    """x-axis ticks in binary units over ``[0, span]`` bytes (plotly's own are decimal)."""
-    if span <= 0:
-        return {}
-    raw = span / 6
-    step = 1
-    while step * 2 <= raw:
-        step *= 2
-    values = list(range(0, span + 1, step))
-    return {"tickvals": values, "ticktext": [format_size(v) for v in values]}
+    """y-axis settings that label the numeric rows of lean traces with segment addresses (at
+    most ``overview.MAX_LABELS`` of them, and every lane)."""
+    return numbered_rows([s.base for s in state.segments], [s.size for s in state.segments], state_lanes(state))
 
 
 def map_layout(
@@ -356,57 +357,17 @@ def map_layout(
     heading = html.escape(title or state.device) + "<br><sub>" + metric_text(state)
     if pinning is not None:
         heading += "<br>" + html.escape(pinning.sentence())
-    bases = [s.base for s in state.segments]
-    layout = rows_layout(bases, [s.size for s in state.segments], zoom_range(state, pinning), heading + "</sub>",
-                         oom=pinning is not None)  # fmt: skip
+    bases, sizes, lanes = [s.base for s in state.segments], [s.size for s in state.segments], state_lanes(state)
+    reach = 0
+    if pinning is not None and pinning.largest_hole_address >= 0:  # the failed request, drawn whole
+        seg = next(s for s in state.segments if s.base <= pinning.largest_hole_address < s.end)
+        reach = pinning.largest_hole_address - seg.base + pinning.rounded
+    layout = rows_layout(bases, sizes, zoom_range(state, pinning), heading + "</sub>", oom=pinning is not None,
+                         lanes=lanes, reach=reach, lean=lean)  # fmt: skip
     if lean:
-        layout["yaxis"] = lean_rows(bases, oom=pinning is not None)
-    return layout
-
-
-def lean_rows(bases: Sequence[int], *, oom: bool = False) -> dict[str, Any]:
-    """The y axis of a lean map over segments at ``bases``: numbered rows labelled by address
-    (with room for the ghost bar below the last row at an OOM)."""
-    axis: dict[str, Any] = {"title": {"text": "segment"}, **_numbered_rows(bases)}
-    if oom:
-        axis["range"] = [axis["range"][0] + 0.2, axis["range"][1]]
-    return axis
-
-
-def rows_layout(
-    bases: Sequence[int], sizes: Sequence[int], zoom: tuple[int, int] | None, heading: str, *, oom: bool = False
-) -> dict[str, Any]:
-    """A map layout over segments at ``bases`` of ``sizes`` bytes (one category row each, by
-    address), titled ``heading``, opening at ``zoom`` (buttons for it and the whole pool)."""
-    rows = max(1, len(bases))
-    yaxis: dict[str, Any] = {
-        "title": {"text": "segment"}, "type": "category", "autorange": "reversed",
-        "categoryorder": "array", "categoryarray": [_label(base) for base in bases],  # by address
-    }  # fmt: skip
-    widest = max(sizes, default=0)
-    xaxis: dict[str, Any] = {"title": {"text": "offset in segment"}, **_size_ticks(widest)}
-    xaxis["range"] = [0, zoom[1]] if zoom is not None else [0, widest]
-    layout: dict[str, Any] = {
-        "title": {"text": heading},
-        "barmode": "overlay",
-        "bargap": 0.35 if oom else 0.15,
-        "height": min(900, (220 if oom else 180) + 28 * rows),
-        "hovermode": "closest",
-        "xaxis": xaxis,
-        "yaxis": yaxis,
-        "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
-        "margin": {"l": 120, "r": 20, "t": 100 if oom else 80, "b": 80},
-        "uirevision": "map",  # zoom and pan survive redraws (scrubbing)
-    }
-    if zoom is not None:
-        layout["updatemenus"] = [{
-            "type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom",
-            "showactive": True, "active": 0,
-            "buttons": [
-                {"label": "used range", "method": "relayout", "args": [{"xaxis.range": [0, zoom[1]]}]},
-                {"label": "whole pool", "method": "relayout", "args": [{"xaxis.range": [0, widest]}]},
-            ],
-        }]  # fmt: skip
+        layout["yaxis"] = lean_rows(bases, oom=pinning is not None, sizes=sizes, lanes=lanes)
+        layout["meta"] = map_meta(bases, sizes, [s.size - sum(c.size for c in s.chunks if not c.in_use)
+                                                 for s in state.segments], lanes)  # fmt: skip
     return layout
 
 
@@ -466,10 +427,12 @@ def map_spec_and_state(
     at = dp.opening if index is None else index
     state = dp.state_at(at)
     pinned = dp.pinning_at(at)
+    allocated = dp.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use])
+    if times_inferred(p.log):  # hovers name the event, never an inferred time
+        allocated = {address: (event, -1) for address, (event, _) in allocated.items()}
     specs = trace_specs(
         state, color_by=p.options.color_by, max_rectangles=max_rectangles or p.options.max_rectangles, lean=lean,
-        stacks=p.log.stacks, pinning=pinned,
-        allocated=dp.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use]),
+        stacks=p.log.stacks, pinning=pinned, allocated=allocated,
     )  # fmt: skip
     if title is None:
         what = "out of memory" if pinned is not None else ("peak" if at == dp.peak.index else "")

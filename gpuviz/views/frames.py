@@ -33,6 +33,7 @@ from gpuviz.views.fragmentation import (
     metric_words,
     rows_layout,
 )
+from gpuviz.views.overview import column_in_use, column_lanes, map_meta
 
 __all__ = ["Frame", "scrubber_frames", "lean_aggregated_spec", "columns_zoom", "BAR_COLUMNS", "pack_bars"]
 __all__ += ["unpack_bars", "FRAMES_JS"]
@@ -48,15 +49,18 @@ class Frame(NamedTuple):
     metric: str
 
 
-def columns_zoom(heap: HeapColumns) -> tuple[int, int] | None:
-    """``fragmentation.zoom_range`` (without pinning) of a heap given as arrays."""
+def columns_zoom(heap: HeapColumns, lanes: Sequence[int] = ()) -> tuple[int, int] | None:
+    """``fragmentation.zoom_range`` (without pinning) of a heap given as arrays (``lanes``: its
+    rows of inferred preexisting memory, left out)."""
     if not len(heap.bases):
         return None
     pool, in_use = heap.pool_bytes, heap.bytes_in_use
     if in_use >= ZOOM_BELOW * pool:
         return None
-    widest = int(heap.sizes.max())
-    used = heap.in_use
+    other = np.ones(len(heap.bases), dtype=bool)
+    other[list(lanes)] = False
+    widest = int(heap.sizes[other].max())
+    used = heap.in_use & other[heap.owner]
     ends = heap.address[used] + heap.size[used] - heap.bases[heap.owner[used]]
     end = int(ends.max()) if len(ends) else 0
     end = min(widest, int(end * 1.25) + 1)
@@ -70,8 +74,10 @@ def lean_aggregated_spec(heap: HeapColumns, title: str, max_rectangles: int) -> 
     metric = metric_words(heap.bytes_in_use, heap.pool_bytes, heap.largest_free_chunk)
     bases = heap.bases.tolist()
     heading = html.escape(title) + "<br><sub>" + metric + "</sub>"
-    layout = rows_layout(bases, heap.sizes.tolist(), columns_zoom(heap), heading)
-    layout["yaxis"] = lean_rows(bases)
+    sizes, lanes = heap.sizes.tolist(), column_lanes(heap)
+    layout = rows_layout(bases, sizes, columns_zoom(heap, lanes), heading, lanes=lanes, lean=True)
+    layout["yaxis"] = lean_rows(bases, sizes=sizes, lanes=lanes)
+    layout["meta"] = map_meta(bases, sizes, column_in_use(heap), lanes)
     return Frame({"data": aggregated_specs(heap, max_rectangles, arrays=True), "layout": layout}, metric)
 
 

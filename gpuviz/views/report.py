@@ -20,11 +20,14 @@ from plotly.utils import PlotlyJSONEncoder
 from gpuviz.analysis.advice import Advice
 from gpuviz.analysis.profile import DeviceProfile, Profile
 from gpuviz.analysis.tables import devices_present
+from gpuviz.analysis.timeline import devices_by_peak, times_inferred
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
+from gpuviz.views.active import active_spec
 from gpuviz.views.advice import advice_html
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
+from gpuviz.views.overview import OVERVIEW_JS
 from gpuviz.views.plotlyjs import Bundle, bundle_for, check_plotlyjs, plotlyjs_script, trace_types
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
@@ -63,7 +66,8 @@ function gpuvizHover(data, layout) {
   // lean map traces carry [size, requested, tag, event, ms, site] per chunk; the address is the
   // row's segment base plus the bar's base. The same words as gpuviz.views.fragmentation's
   // chunk_hover / hole_hover.
-  var bases = ((layout.yaxis || {}).ticktext || []).map(function (t) { return parseInt(t, 16); });
+  var bases = (layout.meta || {}).bases ||
+    ((layout.yaxis || {}).ticktext || []).map(function (t) { return parseInt(t, 16); });
   data.forEach(function (trace) {
     if (!trace.meta || !trace.meta.strings || !trace.customdata) { return; }
     var strings = trace.meta.strings;
@@ -72,7 +76,9 @@ function gpuvizHover(data, layout) {
       if (c[2] < 0) { return '<b>free hole</b> ' + gpuvizSize(c[0]) + '<br>address ' + address; }
       var text = '<b>' + gpuvizEscape(strings[c[2]]) + '</b><br>requested ' + gpuvizSize(c[1]) +
         ' \u00b7 chunk ' + gpuvizSize(c[0]) + '<br>address ' + address;
-      if (c[3] >= 0) { text += '<br>allocated at event ' + c[3] + ', t = ' + (c[4] / 1e3).toFixed(3) + ' s'; }
+      if (c[3] >= 0) {  // (no time where the source recorded none)
+        text += '<br>allocated at event ' + c[3] + (c[4] >= 0 ? ', t = ' + (c[4] / 1e3).toFixed(3) + ' s' : '');
+      }
       if (c[5] >= 0) { text += '<br>call site ' + gpuvizEscape(strings[c[5]]); }
       return text;
     });
@@ -105,11 +111,41 @@ function gpuvizScrubber(id, first, positions) {
   // else stop by stop.
   var input = document.getElementById(id + '-slider'), label = document.getElementById(id + '-label');
   var plot = document.getElementById(id), events = document.getElementById(id + '-events');
-  var frames = null, bars = null, stepper = null, steps = null;
+  var frames = null, bars = null, stepper = null, steps = null, shown = null, view = {level: 'overview'};
+  var nav = document.getElementById(id + '-nav');
   function show(f, position) {
-    Plotly.react(id, gpuvizHover(f.data, f.layout), f.layout);
+    // many segments: the overview by size class, a group's segments or one segment (gpuvizMapView)
+    shown = {frame: f, position: position};
+    var drawn = gpuvizMapView({data: gpuvizHover(f.data, f.layout), layout: f.layout}, view);
+    if (view.level === 'segment' && events) {
+      // one segment: its chunks one by one (each hover names its allocation), from the embedded events
+      stepper = stepper || gpuvizStepper(JSON.parse(events.textContent));
+      if (stepper.covers(position)) {
+        var one = stepper.frame(position, [view.base]);
+        one.layout.title = drawn.layout.title;
+        drawn = {data: gpuvizHover(one.data, one.layout), layout: one.layout};
+      }
+    }
+    Plotly.react(id, drawn.data, drawn.layout);
     label.textContent = f.label; plot.dataset.position = String(position); plot.gpuvizHeap = f.heap || null;
+    plot.dataset.view = view.level;
+    if (nav) {
+      nav.innerHTML = '';
+      var crumbs = view.level === 'map' ? [] : [['overview', 'overview']];
+      if (view.level === 'group' || view.level === 'segment') { crumbs.push(['group', view.group]); }
+      if (view.level === 'segment') { crumbs.push(['segment', '0x' + view.base.toString(16)]); }
+      crumbs.forEach(function (c, i) {
+        var a = document.createElement(i + 1 < crumbs.length ? 'a' : 'span');
+        a.textContent = c[1]; if (i) { nav.appendChild(document.createTextNode(' \u203a ')); }
+        if (i + 1 < crumbs.length) {
+          a.href = '#'; a.addEventListener('click', function (e) { e.preventDefault(); view.level = c[0]; redraw(); });
+        }
+        nav.appendChild(a);
+      });
+    }
   }
+  function redraw() { if (shown) { show(shown.frame, shown.position); } }
+  plot.addEventListener('gpuviz-drill', function (e) { Object.assign(view, e.detail); redraw(); });
   function go(value) {
     if (frames === null) {
       frames = JSON.parse(document.getElementById(id + '-frames').textContent);
@@ -120,7 +156,7 @@ function gpuvizScrubber(id, first, positions) {
   }
   function step(direction) {
     if (steps === null) {
-      stepper = events ? gpuvizStepper(JSON.parse(events.textContent)) : null;
+      stepper = stepper || (events ? gpuvizStepper(JSON.parse(events.textContent)) : null);
       steps = Array.from(new Set(positions.concat(stepper ? stepper.steps : [])));
       steps.sort(function (a, b) { return a - b; });
     }
@@ -138,10 +174,34 @@ function gpuvizScrubber(id, first, positions) {
     e.preventDefault();
     step(direction);
   }
+  plot.gpuvizShowAt = function (position) {
+    // the heap right after log position `position` (a click on the active-memory view): exactly,
+    // where the embedded events reach it, else at the last stop at or before it
+    var stop = Math.max(positions.filter(function (p) { return p <= position; }).length - 1, 0);
+    if (positions[stop] !== position && events) {
+      stepper = stepper || gpuvizStepper(JSON.parse(events.textContent));
+      if (stepper.covers(position)) {
+        input.value = String(stop); show(stepper.frame(position), position); return;
+      }
+    }
+    go(stop);
+  };
   input.addEventListener('input', function () { go(input.value); });
   input.addEventListener('keydown', keydown);
   plot.addEventListener('keydown', keydown);
   show(first, positions[parseInt(input.value, 10)]);
+  plot.on('plotly_click', function (event) {
+    // drill down: a size class of the overview to its segments, a segment to itself
+    var point = event.points && event.points[0], layout = plot.layout || {}, meta = layout.meta || {};
+    if (!point) { return; }
+    if (meta.overview) {
+      var g = meta.overview[Math.round(point.y)];
+      if (g) { view.level = 'group'; view.group = g.name; redraw(); }
+    } else if (meta.bases && view.level !== 'map') {
+      var base = meta.bases[Math.round(point.y)];
+      if (base !== undefined) { view.level = 'segment'; view.base = base; redraw(); }
+    }
+  });
 }
 """
 _ON_LOAD = "document.querySelectorAll('table.gpuviz-placement, table.gpuviz-sortable').forEach(gpuvizSortTable);"
@@ -209,12 +269,13 @@ def scrub_positions(device: DeviceProfile) -> list[int]:
 
 def _frame_label(p: Profile, device: DeviceProfile, index: int, text: str) -> str:
     seconds = (int(p.log["time_ns"][index]) - p.t0_ns) / 1e9
+    when = "" if times_inferred(p.log) else f" · t = {seconds:.6f} s"
     kind = int(p.log["kind"][index])
     if kind == Kind.MARK:  # (only a mark's tag is read: other events may have none, tag -1)
         what = f" · mark {p.log.strings[int(p.log['tag'][index])]}"
     else:
         what = " · OUT OF MEMORY" if kind == Kind.OOM else " · peak" if index == device.peak.index else ""
-    return f"event {index} · t = {seconds:.6f} s{what} · {text}"
+    return f"event {index}{when}{what} · {text}"
 
 
 def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: set[str]) -> str:
@@ -236,10 +297,23 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
     return (
         f'<div class="scrubber"><span>time</span><input type="range" id="{div_id}-slider" min="0" '
         f'max="{max(len(positions) - 1, 0)}" value="{start}" step="1" aria-label="time scrubber">'
-        f'<span id="{div_id}-label"></span></div><div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
+        f'<span id="{div_id}-label"></span></div><div id="{div_id}-nav" class="gpuviz-nav"></div>'
+        f'<div id="{div_id}" class="gpuviz-plot" tabindex="0"></div>'
         f'<script type="application/json" id="{div_id}-frames">{to_script_json(packed)}</script>'
         f'<script type="application/json" id="{div_id}-bars">{to_script_json(bars)}</script>'
         f"{events}<script>gpuvizScrubber('{div_id}', {first}, {to_script_json(positions)});</script>"
+    )
+
+
+def _active(div_id: str, map_id: str, p: Profile, device: str) -> str:
+    """The active-memory view (by call site where the log has stacks, else by tag); a click on it
+    moves the map ``map_id`` to that moment."""
+    spec = active_spec(p, device, group_by="call site" if p.log.stacks else "tag")
+    return (
+        f'<div id="{div_id}" class="gpuviz-plot"></div><script>(function(){{var s={to_script_json(spec)};'
+        f"Plotly.newPlot('{div_id}',s.data,s.layout,{{responsive:true}}).then(function(gd){{"
+        "gd.on('plotly_click',function(e){var pt=e.points&&e.points[0];"
+        f"if(pt){{document.getElementById('{map_id}').gpuvizShowAt(pt.customdata);}}}});}});}})();</script>"
     )
 
 
@@ -288,15 +362,20 @@ def report_document(
     )
     if advice is not None:
         body.append('<h2>Advice (replayed)</h2><div class="gpuviz">' + advice_html(advice) + "</div>")
-    for number, (name, device) in enumerate(p.devices.items()):
+    inferred = times_inferred(p.log)
+    order = devices_by_peak({name: device.peak.bytes for name, device in p.devices.items()})
+    for number, (name, device) in enumerate((name, p.devices[name]) for name in order):
         body.append(f"<h2>{html.escape(name)}: peak {format_size(device.peak.bytes)}</h2>")
         body.append("<h3>Fragmentation map</h3>")
         body.append(_scrubber(f"map{number}", p, name, device, types))
+        body.append("<h3>Active memory</h3>" + _active(f"active{number}", f"map{number}", p, name))
+        types.add("scatter")
         body.append("<h3>Timeline</h3>")
         figure = timeline(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == name] if len(p.ooms) else None,
             segments=p.segments[p.segments["device"] == name] if len(p.segments) else None, peak=device.peak,
+            times_inferred=inferred,
         )  # fmt: skip
         types.update(trace_types([figure]))
         body.append(plot_div(f"timeline{number}", figure))
@@ -309,7 +388,7 @@ def report_document(
     document = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}{TABLE_CSS}</style>{plotlyjs_script(plotlyjs, bundle)}"
-        f"<script>{_FUNCTIONS}{STEPPER_JS}{FRAMES_JS}</script></head><body>"
+        f"<script>{_FUNCTIONS}{STEPPER_JS}{FRAMES_JS}{OVERVIEW_JS}</script></head><body>"
         + "\n".join(body)
         + f"<script>{_ON_LOAD}</script></body></html>"
     )

@@ -9,10 +9,16 @@ Long series are downsampled to ``points`` time buckets keeping each bucket's min
 maximum (drawn as a band), so peaks and short spikes are never lost. Marks are vertical lines
 with a hover marker each; a label is written only where it does not crowd the previous one.
 Transfers are spans at least ``MIN_SPAN`` of the time axis wide, bucketed when dense.
+
+The x axis opens at the activity (``activity_range``: where most events are, and the peak)
+when that is less than half the run, with buttons for it and the whole run. Times an importer
+inferred (the source recorded none: ``times_inferred``) are never drawn as seconds: the x axis
+is then the event's position in the log, and the title says the times were inferred.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 
 import numpy as np
@@ -23,7 +29,17 @@ from plotly.subplots import make_subplots
 from gpuviz.analysis.timeline import Peak, TimelineSeries, resample
 from gpuviz.base.units import binary_unit, format_duration, format_size
 
-__all__ = ["timeline", "DIRECTION_COLORS", "MAX_TRANSFER_SPANS", "MAX_MARKS", "POOL_HIDDEN", "MIN_SPAN", "LABEL_GAP"]
+__all__ = [
+    "timeline",
+    "activity_range",
+    "ACTIVITY_SHARE",
+    "DIRECTION_COLORS",
+    "MAX_TRANSFER_SPANS",
+    "MAX_MARKS",
+    "POOL_HIDDEN",
+    "MIN_SPAN",
+    "LABEL_GAP",
+]
 
 DIRECTION_COLORS = {"H2D": "#2e86de", "D2H": "#e67e22", "D2D": "#8e44ad"}
 MAX_TRANSFER_SPANS = 500
@@ -32,6 +48,8 @@ POOL_HIDDEN = 2.0
 """The pool line starts hidden when the pool's maximum is more than this times the data's."""
 MIN_SPAN = 0.002
 """Transfer spans are drawn at least this share of the time axis wide."""
+ACTIVITY_SHARE = 0.95
+"""The x axis opens at the span holding this share of the events (the last ones, and the peak)."""
 LABEL_GAP = 0.06
 """A mark's label is written only this share of the time axis after the previous label."""
 _LINES = {  # drawn in this order: requested (dashed) over in use, both over the pool
@@ -78,8 +96,24 @@ def _transfer_spans(group: pd.DataFrame, direction: str, t0: int) -> tuple[np.nd
     return _seconds(first, t0), (last_end - first) / 1e9, text
 
 
-def _hover(values: np.ndarray, label: str) -> tuple[list[str], str]:
-    return [format_size(int(v)) for v in values], f"{label} %{{text}}<br>t = %{{x:.6f}} s<extra></extra>"
+def _hover(values: np.ndarray, label: str, where: str = "t = %{x:.6f} s") -> tuple[list[str], str]:
+    return [format_size(int(v)) for v in values], f"{label} %{{text}}<br>{where}<extra></extra>"
+
+
+def activity_range(x: np.ndarray, peak_x: float | None = None) -> tuple[float, float] | None:
+    """The x range a timeline opens at, or None for the whole run: the span from the event
+    ``1 - ACTIVITY_SHARE`` of the way into ``x`` (sorted event x values) to the last event, widened
+    to the peak and padded by 5 %, when it is less than half of the whole span."""
+    if len(x) < 2:
+        return None
+    first, last = float(x[0]), float(x[-1])
+    lo = float(x[int(np.floor((1 - ACTIVITY_SHARE) * (len(x) - 1)))])
+    if peak_x is not None:
+        lo = min(lo, peak_x)
+    if last - first <= 0 or (last - lo) >= 0.5 * (last - first):
+        return None
+    pad = 0.05 * max(last - lo, 1e-9)
+    return max(first, lo - pad), last + pad
 
 
 def timeline(
@@ -92,8 +126,22 @@ def timeline(
     ooms: pd.DataFrame | None = None,
     segments: pd.DataFrame | None = None,
     peak: Peak | None = None,
+    times_inferred: bool = False,
 ) -> go.Figure:
-    """A two-row figure: memory (and fragmentation on a second axis), then transfers."""
+    """A two-row figure: memory (and fragmentation on a second axis), then transfers.
+
+    ``times_inferred``: the log's times were inferred by its importer (``meta["columns"]``):
+    x is then each event's position in the log, never seconds."""
+    if times_inferred:  # x: the event's log position (ooms, segments, marks: their seq)
+        series = dataclasses.replace(series, time_ns=np.asarray(series.index, dtype=np.int64))
+        t0_ns, scale, where = 0, 1.0, "event %{x:.0f}"
+    else:
+        scale, where = 1e9, "t = %{x:.6f} s"
+
+    def at(frame: pd.DataFrame) -> np.ndarray:
+        column = "seq" if times_inferred else "time_ns"
+        return (frame[column].to_numpy().astype(np.int64) - t0) / scale
+
     t0 = int(series.time_ns[0]) if t0_ns is None and len(series) else (t0_ns or 0)
     has_transfers = transfers is not None and len(transfers) > 0
     figure = make_subplots(
@@ -110,11 +158,11 @@ def timeline(
     data_max = int(max(highest["bytes_in_use"].max(initial=0), highest["bytes_requested"].max(initial=0)))
     pool_max = int(highest["pool_bytes"].max(initial=0))
     factor, unit = binary_unit(max(data_max, 1))
-    x = _seconds(reduced.time_ns, t0)
-    span = float(_seconds(series.time_ns[-1:], t0)[0]) if len(series) else 0.0
+    x = (reduced.time_ns - t0) / scale
+    span = float((series.time_ns[-1] - t0) / scale) if len(series) else 0.0
     for metric, (label, color, dash, width) in _LINES.items():
         high = reduced.maximum[metric]
-        text, template = _hover(high, label)
+        text, template = _hover(high, label, where)
         hidden = metric == "pool_bytes" and pool_max > POOL_HIDDEN * max(data_max, 1)
         figure.add_trace(
             go.Scatter(x=x, y=high / factor, name=label, mode="lines", text=text, hovertemplate=template,
@@ -124,7 +172,7 @@ def timeline(
         )  # fmt: skip
         if len(x) < settled_events and metric == "bytes_in_use":
             low = reduced.minimum[metric]
-            text, template = _hover(low, f"{label} (bucket min)")
+            text, template = _hover(low, f"{label} (bucket min)", where)
             figure.add_trace(
                 go.Scatter(x=x, y=low / factor, name=f"{label} (bucket min)", mode="lines", text=text,
                            hovertemplate=template, line={"color": color, "width": 0.5, "shape": "hv"},
@@ -133,13 +181,15 @@ def timeline(
             )  # fmt: skip
     figure.add_trace(
         go.Scatter(x=x, y=reduced.maximum["fragmentation"] * 100, name="fragmentation", mode="lines",
-                   hovertemplate="fragmentation %{y:.1f}%<br>t = %{x:.6f} s<extra></extra>",
+                   hovertemplate="fragmentation %{y:.1f}%<br>" + where + "<extra></extra>",
                    line={"color": "#c0392b", "dash": "dot", "shape": "hv"}),
         row=1, col=1, secondary_y=True,
     )  # fmt: skip
+    peak_x = None
     if peak is not None and peak.index >= 0:
+        peak_x = float(peak.index) if times_inferred else (peak.time_ns - t0) / 1e9
         figure.add_trace(
-            go.Scatter(x=[(peak.time_ns - t0) / 1e9], y=[peak.bytes / factor], name="peak", mode="markers+text",
+            go.Scatter(x=[peak_x], y=[peak.bytes / factor], name="peak", mode="markers+text",
                        marker={"symbol": "star", "size": 14, "color": "#c0392b"},
                        text=[f"peak {format_size(peak.bytes)}"], textposition="top center",
                        hovertemplate=f"peak {format_size(peak.bytes)} at event {peak.index}<extra></extra>"),
@@ -155,7 +205,7 @@ def timeline(
 
     if ooms is not None and len(ooms):
         figure.add_trace(
-            go.Scatter(x=_seconds(ooms["time_ns"].to_numpy(), t0), y=level(ooms["seq"].to_numpy()),
+            go.Scatter(x=at(ooms), y=level(ooms["seq"].to_numpy()),
                        name="out of memory", mode="markers", marker={"symbol": "x", "size": 13, "color": "#c0392b"},
                        hovertext=[f"out of memory requesting {format_size(int(r))} at event {s}"
                                   for r, s in zip(ooms["requested"], ooms["seq"], strict=True)],
@@ -167,7 +217,7 @@ def timeline(
         if len(grow):
             words = {"segment_alloc": "segment of {} reserved", "segment_map": "{} mapped into a growing segment"}
             figure.add_trace(
-                go.Scatter(x=_seconds(grow["time_ns"].to_numpy(), t0), y=level(grow["seq"].to_numpy()),
+                go.Scatter(x=at(grow), y=level(grow["seq"].to_numpy()),
                            name="segment reserved", mode="markers", marker={"symbol": "triangle-up", "size": 8},
                            hovertext=[words[k].format(format_size(int(s)))
                                       for k, s in zip(grow["kind"], grow["size"], strict=True)],
@@ -177,7 +227,7 @@ def timeline(
     if marks is not None and len(marks):
         shown = marks[marks["phase"] != "end"]
         shapes, notes = [], []  # one layout update: add_vline per mark copies every shape each time
-        xs = ((shown["time_ns"].to_numpy() - t0) / 1e9).tolist()
+        xs = at(shown).tolist()
         labels = [html.escape(str(v)) for v in shown["label"]]
         last_label = -np.inf
         for x_mark, label in zip(xs[:MAX_MARKS], labels[:MAX_MARKS], strict=True):
@@ -198,6 +248,8 @@ def timeline(
         for key, group in transfers.groupby("direction", sort=True):
             direction = str(key)
             start, length, text = _transfer_spans(group, direction, t0)
+            if times_inferred:  # no durations either: spans at the copies' log positions
+                start, length = at(group.sort_values("time_ns")), np.zeros(len(start))
             length = np.maximum(length, MIN_SPAN * span)
             figure.add_trace(
                 go.Bar(orientation="h", name=f"{direction} transfers", y=[direction] * len(start), base=start, x=length,
@@ -205,16 +257,34 @@ def timeline(
                 row=2, col=1,
             )  # fmt: skip
         figure.update_yaxes(title_text="transfers", row=2, col=1)
+    title = html.escape(series.device) + " memory over time"
+    if times_inferred:
+        title = html.escape(series.device) + " memory event by event<br><sub>the source recorded no times (gpuviz "
+        title += "inferred them): x is each event's position in the log, not seconds</sub>"
     figure.update_layout(
-        title={"text": html.escape(series.device) + " memory over time"},
+        title={"text": title},
         height=520 if has_transfers else 420,
         hovermode="closest",
         legend={"orientation": "h", "y": -0.2},
-        margin={"l": 70, "r": 60, "t": 50, "b": 60},
+        margin={"l": 70, "r": 60, "t": 80 if times_inferred else 50, "b": 60},
         barmode="overlay",
     )
     figure.update_yaxes(title_text=f"memory ({unit})", row=1, col=1, secondary_y=False, rangemode="tozero")
     figure.update_yaxes(title_text="fragmentation", row=1, col=1, secondary_y=True, range=[0, 102], dtick=20,
                         ticksuffix="%", showgrid=False)  # fmt: skip
-    figure.update_xaxes(title_text="time (s)", row=2 if has_transfers else 1, col=1)
+    figure.update_xaxes(title_text="event (log position)" if times_inferred else "time (s)",
+                        row=2 if has_transfers else 1, col=1)  # fmt: skip
+    settled_x = (series.time_ns[series.settled] - t0) / scale
+    zoom = activity_range(settled_x, peak_x)
+    if zoom is not None:
+        whole = [float(settled_x[0]), float(settled_x[-1])]
+        figure.update_xaxes(range=list(zoom))
+        figure.update_layout(updatemenus=[{
+            "type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom",
+            "showactive": True, "active": 0,
+            "buttons": [
+                {"label": "activity", "method": "relayout", "args": [{"xaxis.range": list(zoom)}]},
+                {"label": "whole run", "method": "relayout", "args": [{"xaxis.range": whole}]},
+            ],
+        }])  # fmt: skip
     return figure

@@ -40,10 +40,12 @@ from gpuviz.analysis.advice import Advice
 from gpuviz.analysis.live import LiveFollower, LivePoints
 from gpuviz.analysis.moments import Pinning, oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
+from gpuviz.analysis.timeline import devices_by_peak, times_inferred
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
+from gpuviz.views.active import active_spec
 from gpuviz.views.advice import advice_html
 from gpuviz.views.fragmentation import map_layout, trace_specs
 from gpuviz.views.livemap import live_map
@@ -150,6 +152,8 @@ class Dashboard(anywidget.AnyWidget):
     slider_label = traitlets.Unicode("").tag(sync=True)
     map_json = traitlets.Unicode("").tag(sync=True)
     timeline_json = traitlets.Unicode("").tag(sync=True)
+    active_json = traitlets.Unicode("").tag(sync=True)
+    clicked = traitlets.Int(-1).tag(sync=True)  # a log position clicked in the active-memory view
     pinning_html = traitlets.Unicode("").tag(sync=True)
     summary_html = traitlets.Unicode("").tag(sync=True)
     placement_html = traitlets.Unicode("").tag(sync=True)
@@ -193,6 +197,7 @@ class Dashboard(anywidget.AnyWidget):
         self._map_range: dict[str, list[int]] = {}  # per device: the map's x range while scrubbing
         self.observe(self._on_device, names="device")
         self.observe(self._on_slider, names="position")
+        self.observe(self._on_clicked, names="clicked")
         if live:
             self.header = f"<b>{html.escape(title)}</b> · starting…"
             self.start_live()
@@ -308,7 +313,7 @@ class Dashboard(anywidget.AnyWidget):
             p = profile(self.event_log, self.options, strict=False)
             self.profile = p
             self._map_range.clear()
-            devices = list(p.devices)
+            devices = devices_by_peak({name: d.peak.bytes for name, d in p.devices.items()})
             chosen = self.device if self.device in devices else p.device
             self._quiet = True
             try:
@@ -370,9 +375,13 @@ class Dashboard(anywidget.AnyWidget):
             dp.series, t0_ns=p.t0_ns, points=self.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == device] if len(p.ooms) else None,
             segments=p.segments[p.segments["device"] == device] if len(p.segments) else None, peak=dp.peak,
+            times_inferred=times_inferred(log),
         ).to_plotly_json()  # fmt: skip
         figure["layout"]["uirevision"] = device
         self.timeline_json = to_json(figure)
+        active = active_spec(p, device, group_by="call site" if log.stacks else "tag")
+        active["layout"]["uirevision"] = device
+        self.active_json = to_json(active)
 
     def _show_map(self, state: HeapState, title: str, found: Pinning | None = None) -> None:
         options = self.options
@@ -417,6 +426,16 @@ class Dashboard(anywidget.AnyWidget):
         with self._lock:
             if not self._quiet and change["new"] and self.profile is not None:
                 self._draw_device(change["new"])
+
+    def _on_clicked(self, change: dict[str, Any]) -> None:
+        """A click on the active-memory view: the slider (and the map) move to that moment."""
+        with self._lock:
+            p = self.profile
+            if self._quiet or not self.device or p is None or int(change["new"]) < 0:
+                return
+            index = p.devices[self.device].series.index
+            self.position = max(int(np.searchsorted(index, int(change["new"]), side="right")) - 1, 0)
+            self.clicked = -1  # (so that the same moment can be clicked again)
 
     def _on_slider(self, change: dict[str, Any]) -> None:
         with self._lock:

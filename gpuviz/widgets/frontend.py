@@ -1,10 +1,11 @@
 """The dashboard's front-end: one anywidget view (ES module below) drawing the controls, the
-two plotly figures and the HTML panes from the model's traits.
+three plotly figures (map, timeline, active memory) and the HTML panes from the model's traits.
 
 Traits it reads: ``header``, ``devices``/``device``, ``stops`` (``[label, position]``),
 ``position``/``max_position``/``scrubbable``, ``slider_label``, ``map_json``,
-``timeline_json``, ``pinning_html``, ``summary_html``, ``placement_html``. It writes
-``device`` and ``position`` (the slider; the arrow keys step one event, Page Up/Down ten; the stops). Custom message
+``timeline_json``, ``active_json``, ``pinning_html``, ``summary_html``, ``placement_html``. It writes
+``device``, ``clicked`` (a log position clicked in the active-memory view) and ``position``
+(the slider; the arrow keys step one event, Page Up/Down ten; the stops). Custom message
 ``{"extend": {figure, traces, x, y}}`` appends points to a drawn figure. Counters in the
 element's ``data-*`` attributes (``mapDraws``, ``timelineDraws``, ``extends``) let tests see
 what was drawn.
@@ -67,6 +68,7 @@ async function render({ model, el }) {
   const divs = {map: element("div", "gpuviz-plot gpuviz-map", row)};
   const pinning = element("div", "gpuviz-pinning", row);
   divs.timeline = element("div", "gpuviz-plot gpuviz-timeline", el);
+  divs.active = element("div", "gpuviz-plot gpuviz-active", el);
   const summaryBox = element("details", "", el);
   element("summary", "", summaryBox).textContent = "Summary";
   const summary = element("div", "", summaryBox);
@@ -159,6 +161,19 @@ async function render({ model, el }) {
     move(Number(model.get("position")) + steps[event.key]);
   });
   stops.addEventListener("change", () => { if (stops.value !== "") move(Number(stops.value)); });
+  // a click on the active-memory view: the map shows that moment (customdata: its log position)
+  let clickable = false;
+  const watchClicks = () => {
+    if (clickable || !divs.active.on) return;
+    clickable = true;
+    divs.active.on("plotly_click", (event) => {
+      const point = event.points && event.points[0];
+      if (!point) return;
+      model.set("clicked", Number(point.customdata)); model.save_changes();
+    });
+  };
+  model.on("change:active_json", () => setTimeout(watchClicks, 0));
+  setTimeout(watchClicks, 0);
   device.addEventListener("change", () => { model.set("device", device.value); model.save_changes(); });
   model.on("msg:custom", (message) => {
     const extend = message.extend;

@@ -1,0 +1,177 @@
+"""Real traces, timed as a user meets them: for every trace in ``$GPUVIZ_TEST_TRACES`` that
+gpuviz opens, and for synthetic PyTorch snapshots 10x the largest real one and of 1M entries
+(``bench_import.repeated_snapshot`` of the cs336 full-step snapshot), in one process:
+
+- ``read``: a plain read of the file's bytes (what any viewer pays first);
+- ``load``: ``gpuviz.load`` of it (the EventLog);
+- ``summary``: ``gpuviz summary``'s work on the loaded log (``views.text.summary_text``);
+- ``report``: the report built from the loaded log (``profile`` + ``report_html``);
+- ``report_bytes``: the report's size;
+- ``chromium_load`` / ``chromium_draw``: Debian's Chromium (Playwright, offline) opening the
+  report: until the load event, and until every plot the page draws at load has been drawn
+  (plotly's ``_fullLayout`` set and its ``plotly_afterplot`` fired), from the navigation's start.
+
+Targets: summary <= 0.5 s and the report <= 1 s after the file is read; Chromium <= 2 s.
+A warm-up load and report of a small trace comes first, so first-use imports are not counted.
+
+    GPUVIZ_TEST_TRACES=../shared/data/traces python benchmarks/bench_real.py [--json PATH]
+        [--entries 1000000] [--no-browser] [--no-synthetic] [--only SUBSTRING] [--work DIR]
+
+Prints one JSON object ``{"benchmark": "real_traces", "description": ..., "results": [{"name",
+"value", "unit"}]}`` on stdout, or writes it to ``--json PATH``; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_import import repeated_snapshot
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]  # fmt: skip
+PATTERN = "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
+_DRAWN = """() => new Promise((resolve) => {
+  // every plot drawn at load (lazy ones wait for a scroll): plotly's _fullLayout set, no draw pending
+  const plots = Array.from(document.querySelectorAll('.gpuviz-plot:not(.gpuviz-lazy)'));
+  const check = () => {
+    if (plots.every((p) => p._fullLayout && p.querySelector('.main-svg') && !(p._promises || []).length)) {
+      resolve(performance.now());
+    } else { setTimeout(check, 10); }
+  };
+  check();
+})"""
+
+
+def traces(folder: Path, only: str | None) -> Iterator[Path]:
+    for path in sorted(folder.iterdir()):
+        if path.suffix in (".md", ".txt") or (only and only not in path.name):
+            continue
+        yield path
+
+
+def synthetic(folder: Path, work: Path, entries: int) -> Path:
+    """A snapshot of ``entries`` entries repeating the cs336 full-step snapshot (made once in ``work``)."""
+    path = work / f"synthetic_{entries}_{PATTERN}"
+    if not path.exists():
+        with open(path, "wb") as file:
+            pickle.dump(repeated_snapshot(folder / PATTERN, entries), file, protocol=4)
+    return path
+
+
+def measure(path: Path, work: Path, page: Any) -> dict[str, float]:
+    """One trace's numbers (seconds, bytes)."""
+    import gpuviz
+    from gpuviz.analysis.profile import profile
+    from gpuviz.views.report import report_html
+    from gpuviz.views.text import summary_text
+
+    out: dict[str, float] = {}
+    start = time.perf_counter()
+    path.read_bytes()
+    out["read"] = time.perf_counter() - start
+    start = time.perf_counter()
+    log = gpuviz.load(str(path), progress=False)
+    out["load"] = time.perf_counter() - start
+    out["events"] = len(log)
+    start = time.perf_counter()
+    summary_text(log)
+    out["summary"] = time.perf_counter() - start
+    start = time.perf_counter()
+    document = report_html(profile(log), title=f"gpuviz report: {path.name}")
+    out["report"] = time.perf_counter() - start
+    data = document.encode()
+    out["report_bytes"] = len(data)
+    if page is not None:
+        report = work / (path.name + ".html")
+        report.write_bytes(data)
+        page.goto(report.as_uri(), wait_until="load", timeout=600_000)
+        timing = page.evaluate("() => performance.getEntriesByType('navigation')[0].loadEventEnd")
+        out["chromium_load"] = timing / 1e3
+        out["chromium_draw"] = page.evaluate(_DRAWN) / 1e3
+        page.goto("about:blank")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the JSON object here instead of stdout")
+    parser.add_argument("--entries", type=int, default=1_000_000, help="the large synthetic snapshot's entries")
+    parser.add_argument("--no-browser", action="store_true", help="skip Chromium")
+    parser.add_argument("--only", help="only traces whose file name contains this")
+    parser.add_argument("--no-synthetic", action="store_true", help="only the real traces")
+    parser.add_argument("--work", type=Path, help="where synthetic snapshots and reports go (default: a temp dir)")
+    args = parser.parse_args()
+    folder = os.environ.get("GPUVIZ_TEST_TRACES")
+    if not folder or not Path(folder).is_dir():
+        parser.error("GPUVIZ_TEST_TRACES must name the folder of real traces")
+    source = Path(folder)
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpuviz-bench-real-"))
+    work.mkdir(parents=True, exist_ok=True)
+    import gpuviz
+    from gpuviz.analysis.profile import profile
+    from gpuviz.base.errors import GpuvizError
+    from gpuviz.views.report import report_html
+
+    report_html(profile(gpuviz.load(str(source / "pt_snapshot_assignment2_2026b.pickle"), progress=False)))  # warm-up
+    with open(source / PATTERN, "rb") as file:
+        largest = len(pickle.load(file)["device_traces"][0])
+    inputs = list(traces(source, args.only))
+    if not args.no_synthetic:
+        for entries in (10 * largest, args.entries):
+            if not args.only or args.only in f"synthetic_{entries}_{PATTERN}":
+                inputs.append(synthetic(source, work, entries))
+    results: list[dict[str, Any]] = []
+    units = {"read": "s", "load": "s", "summary": "s", "report": "s", "report_bytes": "bytes",
+             "chromium_load": "s", "chromium_draw": "s", "events": "events"}  # fmt: skip
+    browser = playwright = None
+    if not args.no_browser:
+        from playwright.sync_api import sync_playwright
+
+        playwright = sync_playwright().start()
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    try:
+        for path in inputs:
+            page = browser.new_page() if browser is not None else None
+            if page is not None:
+                page.route("http*://**", lambda route: route.abort())
+            try:
+                numbers = measure(path, work, page)
+            except GpuvizError as error:
+                print(f"{path.name}: not opened ({str(error)[:120]}...)", file=sys.stderr)
+                continue
+            finally:
+                if page is not None:
+                    page.close()
+            print(f"{path.name}: " + ", ".join(f"{k} {v:.3f}" for k, v in numbers.items()), file=sys.stderr)
+            results += [{"name": f"{path.name}/{key}", "value": value, "unit": units[key]}
+                        for key, value in numbers.items()]  # fmt: skip
+    finally:
+        if browser is not None and playwright is not None:
+            browser.close()
+            playwright.stop()
+    text = json.dumps({
+        "benchmark": "real_traces",
+        "description": "per trace: plain read, gpuviz.load, summary, report build (after the load), report size, "
+                       "Chromium load event and every plot drawn (s from navigation start); one process, warmed up",
+        "results": results,
+    }, indent=1)  # fmt: skip
+    if args.json:
+        args.json.write_text(text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

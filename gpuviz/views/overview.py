@@ -1,0 +1,272 @@
+"""The fragmentation map at scale: how many row labels fit, the overview of many segments by
+size class (with totals) and the lane of inferred preexisting memory.
+
+A map of more than ``OVERVIEW_ABOVE`` segments opens, in the report, as an *overview*: one row
+per size class of segment (``segment_groups``: segments of up to 2 MiB, then each power-of-two
+range of sizes), each drawn as its bytes in use and reserved but unused, its hover naming its
+segment count and totals; a click on a class draws that class's segments (drill-down to a
+group), a click on a segment draws that segment alone. The page does this (``OVERVIEW_JS``)
+from each map's ``layout.meta`` (``map_meta``: every row's base, size and bytes in use, and the
+lanes), so the cost is that of what is drawn: one bar per class, or the chunks of the rows shown.
+
+Whatever the number of rows, a map labels at most ``MAX_LABELS`` of them (``labelled_rows``:
+every k-th, and every lane): plotly measures each label, and a thousand of them cost seconds.
+
+A *lane* is a segment the importer inferred to hold memory in use before the trace began (one
+``PREEXISTING`` allocation filling a segment of its own, its addresses unknown): it keeps its
+row, labelled as inferred with its size, but the x axis is scaled to the other segments, so
+gigabytes of inferred memory do not squash the traced segments into slivers (a scale break).
+"""
+
+from __future__ import annotations
+
+# ruff: noqa: RUF001
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gpuviz.analysis.heapcolumns import HeapColumns
+from gpuviz.base.heapstate import HeapState
+from gpuviz.base.units import format_size
+from gpuviz.views.mapstyle import COLORS, label
+
+__all__ = ["MAX_LABELS", "OVERVIEW_ABOVE", "PREEXISTING", "labelled_rows", "size_class", "SegmentGroup"]
+__all__ += ["segment_groups", "lane_label", "row_ticks", "map_meta", "OVERVIEW_JS", "state_lanes", "column_lanes"]
+__all__ += ["column_in_use"]
+
+MAX_LABELS = 40
+"""The most y-axis labels a map draws (about one per 20 px of its tallest height, 900 px)."""
+OVERVIEW_ABOVE = 64
+"""Above this many segments the report's map opens as the overview by size class."""
+PREEXISTING = "PREEXISTING"
+"""The tag of memory an importer inferred to be in use before the trace began."""
+_SMALL = 2 << 20  # segments up to 2 MiB: one class (PyTorch's small pool)
+
+
+def labelled_rows(rows: int, lanes: Sequence[int] = ()) -> list[int]:
+    """The rows (of ``rows``) that get a label: every k-th from the first, k the smallest step
+    that keeps them within ``MAX_LABELS``, and every lane (always named)."""
+    step = max(1, math.ceil(rows / MAX_LABELS))
+    return sorted(set(range(0, rows, step)) | {r for r in lanes if 0 <= r < rows})
+
+
+def lane_label(size: int) -> str:
+    """The row label of an inferred preexisting segment of ``size`` bytes."""
+    return f"{PREEXISTING} (inferred) {format_size(size)}"
+
+
+def row_ticks(bases: Sequence[int], sizes: Sequence[int], lanes: Sequence[int] = ()) -> tuple[list[int], list[str]]:
+    """``(tickvals, ticktext)`` of a map's numbered rows: ``labelled_rows``, by address or, for a
+    lane, ``lane_label``."""
+    rows = labelled_rows(len(bases), lanes)
+    lane_set = set(lanes)
+    return rows, [lane_label(sizes[r]) if r in lane_set else label(bases[r]) for r in rows]
+
+
+def size_class(size: int) -> tuple[int, str]:
+    """``(key, name)`` of a segment of ``size`` bytes: up to 2 MiB one class, then each range
+    ``(2**(k-1), 2**k]``."""
+    if size <= _SMALL:
+        return 0, f"≤ {format_size(_SMALL)}"
+    k = (size - 1).bit_length()
+    return k, f"{format_size(1 << (k - 1))}–{format_size(1 << k)}"
+
+
+class SegmentGroup(NamedTuple):
+    """One row of the overview: ``rows`` (the map's rows, by address), their bytes reserved and in use."""
+
+    name: str
+    rows: list[int]
+    reserved: int
+    in_use: int
+
+
+def segment_groups(sizes: Sequence[int], in_use: Sequence[int], lanes: Sequence[int] = ()) -> list[SegmentGroup]:
+    """The overview's groups of a map's rows: the lanes first (one group, ``PREEXISTING
+    (inferred)``), then one per ``size_class``, smallest first, each with its totals (bytes)."""
+    lane_set = set(lanes)
+    classes: dict[int, tuple[str, list[int]]] = {}
+    for row, size in enumerate(sizes):
+        if row in lane_set:
+            continue
+        key, name = size_class(size)
+        classes.setdefault(key, (name, []))[1].append(row)
+    groups = []
+    if lane_set:
+        rows = sorted(lane_set)
+        groups.append(SegmentGroup(f"{PREEXISTING} (inferred)", rows, sum(sizes[r] for r in rows),
+                                   sum(in_use[r] for r in rows)))  # fmt: skip
+    for key in sorted(classes):
+        name, rows = classes[key]
+        groups.append(SegmentGroup(name, rows, sum(sizes[r] for r in rows), sum(in_use[r] for r in rows)))
+    return groups
+
+
+def map_meta(bases: Sequence[int], sizes: Sequence[int], in_use: Sequence[int], lanes: Sequence[int]) -> dict[str, Any]:
+    """A lean map's ``layout.meta``: every row's base, size and bytes in use, and the lanes (what
+    the page's hover, overview and drill-down read)."""
+    return {"bases": list(bases), "sizes": list(sizes), "inUse": list(in_use), "lanes": list(lanes)}
+
+
+OVERVIEW_JS = (
+    """
+function gpuvizLabelled(rows, lanes) {
+  // gpuviz.views.overview.labelled_rows
+  var step = Math.max(1, Math.ceil(rows / MAX_LABELS)), out = [];
+  for (var r = 0; r < rows; r += step) { out.push(r); }
+  lanes.forEach(function (r) { if (r >= 0 && r < rows && out.indexOf(r) < 0) { out.push(r); } });
+  return out.sort(function (a, b) { return a - b; });
+}
+function gpuvizRowTicks(bases, sizes, lanes) {
+  // gpuviz.views.overview.row_ticks
+  var rows = gpuvizLabelled(bases.length, lanes);
+  return {tickvals: rows, ticktext: rows.map(function (r) {
+    return lanes.indexOf(r) >= 0 ? 'PREEXISTING (inferred) ' + gpuvizSize(sizes[r]) : '0x' + bases[r].toString(16);
+  })};
+}
+function gpuvizSizeClass(size) {
+  // gpuviz.views.overview.size_class
+  if (size <= SMALL) { return [0, '\\u2264 ' + gpuvizSize(SMALL)]; }
+  var k = 0; while (Math.pow(2, k) < size) { k += 1; }
+  return [k, gpuvizSize(Math.pow(2, k - 1)) + '\\u2013' + gpuvizSize(Math.pow(2, k))];
+}
+function gpuvizGroups(meta) {
+  // gpuviz.views.overview.segment_groups: [{name, rows, reserved, inUse}]
+  var classes = {}, keys = [], groups = [], lanes = meta.lanes || [];
+  meta.sizes.forEach(function (size, row) {
+    if (lanes.indexOf(row) >= 0) { return; }
+    var c = gpuvizSizeClass(size);
+    if (!classes[c[0]]) { classes[c[0]] = {name: c[1], rows: []}; keys.push(c[0]); }
+    classes[c[0]].rows.push(row);
+  });
+  function group(name, rows) {
+    var reserved = 0, inUse = 0;
+    rows.forEach(function (r) { reserved += meta.sizes[r]; inUse += meta.inUse[r]; });
+    return {name: name, rows: rows, reserved: reserved, inUse: inUse};
+  }
+  var byNumber = function (a, b) { return a - b; };
+  if (lanes.length) { groups.push(group('PREEXISTING (inferred)', lanes.slice().sort(byNumber))); }
+  keys.sort(byNumber).forEach(function (k) { groups.push(group(classes[k].name, classes[k].rows)); });
+  return groups;
+}
+function gpuvizOverview(frame) {
+  // the overview figure of a map with many segments: one row per group, in use and unused bytes
+  var meta = frame.layout.meta, groups = gpuvizGroups(meta);
+  var names = groups.map(function (g) {
+    return g.name + ' \\u00b7 ' + g.rows.length + ' segment' + (g.rows.length === 1 ? '' : 's');
+  });
+  var hover = groups.map(function (g) {
+    return '<b>' + g.rows.length + ' segments of ' + g.name + '</b><br>reserved ' + gpuvizSize(g.reserved) +
+      '<br>in use ' + gpuvizSize(g.inUse) + '<br>unused ' + gpuvizSize(g.reserved - g.inUse) +
+      '<br>click: its segments';
+  });
+  var rows = groups.map(function (g, i) { return i; });
+  function bar(name, color, values, base) {
+    return {type: 'bar', orientation: 'h', name: name, y: rows, x: values, base: base, hovertext: hover,
+            hoverinfo: 'text', marker: {color: color, line: {width: 0.5, color: 'white'}}};
+  }
+  var used = groups.map(function (g) { return g.inUse; });
+  var data = [bar('in use', COLORS.used, used, groups.map(function () { return 0; })),
+              bar('reserved, unused', COLORS.free, groups.map(function (g) { return g.reserved - g.inUse; }), used)];
+  var layout = {
+    title: {text: frame.layout.title.text.replace('<br>', ' \\u00b7 overview by segment size (click a row)<br>')},
+    barmode: 'overlay', height: Math.min(900, 200 + 36 * groups.length), hovermode: 'closest',
+    xaxis: {title: {text: 'bytes'}}, yaxis: {title: {text: 'segment size'}, tickvals: rows, ticktext: names,
+      range: [groups.length - 0.5, -0.5], type: 'linear', automargin: true},
+    legend: {orientation: 'h', yref: 'container', y: 0, yanchor: 'bottom'}, margin: {l: 160, r: 20, t: 80, b: 80},
+    meta: {overview: groups}
+  };
+  var top = Math.max.apply(null, groups.map(function (g) { return g.reserved; }).concat([1])), tick = 1, values = [];
+  while (tick * 2 <= top / 5) { tick *= 2; }
+  for (var v = 0; v <= top; v += tick) { values.push(v); }
+  layout.xaxis.tickvals = values; layout.xaxis.ticktext = values.map(gpuvizSize); layout.xaxis.range = [0, top * 1.02];
+  return {data: data, layout: layout};
+}
+function gpuvizSubset(frame, rows, heading) {
+  // the map of `frame` restricted to `rows` (renumbered by address), labels capped
+  var meta = frame.layout.meta, index = new Map(), lanes = [];
+  rows.forEach(function (r, i) { index.set(r, i); if ((meta.lanes || []).indexOf(r) >= 0) { lanes.push(i); } });
+  var data = frame.data.map(function (t) {
+    var out = Object.assign({}, t), keep = [];
+    (t.y || []).forEach(function (y, i) { if (index.has(y)) { keep.push(i); } });
+    ['base', 'x', 'customdata', 'hovertext'].forEach(function (k) {
+      if (Array.isArray(t[k])) { out[k] = keep.map(function (i) { return t[k][i]; }); }
+    });
+    out.y = keep.map(function (i) { return index.get(t.y[i]); });
+    return out;
+  });
+  var bases = rows.map(function (r) { return meta.bases[r]; });
+  var sizes = rows.map(function (r) { return meta.sizes[r]; });
+  var layout = JSON.parse(JSON.stringify(frame.layout)), widest = 0;
+  sizes.forEach(function (s, i) { if (lanes.indexOf(i) < 0) { widest = Math.max(widest, s); } });
+  if (!widest) { widest = Math.max.apply(null, sizes.concat([1])); }
+  layout.yaxis = Object.assign(layout.yaxis, gpuvizRowTicks(bases, sizes, lanes),
+    {range: [rows.length - 0.5 + (layout.yaxis.range[0] - Math.floor(layout.yaxis.range[0]) - 0.5), -0.5]});
+  layout.meta = {bases: bases, sizes: sizes, inUse: rows.map(function (r) { return meta.inUse[r]; }), lanes: lanes,
+                 rows: rows};
+  layout.height = Math.min(900, 180 + 28 * rows.length);
+  if (!layout.xaxis.range || layout.xaxis.range[1] > widest || rows.length === 1) { layout.xaxis.range = [0, widest]; }
+  layout.title = {text: layout.title.text.replace('<br>', ' \\u00b7 ' + gpuvizEscape(heading) + '<br>')};
+  layout.uirevision = 'map:' + heading;
+  return {data: data, layout: layout};
+}
+function gpuvizMapView(frame, view) {
+  // what the map shows of `frame` at drill-down level `view` ({level, group, base}):
+  // the whole map (few segments), the overview, one group's segments or one segment
+  var meta = frame.layout.meta;
+  if (!meta || !meta.bases || meta.bases.length <= OVERVIEW_ABOVE) { view.level = 'map'; return frame; }
+  if (view.level === 'segment') {
+    var row = meta.bases.indexOf(view.base);
+    if (row >= 0) { return gpuvizSubset(frame, [row], 'segment 0x' + view.base.toString(16)); }
+    view.level = 'group';
+  }
+  if (view.level === 'group') {
+    var groups = gpuvizGroups(meta), g = groups.filter(function (x) { return x.name === view.group; })[0];
+    if (g) {
+      var what = g.rows.length === 1 ? ' segment of ' : ' segments of ';
+      return gpuvizSubset(frame, g.rows, g.rows.length + what + g.name);
+    }
+  }
+  view.level = 'overview';
+  return gpuvizOverview(frame);
+}
+""".replace("MAX_LABELS", str(MAX_LABELS))
+    .replace("OVERVIEW_ABOVE", str(OVERVIEW_ABOVE))
+    .replace("SMALL", str(_SMALL))
+    .replace("COLORS.used", repr(COLORS["used"]))
+    .replace("COLORS.free", repr(COLORS["free"]))
+)
+"""The page's side: ``gpuvizMapView`` draws a map frame as the overview, a group or one segment
+(uses ``gpuvizSize`` and ``gpuvizEscape`` of the report's script)."""
+
+
+def state_lanes(state: HeapState) -> list[int]:
+    """The rows of ``state``'s map that are lanes: a segment filled by one ``PREEXISTING`` chunk
+    (memory an importer inferred, addresses unknown), when other segments exist beside it."""
+    if len(state.segments) < 2:
+        return []
+    return [
+        i
+        for i, seg in enumerate(state.segments)
+        if len(seg.chunks) == 1 and seg.chunks[0].in_use and seg.chunks[0].tag == PREEXISTING
+    ]
+
+
+def column_lanes(heap: HeapColumns) -> list[int]:
+    """``state_lanes`` of a heap given as arrays."""
+    if len(heap.bases) < 2 or PREEXISTING not in heap.strings:
+        return []
+    tag = list(heap.strings).index(PREEXISTING)
+    counts = np.bincount(heap.owner, minlength=len(heap.bases))
+    alone = np.flatnonzero(counts == 1)
+    first = np.searchsorted(heap.owner, alone)
+    keep = heap.in_use[first] & (heap.tag[first] == tag)
+    return [int(r) for r in alone[keep]]
+
+
+def column_in_use(heap: HeapColumns) -> list[int]:
+    """Bytes in use (chunk sizes) of each segment of ``heap``."""
+    weights = np.where(heap.in_use, heap.size, 0)
+    return [int(b) for b in np.bincount(heap.owner, weights=weights, minlength=len(heap.bases))]
