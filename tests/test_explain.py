@@ -267,3 +267,15 @@ def test_call_sites_of_a_growing_log_cover_its_new_stacks() -> None:
     assert grown.sites_of([first, second]).tolist() == ["/u/model.py:10 (__init__)", "/u/train.py:10 (<module>)"]
     assert grown.ops_of([first, second]).tolist() == [None, "torch/optim/adam.py:200 (step)"]
     assert call_sites(log) is grown  # computed once per stack count
+
+
+def test_the_active_memory_view_groups_by_category() -> None:
+    from gpuviz.analysis.profile import profile
+    from gpuviz.views.active import active_series
+
+    log = _training_log()
+    data = active_series(profile(log), "GPU:0", group_by="category")
+    categories_made = {"parameter", "activation", "temporary", "gradient", "optimizer state", "unknown"}
+    assert set(data.groups) == categories_made  # six groups: under the top ten, no "other"
+    by_group = dict(zip(data.groups, data.bytes.max(axis=1).tolist(), strict=True))
+    assert by_group["optimizer state"] == 10 * MiB and by_group["parameter"] == 2 * MiB

@@ -164,3 +164,12 @@ def test_active_memory_stacks_the_top_groups_and_other() -> None:
     assert list(figure.data[0].customdata) == data.positions.tolist()  # a click names a log position
     with pytest.raises(ValueError, match="group_by"):
         active_series(p, "GPU:0", group_by="colour")
+
+
+def test_the_active_view_follows_the_profiles_grouping() -> None:
+    from gpuviz.views.active import active_grouping
+
+    assert [active_grouping(g, has_stacks=True) for g in ("call site", "category", "tag", "dtype", "auto")] == [
+        "call site", "category", "tag", "dtype", "call site",
+    ]  # fmt: skip
+    assert active_grouping("auto", has_stacks=False) == "tag"

@@ -50,8 +50,8 @@ COLORS = ["#3b6fb6", "#e8a33d", "#6a9e3f", "#9b59b6", "#c0392b", "#16a085", "#d3
 ACTIVE_POINTS = 600
 """Log positions sampled by default."""
 GroupBy = str | Callable[[pd.DataFrame], Sequence[str]]
-"""``"call site"``, ``"tag"``, ``"dtype"``, or a function of the allocation table (``tables.allocation_table``
-rows) giving each allocation's group."""
+"""``"call site"``, ``"category"``, ``"tag"``, ``"dtype"``, or a function of the allocation table
+(``tables.allocation_table`` rows) giving each allocation's group."""
 
 
 class ActiveSeries(NamedTuple):
@@ -64,18 +64,32 @@ class ActiveSeries(NamedTuple):
     at_peak: list[int]
 
 
+def active_grouping(group_by: str, *, has_stacks: bool) -> str:
+    """The active view's grouping for a profile's ``ViewOptions.group_by``: that grouping where
+    the view has it (call site, category, tag, dtype), else by call site where stacks were
+    recorded and by tag where not."""
+    if group_by in ("call site", "category", "tag", "dtype"):
+        return group_by
+    return "call site" if has_stacks else "tag"
+
+
 def group_keys(log: EventLog, allocations: pd.DataFrame, group_by: GroupBy) -> list[str]:
-    """Each allocation's group: its innermost call site (``file:line (function)``), tag or dtype,
-    or what ``group_by`` (a function of the table) says."""
+    """Each allocation's group: its user call site (``file:line (function)``, the first frame
+    outside the libraries: ``analysis.callsites``), its category (``analysis.categories``), tag
+    or dtype, or what ``group_by`` (a function of the table) says."""
     if callable(group_by):
         return [str(k) for k in group_by(allocations)]
     if group_by == "call site":
         stacks = allocations["stack"].to_numpy()
         names = {int(s): call_site(log, int(s)) or "(no stack recorded)" for s in np.unique(stacks)}
         return [names[int(s)] for s in stacks]
+    if group_by == "category":
+        from gpuviz.analysis.categories import categories
+
+        return categories(log, allocations)["category"].astype(str).tolist()
     if group_by in ("tag", "dtype"):
         return allocations[group_by].fillna("(untagged)").astype(str).tolist()
-    raise ValueError(f"group_by must be 'call site', 'tag', 'dtype' or a function, not {group_by!r}")
+    raise ValueError(f"group_by must be 'call site', 'category', 'tag', 'dtype' or a function, not {group_by!r}")
 
 
 def _alive(alloc: np.ndarray, free: np.ndarray, size: np.ndarray, positions: np.ndarray) -> np.ndarray:

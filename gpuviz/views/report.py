@@ -23,7 +23,7 @@ from gpuviz.analysis.tables import devices_present
 from gpuviz.analysis.timeline import devices_by_peak, times_inferred
 from gpuviz.base.units import format_size
 from gpuviz.log.schema import Kind
-from gpuviz.views.active import active_spec
+from gpuviz.views.active import active_grouping, active_spec
 from gpuviz.views.advice import advice_html
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
@@ -308,7 +308,7 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
 def _active(div_id: str, map_id: str, p: Profile, device: str) -> str:
     """The active-memory view (by call site where the log has stacks, else by tag); a click on it
     moves the map ``map_id`` to that moment."""
-    spec = active_spec(p, device, group_by="call site" if p.log.stacks else "tag")
+    spec = active_spec(p, device, group_by=active_grouping(p.options.group_by, has_stacks=bool(p.log.stacks)))
     return (
         f'<div id="{div_id}" class="gpuviz-plot"></div><script>(function(){{var s={to_script_json(spec)};'
         f"Plotly.newPlot('{div_id}',s.data,s.layout,{{responsive:true}}).then(function(gd){{"

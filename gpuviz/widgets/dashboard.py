@@ -45,7 +45,7 @@ from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
-from gpuviz.views.active import active_spec
+from gpuviz.views.active import active_grouping, active_spec
 from gpuviz.views.advice import advice_html
 from gpuviz.views.fragmentation import map_layout, trace_specs
 from gpuviz.views.livemap import live_map
@@ -379,7 +379,7 @@ class Dashboard(anywidget.AnyWidget):
         ).to_plotly_json()  # fmt: skip
         figure["layout"]["uirevision"] = device
         self.timeline_json = to_json(figure)
-        active = active_spec(p, device, group_by="call site" if log.stacks else "tag")
+        active = active_spec(p, device, group_by=active_grouping(self.options.group_by, has_stacks=bool(log.stacks)))
         active["layout"]["uirevision"] = device
         self.active_json = to_json(active)
 
