@@ -113,3 +113,8 @@ def test_every_view_of_a_cut_log_says_so(tmp_path: Path) -> None:
     assert f"<b>warning:</b> {warning}" in bundle["text/html"]
     whole = gpuviz.load(tmp_path / "run.arrow")._repr_mimebundle_()
     assert "warning" not in str(whole[MIME_TYPE]["summary"]) and "warning" not in whole["text/html"]
+    from gpuviz.widgets.dashboard import Dashboard
+
+    dashboard = Dashboard(cut)
+    assert f"<b>warning:</b> {warning}" in dashboard.summary_html and "incomplete log" in dashboard.header
+    assert "warning" not in Dashboard(gpuviz.load(tmp_path / "run.arrow")).summary_html

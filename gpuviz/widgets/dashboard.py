@@ -37,6 +37,7 @@ import numpy as np
 import traitlets
 
 from gpuviz.analysis.advice import Advice
+from gpuviz.analysis.integrity import integrity_lines
 from gpuviz.analysis.live import LiveFollower, LivePoints
 from gpuviz.analysis.moments import Pinning, oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
@@ -326,8 +327,13 @@ class Dashboard(anywidget.AnyWidget):
             if len(p.call_sites):
                 tables += "<h4>Call sites</h4>" + call_site_html(p.call_sites)
             self.placement_html = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
+            warnings = "".join(
+                f'<p class="gpuviz-warning" style="color:#b00020"><b>warning:</b> {html.escape(line)}</p>'
+                for line in integrity_lines(self.event_log)
+            )
             self.summary_html = (
                 f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
+                + warnings
                 + summary_html(p.diagnosis, group_by=self.options.group_by)
                 + self._advice_html()
                 + "</div>"
@@ -335,6 +341,8 @@ class Dashboard(anywidget.AnyWidget):
             self.header = f"<b>{html.escape(self.title)}</b> · {len(self.event_log)} events · devices: " + (
                 html.escape(", ".join(devices or ["none"]))
             )
+            if warnings:
+                self.header += ' · <b style="color:#b00020">incomplete log: see the summary</b>'
             self.scrubbable = True
             self.refresh_count += 1
             self.refresh_seconds += time.perf_counter() - start
