@@ -5,8 +5,12 @@ gpuviz runs as pure Python: the Python recorder (same rows, more overhead per ev
 the Python BFC allocator (same decisions, several times slower) instead of the native core.
 """
 
+from glob import glob
+
 from setuptools import Extension, setup
 
+# what the log's extensions include: its headers and the vendored xxHash (its LICENSE goes into the sdist with it)
+LOG_DEPENDS = sorted(glob("gpuviz/log/*.h") + glob("gpuviz/log/vendor/*/*"))
 WHATIF_PARTS = ("sets", "heap", "policies")  # included by gpuviz/scenarios/_whatifcore.c
 
 setup(
@@ -25,15 +29,14 @@ setup(
         Extension(
             "gpuviz.log._staging",
             sources=["gpuviz/log/_staging.c"],
-            depends=["gpuviz/log/_chunks.h", "gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
+            depends=LOG_DEPENDS,
             extra_compile_args=["-O2"],
-            libraries=["pthread"],  # the thread that maps and populates the next chunk (_chunks.h)
             optional=True,
         ),
         Extension(  # the batches of a log recording to a file, written off the recording thread
             "gpuviz.log._batchwriter",
             sources=["gpuviz/log/_batchwriter.c"],
-            depends=["gpuviz/log/_ipcmessage.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h", "gpuviz/log/_xxh3.h"],
+            depends=LOG_DEPENDS,
             extra_compile_args=["-O2"],
             libraries=["pthread"],
             optional=True,
@@ -76,7 +79,7 @@ setup(
         Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
             "gpuviz.log._heapcore",
             sources=["gpuviz/log/_heapcore.c"],
-            depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
+            depends=LOG_DEPENDS,
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -10,7 +10,7 @@
  *     (_rows.h) to the writer's thread and returns. The thread, holding no GIL, splits the rows
  *     into columns (seq from first_seq), makes the batch's checksum record (checksums.py's
  *     batch_checksum: the XXH3-64 of each chunk of chunk_rows rows over all columns' bytes,
- *     _xxh3.h; ``delta_digest`` is the digest of ``delta``) and writes the batch with its custom
+ *     _hash.h, upstream xxHash; ``delta_digest`` is the digest of ``delta``) and writes the batch with its custom
  *     metadata gpuviz.delta = delta and gpuviz.checksum, in the order submitted. Up to DEPTH
  *     (2) blocks are in flight: a submit that finds DEPTH still to be written waits for the
  *     oldest, the GIL released, which keeps eventlog.py's crash bound (rows not yet written:
@@ -34,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -44,8 +45,8 @@
 #include <unistd.h>
 
 #include "_ipcmessage.h" /* span_t, PAD8, message_bound, build_message */
+#include "_hash.h" /* gv_xxh3_64 */
 #include "_rows.h"
-#include "_xxh3.h"
 
 static const size_t widths[SPLIT_COLUMNS] = SPLIT_WIDTHS;
 #define SEQ_ROW_BYTES (ROW_BYTES + 8) /* one row of all columns (seq added), bytes */
@@ -165,9 +166,8 @@ static int write_block(BatchWriter *self, const slot_t *slot) {
             }
             bytes = self->chunk;
         }
-        char hex[16];
-        gv_hex16(gv_xxh3_64(bytes, (end - start) * SEQ_ROW_BYTES), hex);
-        written += snprintf(record + written, record_size - (size_t)written, "%s\"%.16s\"", c ? ", " : "", hex);
+        uint64_t digest = gv_xxh3_64(bytes, (end - start) * SEQ_ROW_BYTES); /* as xxh3_64_hexdigest prints it */
+        written += snprintf(record + written, record_size - (size_t)written, "%s\"%016" PRIx64 "\"", c ? ", " : "", digest);
     }
     written += snprintf(record + written, record_size - (size_t)written, "], \"delta\": \"%.16s\"}", slot->delta_digest);
     if (!failed) {
