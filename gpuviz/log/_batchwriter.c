@@ -72,7 +72,7 @@ typedef struct {
     pthread_mutex_t mutex;
     pthread_cond_t job;  /* submit() to the thread: a block to write (or stop) */
     pthread_cond_t done; /* the thread (or write()) to the callers: a block written, or write() done */
-    int sleeping;        /* the thread waits on ``job`` (it looks for blocks itself otherwise: run) */
+    int sleeping;        /* the thread waits on ``job`` (it is writing a block otherwise) */
     /* slots[(head + i) % DEPTH] for i < queued are in flight, oldest first: 0 <= queued <= DEPTH */
     slot_t slots[DEPTH];
     int head, queued;
@@ -180,36 +180,23 @@ static int write_block(BatchWriter *self, const slot_t *slot) {
     return failed;
 }
 
-/* The writer's thread: no Python, no GIL. While blocks keep coming it looks for the next one
- * every POLL_NS, sleeping in between, rather than waiting on ``job``: then handing a block
- * over costs the recording thread no system call (waking a thread that waits is a futex call
- * and, in a VM, an interrupt to another core: 3-7 us a block on this project's VM, against
- * 0.2 us). After IDLE_POLLS looks without a block it waits on ``job`` until submit() wakes it. */
-#define POLL_NS 25000L
-#define IDLE_POLLS 800 /* 20 ms */
-
+/* The writer's thread: no Python, no GIL. It waits on ``job`` until submit() hands a block
+ * over (or the writer stops): no wake-up while nothing is submitted. Waking it costs the
+ * recording thread one futex call per block (flush_rows // 3 rows), measured in
+ * docs/architecture.md, "The recording path". */
 static void *run(void *arg) {
     BatchWriter *self = arg;
-    int idle = 0;
 #ifdef __linux__
     (void)pthread_setname_np(pthread_self(), "gpuviz-writer"); /* as top -H and py-spy show it */
 #endif
     pthread_mutex_lock(&self->mutex);
     for (;;) {
         if (!self->queued && !self->stop) {
-            if (idle++ < IDLE_POLLS) {
-                pthread_mutex_unlock(&self->mutex);
-                struct timespec pause = {0, POLL_NS};
-                nanosleep(&pause, NULL);
-                pthread_mutex_lock(&self->mutex);
-                continue;
-            }
             self->sleeping = 1;
             while (!self->queued && !self->stop) pthread_cond_wait(&self->job, &self->mutex);
             self->sleeping = 0;
         }
         if (!self->queued) break; /* stopped, after every block handed over */
-        idle = 0;
         const slot_t *slot = &self->slots[self->head];
         pthread_mutex_unlock(&self->mutex);
         int failed = write_block(self, slot);
