@@ -207,7 +207,11 @@ def main() -> None:
     parser.add_argument("--pairs-only", action="store_true", help="the allocate+free pairs only")
     add_json_option(parser)
     args = parser.parse_args()
-    results = Results("core", "Allocator speed with recording on/off, recording rate, replay, timeline.", vars(args))
+    what = "Allocator speed with recording on/off, recording rate, replay, timeline."
+    if args.busy:
+        results = Results("core-busy", f"{what} Beside one CPU-burning process per core.", vars(args))
+    else:
+        results = Results("core", what, vars(args))
     with busy_cores(args.busy) as burners:
         if burners:
             print(f"beside {burners} CPU-burning processes (one per core)")
