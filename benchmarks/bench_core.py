@@ -207,7 +207,8 @@ def main() -> None:
     parser.add_argument("--pairs-only", action="store_true", help="the allocate+free pairs only")
     add_json_option(parser)
     args = parser.parse_args()
-    what = "Allocator speed with recording on/off, recording rate, replay, timeline."
+    what = "Allocator speed with recording on/off" + (" (allocate+free pairs)." if args.pairs_only else
+                                                      ", recording rate, replay, timeline.")  # fmt: skip
     if args.busy:
         results = Results("core-busy", f"{what} Beside one CPU-burning process per core.", vars(args))
     else:
