@@ -6,11 +6,11 @@
  *
  * On x86 the long-input kernel is picked when the extension loads (xxh_x86dispatch.c: SSE2, AVX2
  * or AVX-512, whichever the CPU and OS support), so the extension keeps its baseline compiler
- * flags: on this project's VM a 160 KB block hashes at ~90 GB/s with AVX-512 against ~6-12 GB/s
- * for the SSE2 kernel a baseline x86-64 build gets at compile time (benchmarks in
+ * flags: on this project's VM a 160 KiB block hashes at ~90 GB/s with AVX-512 against 5-20 GB/s
+ * for the SSE2 kernel a baseline x86-64 build gets at compile time (benchmarks/bench_hash.py;
  * docs/architecture.md, "The recording path"). Elsewhere the kernel is chosen at compile time
- * (NEON on 64-bit Arm, VSX on POWER, else scalar). GV_XXH_NO_DISPATCH (tests only) compiles the
- * x86 dispatch out: the compile-time choice everywhere.
+ * (NEON on 64-bit Arm, VSX on POWER, else scalar). GV_XXH_NO_DISPATCH (tests and benchmarks
+ * only) compiles the x86 dispatch out: the compile-time choice everywhere.
  */
 #ifndef GPUVIZ_LOG_HASH_H
 #define GPUVIZ_LOG_HASH_H
