@@ -193,6 +193,10 @@ class BuildExt(build_ext):
 
 
 WHATIF_PARTS = ("sets", "heap", "policies")  # included by gpuviz/scenarios/_whatifcore.c
+# what the log's extensions include: its headers and the vendored xxHash (its LICENSE goes into the sdist with it)
+LOG_DEPENDS = sorted(
+    p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("gpuviz/log/*.h"), *ROOT.glob("gpuviz/log/vendor/*/*")]
+)
 
 EXTENSIONS = [
     Extension(
@@ -209,15 +213,14 @@ EXTENSIONS = [
     Extension(
         "gpuviz.log._staging",
         sources=["gpuviz/log/_staging.c"],
-        depends=["gpuviz/log/_chunks.h", "gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
+        depends=LOG_DEPENDS,
         extra_compile_args=["-O2"],
-        libraries=["pthread"],  # the thread that maps and populates the next chunk (_chunks.h)
         optional=True,
     ),
     Extension(  # the batches of a log recording to a file, written off the recording thread
         "gpuviz.log._batchwriter",
         sources=["gpuviz/log/_batchwriter.c"],
-        depends=["gpuviz/log/_ipcmessage.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h", "gpuviz/log/_xxh3.h"],
+        depends=LOG_DEPENDS,
         extra_compile_args=["-O2"],
         libraries=["pthread"],
         optional=True,
@@ -260,7 +263,7 @@ EXTENSIONS = [
     Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
         "gpuviz.log._heapcore",
         sources=["gpuviz/log/_heapcore.c"],
-        depends=["gpuviz/log/_rowsink.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"],
+        depends=LOG_DEPENDS,
         extra_compile_args=["-O2"],
         optional=True,
     ),

@@ -7,22 +7,29 @@ the Python allocator in the same run; recording costs <= 10 % over recording off
 
 Every timing prints wall-clock seconds and, in brackets, this process's CPU seconds: on a
 shared machine the wall clock includes time spent waiting for a core. Allocate+free pairs
-also print the recording thread's own CPU time: the process's includes the thread that
-populates the event log's next memory chunk (gpuviz/log/_staging.c) off the recording thread.
+also print the recording thread's own CPU time: the process's includes the file writer's
+thread (gpuviz/log/_batchwriter.c) when recording to a file.
 "native core, on, to a file" records into a log that also writes itself to a file as it goes
 (``EventLog(path)``, as ``gpuviz demo`` and ``%gpuviz start --run-dir`` do).
+
+``--busy`` runs every measurement beside one CPU-burning process per core (a training job
+whose data-loader workers keep every core busy): recording must not rely on an idle core.
+``--pairs-only`` measures the allocate+free pairs alone (before/after comparisons).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -116,6 +123,9 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
             total = {mode: statistics.median(cpu[mode]) for mode in (on, off)}
             if out is not None:
                 out.add(f"recording overhead, {kind} (best vs best)", (best[on] / best[off] - 1) * 100, "%")
+                out.add(f"recording overhead, {kind} (median vs median)", (median[on] / median[off] - 1) * 100, "%")
+                out.add(f"recording overhead, {kind}, recording thread's CPU (medians)",
+                        (own[on] / own[off] - 1) * 100, "%")  # fmt: skip
             print(
                 f"recording overhead, {kind:12s}: {(best[on] / best[off] - 1) * 100:.1f} %"
                 f" (median {(median[on] / median[off] - 1) * 100:.1f} %; CPU medians: recording thread"
@@ -123,6 +133,11 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
             )
     if "native core, on, to a file" in best:
         on, file = best["native core, on"], best["native core, on, to a file"]
+        if out is not None:
+            off = "native core, off"
+            out.add("recording overhead to a file, native core (best vs best)", (file / best[off] - 1) * 100, "%")
+            out.add("recording overhead to a file, native core (median vs median)",
+                    (median["native core, on, to a file"] / median[off] - 1) * 100, "%")  # fmt: skip
         print(
             f"recording to a file instead of in memory: +{(file - on) * 1e3:.0f} ns per pair ({file / on:.2f}x);"
             f" recording over off: +{(file / best['native core, off'] - 1) * 100:.1f} %;"
@@ -139,6 +154,22 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
             f"native core vs Python allocator, recording on: {best[reference] / best['native core, on']:.1f}x faster"
             f" (median {median[reference] / median['native core, on']:.1f}x)"
         )
+
+
+@contextlib.contextmanager
+def busy_cores(busy: bool) -> Iterator[int]:
+    """With ``busy``: one process per core spinning for the block's duration; yields how many."""
+    if not busy:
+        yield 0
+        return
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.5)  # the burners are spinning before the first measurement
+        yield len(burners)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 def timed(fn: Callable[[], object]) -> tuple[object, float, float]:
@@ -173,11 +204,27 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=50_000)
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--busy", action="store_true", help="one CPU-burning process per core throughout")
+    parser.add_argument("--pairs-only", action="store_true", help="the allocate+free pairs only")
     add_json_option(parser)
     args = parser.parse_args()
-    results = Results("core", "Allocator speed with recording on/off, recording rate, replay, timeline.", vars(args))
+    what = "Allocator speed with recording on/off" + (" (allocate+free pairs)." if args.pairs_only else
+                                                      ", recording rate, replay, timeline.")  # fmt: skip
+    if args.busy:
+        results = Results("core-busy", f"{what} Beside one CPU-burning process per core.", vars(args))
+    else:
+        results = Results("core", what, vars(args))
+    with busy_cores(args.busy) as burners:
+        if burners:
+            print(f"beside {burners} CPU-burning processes (one per core)")
+        bench_rest(args, results)
+    results.write(args.json)
 
+
+def bench_rest(args: argparse.Namespace, results: Results) -> None:
     bench_pairs(args.pairs, args.repeats, results)
+    if args.pairs_only:
+        return
 
     log, elapsed = build_log(args.events)
     n = len(log)
@@ -217,7 +264,6 @@ def main() -> None:
     )
     results.add("state_at a random index (median of 50)", statistics.median(times) * 1e3, "ms")
     results.add("state_at a random index (max of 50)", max(times) * 1e3, "ms")
-    results.write(args.json)
 
 
 if __name__ == "__main__":

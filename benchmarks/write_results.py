@@ -32,6 +32,8 @@ OUT = HERE / "RESULTS.md"
 # name -> (module, arguments): small sizes, minutes in all on a 2-core machine
 QUICK: dict[str, tuple[str, list[str]]] = {
     "core": ("benchmarks.bench_core", ["--pairs", "5000", "--events", "200000", "--repeats", "3"]),
+    "core-busy": ("benchmarks.bench_core", ["--pairs", "5000", "--repeats", "3", "--pairs-only", "--busy"]),
+    "hash": ("benchmarks.bench_hash", []),
     "whatif": ("benchmarks.bench_whatif", ["--requests", "100000"]),
     "runtime": ("benchmarks.bench_runtime", []),
     "logfile": ("benchmarks.bench_logfile", ["--events", "200000", "--repeat", "2"]),

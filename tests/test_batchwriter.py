@@ -259,3 +259,34 @@ def test_a_flush_that_finds_two_blocks_still_to_be_written_waits_for_the_oldest(
     batches = ipc.open_stream(stream)
     seqs = [batches.read_next_batch().column(0).to_numpy() for _ in range(3)]
     assert np.array_equal(np.concatenate(seqs), np.arange(6000))
+
+
+def _voluntary_switches(tid: str) -> int:
+    for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads listed in /proc (Linux)")
+def test_the_writers_thread_sleeps_until_a_block_is_handed_over(tmp_path: Path) -> None:
+    """No polling: an idle writer costs no wake-ups (laptops, shared nodes); a submit wakes it."""
+    import time
+
+    fd = os.open(tmp_path / "idle.arrow", os.O_WRONLY | os.O_CREAT)
+    before = set(os.listdir("/proc/self/task"))
+    writer = batchwriter.BatchWriter(fd, 1 << 16)
+    try:
+        (tid,) = set(os.listdir("/proc/self/task")) - before  # the writer's thread
+        rows, delta = _block([(i, 2, 0, 0, 0, *(i,) * 7, -1, -1) for i in range(100)]), b"{}"
+        writer.submit(rows, 0, delta, digest(delta).encode())
+        writer.wait()
+        idle = _voluntary_switches(tid)
+        time.sleep(0.1)  # an idle spell, observed
+        assert _voluntary_switches(tid) - idle <= 1  # at most its going back to sleep after the block
+        writer.submit(rows, 100, delta, digest(delta).encode())
+        writer.wait()
+        assert (writer.events, writer.batches) == (200, 2)
+    finally:
+        del writer
+        os.close(fd)

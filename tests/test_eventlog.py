@@ -84,12 +84,12 @@ def test_flush_rows_below_three_is_refused() -> None:
     assert len(EventLog(flush_rows=3)) == 0
 
 
-def test_in_memory_the_c_recorders_leave_rows_staged_until_the_chunk_is_half_written() -> None:
+def test_in_memory_the_c_recorders_leave_rows_staged_until_the_chunk_is_nearly_full() -> None:
     log = EventLog(flush_rows=6)
     small_run(log)
     if log._arena is not None and native_available():
         assert not log._blocks and len(log._staged) == 9 * ROW_DTYPE.itemsize  # no flush: nothing to bound
-        assert log._arena.due() == (512 << 10) // 2  # the first chunk's half: the next one is asked for there
+        assert log._arena.due() == (512 << 10) - 128 * ROW_DTYPE.itemsize  # near the first chunk's end
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))  # a read flushes first
 
 

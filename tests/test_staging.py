@@ -26,9 +26,9 @@ def _address(view: memoryview) -> int:
 
 def test_take_hands_out_the_staged_bytes_where_they_were_written() -> None:
     arena = staging.Arena()
-    assert len(arena) == 0 and bytes(arena.take()) == b"" and arena.chunk_bytes() == (0, 0, 0)
+    assert len(arena) == 0 and bytes(arena.take()) == b"" and arena.chunk_bytes() == (0, 0)
     arena.extend(b"")  # nothing to stage: no chunk yet
-    assert len(arena) == 0 and arena.chunk_bytes() == (0, 0, 0) and arena.check() is None
+    assert len(arena) == 0 and arena.chunk_bytes() == (0, 0) and arena.check() is None
     arena.extend(b"0123")
     assert len(arena) == 4
     first = arena.take()
@@ -40,7 +40,7 @@ def test_take_hands_out_the_staged_bytes_where_they_were_written() -> None:
     assert _address(second) == _address(first) + 4  # side by side in one chunk: no copy
     assert bytes(arena.take()) == b"" and len(arena) == 0
     assert bytes(first) == b"0123" and bytes(second) == b"456789"  # views held keep their rows
-    assert arena.chunk_bytes() == (512 << 10, 10, 0)  # the first chunk, 10 bytes written, no next yet
+    assert arena.chunk_bytes() == (512 << 10, 10)  # the first chunk, 10 bytes written
 
 
 def test_chunks_grow_from_512_kib_to_8_mib_and_a_chunk_no_view_holds_is_reused() -> None:
@@ -50,19 +50,19 @@ def test_chunks_grow_from_512_kib_to_8_mib_and_a_chunk_no_view_holds_is_reused()
     for _ in range(200):  # 50 MiB held
         arena.extend(bytes(256 << 10))
         views.append(arena.take())
-        size, used, _ = arena.chunk_bytes()
+        size, used = arena.chunk_bytes()
         if used == 256 << 10:
             sizes.append(size >> 10)
     assert sizes == [512, 2048, 4096] + [8192] * 6
-    size, used, _ = arena.chunk_bytes()
+    size, used = arena.chunk_bytes()
     start = _address(views[-1]) - (used - (256 << 10))  # the current chunk's start
     views.clear()  # no view of the current chunk is alive: the next take starts it again
     arena.extend(b"x" * 10)
     kept = arena.take()
-    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes()[:2] == (size, 10) and _address(kept) == start
+    assert bytes(kept) == b"x" * 10 and arena.chunk_bytes() == (size, 10) and _address(kept) == start
     arena.extend(b"abc")
     held = arena.take()
-    assert arena.chunk_bytes()[:2] == (size, 13) and bytes(held) == b"abc" and bytes(kept) == b"x" * 10  # no rewind
+    assert arena.chunk_bytes() == (size, 13) and bytes(held) == b"abc" and bytes(kept) == b"x" * 10  # no rewind
 
 
 def test_staged_rows_move_to_the_next_chunk_when_the_current_one_is_full() -> None:
@@ -71,7 +71,7 @@ def test_staged_rows_move_to_the_next_chunk_when_the_current_one_is_full() -> No
     held = arena.take()  # keeps the first chunk from being reused
     arena.extend(b"b" * (10 << 10))  # staged, 2 KiB left
     arena.extend(b"c" * (4 << 10))  # does not fit: the staged rows move along
-    assert len(arena) == 14 << 10 and arena.chunk_bytes()[:2] == (2048 << 10, 14 << 10)
+    assert len(arena) == 14 << 10 and arena.chunk_bytes() == (2048 << 10, 14 << 10)
     moved = arena.take()
     assert bytes(moved) == b"b" * (10 << 10) + b"c" * (4 << 10) and bytes(held) == b"a" * (500 << 10)
 
@@ -79,63 +79,48 @@ def test_staged_rows_move_to_the_next_chunk_when_the_current_one_is_full() -> No
 def test_staged_rows_move_to_the_start_of_a_chunk_no_view_holds() -> None:
     arena = staging.Arena()
     arena.extend(b"a" * (500 << 10))
-    arena.take()  # dropped at once: nothing holds the chunk (the take, past half, prepared the next one)
+    arena.take()  # dropped at once: nothing holds the chunk
     arena.extend(b"b" * (10 << 10))
     arena.extend(b"c" * (4 << 10))  # no room at the end: the staged rows go to the start, same chunk
-    assert arena.chunk_bytes() == (512 << 10, 14 << 10, 2048 << 10)
+    assert arena.chunk_bytes() == (512 << 10, 14 << 10)
     assert bytes(arena.take()) == b"b" * (10 << 10) + b"c" * (4 << 10)
 
 
-def _resident_pages(view: memoryview) -> tuple[int, int]:
-    """(resident, all) 4 KiB pages of the whole pages under ``view`` (mincore(2))."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    start = np.frombuffer(view, dtype=np.uint8).ctypes.data
-    pages = len(view) // 4096
-    vector = ctypes.create_string_buffer(pages)
-    assert libc.mincore(start - start % 4096, pages * 4096, vector) == 0, ctypes.get_errno()
-    return sum(byte & 1 for byte in vector.raw), pages
-
-
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or tuple(map(int, os.uname().release.split(".")[:2])) < (5, 14),
-    reason="MADV_POPULATE_WRITE needs Linux 5.14",
-)
-def test_the_next_chunk_is_prepared_at_half_and_populated_off_the_recording_thread() -> None:
-    """Past half of a chunk, a take asks the maker thread for the next one; once the maker has done
-    (waited for explicitly: it runs at SCHED_IDLE and may get no core for a while), the chunk the
-    rows move to is the maker's, every page of it already faulted in, not only those rows touched."""
+def test_the_next_chunk_is_mapped_when_the_rows_reach_the_end_of_the_current_one() -> None:
     arena = staging.Arena()
     views = []
-    for kib, expected in ((255, (512, 255, 0)), (1, (512, 256, 2048)), (300, (2048, 300, 0)), (800, (2048, 1100, 4096)),
-                          (1000, (4096, 1000, 0))):  # fmt: skip
+    for kib, expected in ((255, (512, 255)), (1, (512, 256)), (300, (2048, 300)), (800, (2048, 1100)),
+                          (1000, (4096, 1000))):  # fmt: skip
         arena.extend(b"r" * (kib << 10))
         views.append(arena.take())
         assert tuple(value >> 10 for value in arena.chunk_bytes()) == expected
-        staging.wait_for_maker()  # the next chunk, where one was asked for, is mapped and populated
     assert [len(view) >> 10 for view in views] == [255, 1, 300, 800, 1000]
     assert all(bytes(view) == b"r" * len(view) for view in views)
-    whole = memoryview(views[-1].obj)  # the 4 MiB chunk, of which the rows touched 1000 KiB
-    assert _resident_pages(whole) == (1024, 1024)
 
 
-def test_waiting_for_the_maker_with_nothing_asked_returns_at_once() -> None:
-    staging.wait_for_maker()  # no request in this process yet, or all done: returns
-    arena = staging.Arena()
-    arena.extend(b"x" * (300 << 10))
-    arena.take()  # past half: the next chunk is asked for
-    staging.wait_for_maker()
-    staging.wait_for_maker()
-    assert arena.chunk_bytes() == (512 << 10, 300 << 10, 2048 << 10)
+def _threads() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads listed in /proc (Linux)")
+def test_staging_starts_no_thread() -> None:
+    """Rows are staged on the recording thread alone: nothing waits for a core that may be busy."""
+    before = _threads()
+    arenas = [staging.Arena() for _ in range(3)]
+    held = []  # views keep their chunks from being reused: the arena goes on to new ones
+    for arena in arenas:
+        for _ in range(24):  # 12 MiB: chunks of 512 KiB, 2, 4 and 8 MiB
+            arena.extend(b"r" * (512 << 10))
+            held.append(arena.take())
+        assert arena.chunk_bytes()[0] == 8 << 20 and arena.check() is None
+    assert _threads() == before
 
 
 def test_a_take_larger_than_a_chunk_gets_a_chunk_of_its_own() -> None:
     arena = staging.Arena()
     arena.extend(b"r" * (5 << 20))
     view = arena.take()
-    assert len(view) == 5 << 20 and arena.chunk_bytes() == (6 << 20, 5 << 20, 2 << 20)  # whole huge pages
+    assert len(view) == 5 << 20 and arena.chunk_bytes() == (6 << 20, 5 << 20)  # whole huge pages
 
 
 def test_bad_input_is_refused_and_changes_nothing() -> None:
@@ -147,7 +132,7 @@ def test_bad_input_is_refused_and_changes_nothing() -> None:
         arena.take(3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="no arguments"):
         staging.Arena(1)
-    assert len(arena) == 3 and arena.chunk_bytes() == (512 << 10, 3, 0)
+    assert len(arena) == 3 and arena.chunk_bytes() == (512 << 10, 3)
     block = arena.take()
     with pytest.raises(TypeError):
         block[0] = 1  # type: ignore[index]  # blocks are read-only

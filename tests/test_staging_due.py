@@ -1,11 +1,10 @@
 """When an EventLog's staged rows are due for a flush (the arena's window, ``Arena.set_flush``),
-and the thread that maps and populates the arena's next chunk (gpuviz/log/_chunks.h)."""
+and an arena that goes on in a forked child."""
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,31 +23,30 @@ ROW = ROW_DTYPE.itemsize
 MARGIN = 128 * ROW  # a take this close to a chunk's end: nothing left to move (_staging.c, DUE_MARGIN)
 
 
-def test_rows_are_due_at_the_chunks_half_and_near_its_end_or_every_flush_bytes() -> None:
+def test_rows_are_due_near_the_chunks_end_or_every_flush_bytes() -> None:
     arena = staging.Arena()
     assert arena.due() == 0 and arena.check() is None  # no chunk yet
     arena.extend(b"r" * 1000)  # the first chunk, 512 KiB
-    assert arena.due() == 256 << 10  # its half: the take there asks for the next chunk
+    assert arena.due() == (512 << 10) - MARGIN  # near its end: little left to move to the next chunk
     arena.set_flush(4096)  # a log recording to a file: its crash bound
     assert arena.due() == 4096
     held = [arena.take()]  # views held: the chunk is not rewound
-    assert arena.due() == 4096 and arena.chunk_bytes() == (512 << 10, 1000, 0)  # counted from the take
-    arena.set_flush(0)  # in memory: the milestones only
-    assert arena.due() == (256 << 10) - 1000
+    assert arena.due() == 4096 and arena.chunk_bytes() == (512 << 10, 1000)  # counted from the take
+    arena.set_flush(0)  # in memory: near the end only
+    assert arena.due() == (512 << 10) - MARGIN - 1000
     arena.extend(b"r" * ((256 << 10) - 1000))
-    held.append(arena.take())  # at half: the next chunk is asked for, and the rows are due again near the end
-    assert arena.chunk_bytes() == (512 << 10, 256 << 10, 2 << 20)
-    assert arena.due() == (512 << 10) - MARGIN - (256 << 10)
+    held.append(arena.take())
+    assert arena.chunk_bytes() == (512 << 10, 256 << 10) and arena.due() == (256 << 10) - MARGIN
     arena.extend(b"r" * ((256 << 10) - MARGIN + 10))
     held.append(arena.take())  # past the last milestone: due only when the chunk is full
     assert arena.due() == MARGIN - 10 and arena.check() is None
-    arena.extend(b"r" * MARGIN)  # does not fit: the next chunk (2 MiB), asked for at half
-    assert arena.chunk_bytes() == (2 << 20, MARGIN, 0) and arena.due() == 1 << 20  # its half, from its start
+    arena.extend(b"r" * MARGIN)  # does not fit: the next chunk (2 MiB), mapped now
+    assert arena.chunk_bytes() == (2 << 20, MARGIN) and arena.due() == (2 << 20) - MARGIN  # from its start
     with pytest.raises(ValueError, match="a number of bytes >= 0, not -1"):
         arena.set_flush(-1)
     with pytest.raises(TypeError):
         arena.set_flush("4096")  # type: ignore[arg-type]
-    assert arena.due() == 1 << 20 and arena.check() is None  # unchanged
+    assert arena.due() == (2 << 20) - MARGIN and arena.check() is None  # unchanged
 
 
 @given(
@@ -98,7 +96,7 @@ def _flushes(log: EventLog, pairs: int, monkeypatch: pytest.MonkeyPatch) -> tupl
     return len(calls), alloc
 
 
-def test_a_log_in_memory_is_flushed_twice_a_chunk_and_one_recording_to_a_file_every_third_of_flush_rows(
+def test_a_log_in_memory_is_flushed_once_a_chunk_and_one_recording_to_a_file_every_third_of_flush_rows(
     monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
 ) -> None:
     if not native_core_available():
@@ -106,7 +104,7 @@ def test_a_log_in_memory_is_flushed_twice_a_chunk_and_one_recording_to_a_file_ev
     memory = EventLog()
     flushes, alloc = _flushes(memory, 50_000, monkeypatch)
     rows = len(memory)  # 142,601 rows (10.6 MiB) in chunks of 512 KiB, 2, 4 and 8 MiB
-    assert rows == 142_601 and flushes == 3 * 2 + 1  # at each chunk's half and near its end; the 8 MiB one half full
+    assert rows == 142_601 and flushes == 3  # near each chunk's end; the 8 MiB one half full
     replayed = replay(memory).state_at(-1)
     assert {c.address: c.size for c in replayed.chunks()} == {c.address: c.size for c in alloc.state().chunks()}
     np.testing.assert_array_equal(memory["seq"], np.arange(rows))
@@ -125,10 +123,10 @@ import os, sys
 from gpuviz.log._staging import Arena
 arena = Arena()
 arena.extend(b"a" * (300 << 10))
-held = [arena.take()]  # past half: the next chunk was asked of the parent's maker thread
+held = [arena.take()]
 pid = os.fork()
-if pid == 0:  # the child: no maker thread of the parent's here
-    for i in range(40):  # 20 MiB: chunks of 2, 4 and 8 MiB, mapped by the child's own maker
+if pid == 0:  # the child: the parent's chunk, shared copy-on-write
+    for i in range(40):  # 20 MiB: chunks of 2, 4 and 8 MiB, mapped by the child
         arena.extend(bytes([i]) * (512 << 10))
         held.append(arena.take())
     ok = all(bytes(v) == bytes([i]) * (512 << 10) for i, v in enumerate(held[1:])) and arena.check() is None
@@ -147,26 +145,3 @@ def test_an_arena_goes_on_in_a_forked_child_and_in_its_parent() -> None:
     done = subprocess.run([sys.executable, "-c", _FORKED], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names and SCHED_IDLE are Linux's")
-def test_the_next_chunk_is_made_by_one_named_thread_at_idle_priority() -> None:
-    """The maker populates chunks only where no other thread wants a core: at normal priority
-    it held off the file's batch writer (README, "Native core")."""
-    arenas = [staging.Arena() for _ in range(3)]
-    views = []
-    for arena in arenas:
-        arena.extend(b"r" * (300 << 10))
-        views.append(arena.take())  # past half: each asks for its next chunk
-        assert arena.chunk_bytes()[2] == 2 << 20
-    staging.wait_for_maker()  # it has made the three chunks (it exists, then)
-    makers = [
-        int(tid)
-        for tid in os.listdir("/proc/self/task")
-        if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "gpuviz-chunks"
-    ]
-    assert len(makers) == 1  # one per process, whatever the number of arenas
-    assert os.sched_getscheduler(makers[0]) == os.SCHED_IDLE
-    for arena in arenas:
-        arena.extend(b"s" * (300 << 10))  # into the chunk the maker made
-        assert arena.chunk_bytes()[:2] == (2 << 20, 300 << 10) and arena.check() is None

@@ -1,12 +1,15 @@
-"""gpuviz/log/_xxh3.h (the native XXH3-64) must equal the ``xxhash`` package for every input.
+"""gpuviz/log/_hash.h (upstream xxHash, vendored) must give the ``xxhash`` package's XXH3-64 for
+every input: the checksums gpuviz/log/_batchwriter.c writes are checked by checksums.py.
 
 The header is compiled with the system ``gcc`` into a throwaway shared library and called through
-ctypes, three times: as the extensions build it (AVX2 long path where the CPU has it), with the
-SIMD path compiled out (scalar), and scalar with the portable 32-bit-limb multiply."""
+ctypes, three ways: as the extension builds it (on x86 the kernel picked at load time: AVX-512,
+AVX2 or SSE2), x86 dispatch without AVX-512 (AVX2 where the CPU has it), and the compile-time
+choice with the vector kernels compiled out (scalar)."""
 
 from __future__ import annotations
 
 import ctypes
+import platform
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,18 +21,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 HEADER_DIR = Path(__file__).resolve().parents[1] / "gpuviz" / "log"
-SOURCE = """#include "_xxh3.h"
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+SOURCE = """#include "_hash.h"
 uint64_t check(const void *p, size_t n) { return gv_xxh3_64(p, n); }
-void hex(uint64_t h, char *out) { gv_hex16(h, out); }
-#ifdef GV_XXH_HAVE_SIMD
-int avx2(void) { return gv_xxh_use_avx2(); }
+#ifdef XXH_X86DISPATCH
+int kernel(void) { return XXH_featureTest(); } /* XXH_SCALAR 0, XXH_SSE2 1, XXH_AVX2 2, XXH_AVX512 3 */
 #else
-int avx2(void) { return 0; }
+int kernel(void) { return -1; }
 #endif
 """
 DATA = np.random.default_rng(0).integers(0, 256, 300_100, dtype=np.uint8).tobytes()
 BUF = ctypes.create_string_buffer(DATA, len(DATA))  # fixed address, for unaligned starts
-FLAGS = {"default": [], "scalar": ["-DGV_XXH_NO_SIMD"], "portable": ["-DGV_XXH_NO_INT128", "-DGV_XXH_NO_SIMD"]}
+FLAGS = {"default": [], "no-avx512": ["-DXXH_DISPATCH_AVX512=0"], "scalar": ["-DGV_XXH_NO_DISPATCH", "-DXXH_VECTOR=0"]}
+
+
+def _cpu_flags() -> set[str]:
+    cpuinfo = Path("/proc/cpuinfo")
+    return set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
 
 
 @pytest.fixture(scope="module", params=list(FLAGS))
@@ -47,15 +55,20 @@ def lib(variant: str, tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     subprocess.run([*cmd, "-o", str(tmp / "check.so"), str(tmp / "check.c")], check=True)
     so = ctypes.CDLL(str(tmp / "check.so"))
     so.check.argtypes, so.check.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_uint64
-    so.hex.argtypes, so.hex.restype = [ctypes.c_uint64, ctypes.c_char_p], None
+    so.kernel.argtypes, so.kernel.restype = [], ctypes.c_int
     return so
 
 
-def test_path_taken(lib: ctypes.CDLL, variant: str) -> None:
-    """The default build must really run AVX2 where the CPU has it, or this file tests scalar thrice."""
-    cpuinfo = Path("/proc/cpuinfo")
-    has_avx2 = cpuinfo.exists() and " avx2" in cpuinfo.read_text()
-    assert lib.avx2() == (variant == "default" and has_avx2)
+def test_kernel_taken(lib: ctypes.CDLL, variant: str) -> None:
+    """On x86 the build runs the widest kernel the CPU has, or this file tests one kernel thrice."""
+    if variant == "scalar" or not X86:
+        assert lib.kernel() == -1  # no dispatch: the compile-time kernel
+        return
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo to tell the CPU's features")
+    widest = 3 if "avx512f" in flags and variant == "default" else 2 if "avx2" in flags else 1
+    assert lib.kernel() == widest
 
 
 def test_every_length_up_to_2100(lib: ctypes.CDLL) -> None:
@@ -66,7 +79,7 @@ def test_every_length_up_to_2100(lib: ctypes.CDLL) -> None:
 def test_block_boundaries(lib: ctypes.CDLL) -> None:
     lengths = {1024 * k + d for k in range(1, 293) for d in (-65, -64, -63, -1, 0, 1, 63, 64, 65)}
     for n in sorted(lengths):
-        for start in (0, 3):  # an odd start too: the header must not assume alignment
+        for start in (0, 3):  # an odd start too: the kernels must not assume alignment
             got = lib.check(ctypes.addressof(BUF) + start, n)
             assert got == xxhash.xxh3_64_intdigest(DATA[start : start + n]), (start, n)
 
@@ -75,13 +88,3 @@ def test_block_boundaries(lib: ctypes.CDLL) -> None:
 @given(data=st.binary(max_size=5000))
 def test_hypothesis(lib: ctypes.CDLL, data: bytes) -> None:
     assert lib.check(data, len(data)) == xxhash.xxh3_64_intdigest(data)
-
-
-def test_hex16(lib: ctypes.CDLL) -> None:
-    out = ctypes.create_string_buffer(16)
-    for n in (0, 1, 5, 17, 200, 5000):
-        lib.hex(lib.check(DATA[:n], n), out)
-        assert out.raw.decode() == xxhash.xxh3_64_hexdigest(DATA[:n])
-    for h in (0, 1, 0xF, 2**63, 2**64 - 1, 0x0123456789ABCDEF):
-        lib.hex(h, out)
-        assert out.raw.decode() == f"{h:016x}"

@@ -10,7 +10,7 @@
  *     (_rows.h) to the writer's thread and returns. The thread, holding no GIL, splits the rows
  *     into columns (seq from first_seq), makes the batch's checksum record (checksums.py's
  *     batch_checksum: the XXH3-64 of each chunk of chunk_rows rows over all columns' bytes,
- *     _xxh3.h; ``delta_digest`` is the digest of ``delta``) and writes the batch with its custom
+ *     _hash.h, upstream xxHash; ``delta_digest`` is the digest of ``delta``) and writes the batch with its custom
  *     metadata gpuviz.delta = delta and gpuviz.checksum, in the order submitted. Up to DEPTH
  *     (2) blocks are in flight: a submit that finds DEPTH still to be written waits for the
  *     oldest, the GIL released, which keeps eventlog.py's crash bound (rows not yet written:
@@ -34,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -44,8 +45,8 @@
 #include <unistd.h>
 
 #include "_ipcmessage.h" /* span_t, PAD8, message_bound, build_message */
+#include "_hash.h" /* gv_xxh3_64 */
 #include "_rows.h"
-#include "_xxh3.h"
 
 static const size_t widths[SPLIT_COLUMNS] = SPLIT_WIDTHS;
 #define SEQ_ROW_BYTES (ROW_BYTES + 8) /* one row of all columns (seq added), bytes */
@@ -71,7 +72,7 @@ typedef struct {
     pthread_mutex_t mutex;
     pthread_cond_t job;  /* submit() to the thread: a block to write (or stop) */
     pthread_cond_t done; /* the thread (or write()) to the callers: a block written, or write() done */
-    int sleeping;        /* the thread waits on ``job`` (it looks for blocks itself otherwise: run) */
+    int sleeping;        /* the thread waits on ``job`` (it is writing a block otherwise) */
     /* slots[(head + i) % DEPTH] for i < queued are in flight, oldest first: 0 <= queued <= DEPTH */
     slot_t slots[DEPTH];
     int head, queued;
@@ -165,9 +166,8 @@ static int write_block(BatchWriter *self, const slot_t *slot) {
             }
             bytes = self->chunk;
         }
-        char hex[16];
-        gv_hex16(gv_xxh3_64(bytes, (end - start) * SEQ_ROW_BYTES), hex);
-        written += snprintf(record + written, record_size - (size_t)written, "%s\"%.16s\"", c ? ", " : "", hex);
+        uint64_t digest = gv_xxh3_64(bytes, (end - start) * SEQ_ROW_BYTES); /* as xxh3_64_hexdigest prints it */
+        written += snprintf(record + written, record_size - (size_t)written, "%s\"%016" PRIx64 "\"", c ? ", " : "", digest);
     }
     written += snprintf(record + written, record_size - (size_t)written, "], \"delta\": \"%.16s\"}", slot->delta_digest);
     if (!failed) {
@@ -180,36 +180,23 @@ static int write_block(BatchWriter *self, const slot_t *slot) {
     return failed;
 }
 
-/* The writer's thread: no Python, no GIL. While blocks keep coming it looks for the next one
- * every POLL_NS, sleeping in between, rather than waiting on ``job``: then handing a block
- * over costs the recording thread no system call (waking a thread that waits is a futex call
- * and, in a VM, an interrupt to another core: 3-7 us a block on this project's VM, against
- * 0.2 us). After IDLE_POLLS looks without a block it waits on ``job`` until submit() wakes it. */
-#define POLL_NS 25000L
-#define IDLE_POLLS 800 /* 20 ms */
-
+/* The writer's thread: no Python, no GIL. It waits on ``job`` until submit() hands a block
+ * over (or the writer stops): no wake-up while nothing is submitted. Waking it costs the
+ * recording thread one futex call per block (flush_rows // 3 rows), measured in
+ * docs/architecture.md, "The recording path". */
 static void *run(void *arg) {
     BatchWriter *self = arg;
-    int idle = 0;
 #ifdef __linux__
     (void)pthread_setname_np(pthread_self(), "gpuviz-writer"); /* as top -H and py-spy show it */
 #endif
     pthread_mutex_lock(&self->mutex);
     for (;;) {
         if (!self->queued && !self->stop) {
-            if (idle++ < IDLE_POLLS) {
-                pthread_mutex_unlock(&self->mutex);
-                struct timespec pause = {0, POLL_NS};
-                nanosleep(&pause, NULL);
-                pthread_mutex_lock(&self->mutex);
-                continue;
-            }
             self->sleeping = 1;
             while (!self->queued && !self->stop) pthread_cond_wait(&self->job, &self->mutex);
             self->sleeping = 0;
         }
         if (!self->queued) break; /* stopped, after every block handed over */
-        idle = 0;
         const slot_t *slot = &self->slots[self->head];
         pthread_mutex_unlock(&self->mutex);
         int failed = write_block(self, slot);

@@ -11,28 +11,23 @@
  * fresh once. One bytes object per flush (~160 KB) is one mmap by malloc and ~40 page
  * faults, one per 4 KiB: on this project's VM most of a recorded allocate+free pair's
  * recording cost. Chunks are anonymous memory: the first 512 KiB (a small log never needs
- * more), then 2 MiB doubling to 8 MiB, aligned to and
- * advised as transparent huge pages (MADV_HUGEPAGE; where the kernel gives none, plain
- * pages as before), so they fault once per 2 MiB. A chunk lives while any view of it does
- * (buffer exports); once none does (the log split its blocks into columns when it was read),
- * the arena rewinds and reuses it (the staged rows,
- * at most one flush's worth, move to its start): warm memory. When the current chunk is full the
- * staged rows move to the next one.
- *
- * Even so, a page the process never touched costs the kernel (and, in a VM, the host) its
- * zeroing and mapping. Once the current chunk is half full, the arena asks one thread per
- * process (the maker, _chunks.h) to map the next one and populate it (madvise
- * MADV_POPULATE_WRITE, Linux 5.14+: pages faulted in without touching their contents, so it is
- * safe while rows are written): no system call and no thread start on the recording thread.
- * The mapping outlives whichever of the chunk and the maker lets go of it last (a count,
- * atomic: the maker holds no GIL). Where populating is not supported the rows fault the pages
- * in themselves, as before.
+ * more), then 2 MiB doubling to 8 MiB, aligned to and advised as transparent huge pages
+ * (MADV_HUGEPAGE; where the kernel gives none, plain pages), so they fault once per 2 MiB. A
+ * chunk lives while any view of it does (buffer exports); once none does (the log split its
+ * blocks into columns when it was read), the arena rewinds and reuses it (the staged rows, at
+ * most one flush's worth, move to its start): warm memory. When the current chunk is full the
+ * arena maps the next one on the recording thread (mmap and munmap to align it: 15-50 us on
+ * this project's VM, once per chunk, against the 1-20 ms of rows a chunk holds), and the
+ * staged rows move there. No other thread is
+ * involved, so recording costs the same on a machine whose cores are all busy
+ * (docs/architecture.md, "The recording path").
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
-#include "_chunks.h" /* Region, and the thread that maps and populates the next chunk */
 #include "_rows.h"
 #include "_rowsink.h"
 
@@ -40,20 +35,21 @@
 #error "the arena relies on the GIL; EventLog stages rows in a bytearray instead"
 #endif
 
+#define HUGE_PAGE ((Py_ssize_t)2 << 20)     /* bytes; chunks are aligned to it */
 #define CHUNK_FIRST ((Py_ssize_t)512 << 10) /* the first chunk of an arena (plain pages), bytes */
 #define CHUNK_LARGEST ((Py_ssize_t)8 << 20) /* then 2 MiB, doubling up to this, bytes */
 
 /* ------------------------------------------------------------------ Chunk */
 typedef struct {
     PyObject_HEAD
-    Region *region;
-    Py_ssize_t exports;  /* buffer views alive */
+    char *base;         /* HUGE_PAGE-aligned anonymous mapping */
+    Py_ssize_t size;    /* bytes, a multiple of 4 KiB */
+    Py_ssize_t exports; /* buffer views alive */
 } Chunk;
 
 static int Chunk_getbuffer(PyObject *obj, Py_buffer *view, int flags) {
     Chunk *self = (Chunk *)obj;
-    Region *region = self->region;
-    if (PyBuffer_FillInfo(view, obj, region->base, (Py_ssize_t)region->size, 1, flags) < 0) return -1; /* read-only */
+    if (PyBuffer_FillInfo(view, obj, self->base, self->size, 1, flags) < 0) return -1; /* read-only */
     self->exports++;
     return 0;
 }
@@ -65,7 +61,7 @@ static void Chunk_releasebuffer(PyObject *obj, Py_buffer *view) {
 
 static void Chunk_dealloc(PyObject *obj) {
     Chunk *self = (Chunk *)obj;
-    if (self->region != NULL) region_release(self->region);
+    if (self->base != NULL) munmap(self->base, (size_t)self->size);
     Py_TYPE(obj)->tp_free(obj);
 }
 
@@ -81,36 +77,38 @@ static PyTypeObject ChunkType = {
     .tp_as_buffer = &Chunk_as_buffer,
 };
 
-/* A chunk over ``region`` (whose hold it takes over), or NULL with MemoryError set (the hold let go). */
-static Chunk *chunk_wrap(Region *region) {
+/* A chunk of ``size`` bytes (a multiple of 4 KiB), mapped now, or NULL with MemoryError set. */
+static Chunk *chunk_new(Py_ssize_t size) {
+    size_t span = (size_t)(size + HUGE_PAGE); /* room to align the start */
+    char *map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return (Chunk *)PyErr_NoMemory();
+    char *base = (char *)(((uintptr_t)map + HUGE_PAGE - 1) & ~((uintptr_t)HUGE_PAGE - 1));
+    if (base > map) munmap(map, (size_t)(base - map));
+    if (base + size < map + span) munmap(base + size, (size_t)(map + span - (base + size)));
+#ifdef MADV_HUGEPAGE
+    if (size >= HUGE_PAGE) (void)madvise(base, (size_t)size, MADV_HUGEPAGE); /* plain pages where refused */
+#endif
     Chunk *chunk = PyObject_New(Chunk, &ChunkType);
     if (chunk == NULL) {
-        region_release(region);
+        munmap(base, (size_t)size);
         return NULL;
     }
-    chunk->region = region;
+    chunk->base = base;
+    chunk->size = size;
     chunk->exports = 0;
     return chunk;
 }
 
-/* A chunk of ``size`` bytes (a multiple of 4 KiB), mapped now, or NULL with MemoryError set. */
-static Chunk *chunk_new(Py_ssize_t size) {
-    Region *region = region_map((size_t)size, 1);
-    return region != NULL ? chunk_wrap(region) : (Chunk *)PyErr_NoMemory();
-}
-
-#define CHUNK_BASE(c) ((c)->region->base)
-#define CHUNK_SIZE(c) ((Py_ssize_t)(c)->region->size)
+#define CHUNK_BASE(c) ((c)->base)
+#define CHUNK_SIZE(c) ((c)->size)
 
 /* ------------------------------------------------------------------ Arena */
 typedef struct {
     PyObject_HEAD
     Chunk *chunk;         /* the chunk being written, or NULL */
-    Request *next;        /* the one after it, asked of the maker (_chunks.h), or NULL */
     gv_window window;     /* rows [start, write) of chunk are staged; all NULL while chunk is */
     Py_ssize_t next_size; /* bytes of the next chunk */
-    Py_ssize_t flush;     /* staged bytes due for a take (0: only at the chunk's milestones; see set_flush) */
-    int asked;            /* the next chunk was asked for (arena_prepare ran) since this chunk became current */
+    Py_ssize_t flush;     /* staged bytes due for a take (0: only near the chunk's end; see set_flush) */
 } Arena;
 
 static PyObject *Arena_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -126,29 +124,22 @@ static PyObject *Arena_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static void Arena_dealloc(PyObject *obj) {
     Py_CLEAR(((Arena *)obj)->chunk);
-    Arena *self = (Arena *)obj;
-    if (self->next != NULL) request_release(self->next);
     Py_TYPE(obj)->tp_free(obj);
-}
-
-static void arena_grow(Arena *self) { /* the size of the chunk after the next */
-    Py_ssize_t size = self->next_size < (Py_ssize_t)HUGE_PAGE ? (Py_ssize_t)HUGE_PAGE : 2 * self->next_size;
-    self->next_size = size < CHUNK_LARGEST ? size : CHUNK_LARGEST;
 }
 
 /* A take this close to the chunk's end leaves (almost) nothing staged to move to the next one. */
 #define DUE_MARGIN ((Py_ssize_t)128 * ROW_BYTES)
 
 /* Set the window's due (_window.h): the staged rows are due for a take once ``flush`` bytes are
- * staged (a log recording to a file: its crash bound), and at the chunk's milestones anyway: its
- * half (the take there asks for the next chunk) and DUE_MARGIN before its end (nothing left to
- * move to the next chunk). A log recorded in memory (flush 0) is so flushed twice a chunk
- * instead of every flush_rows // 3 rows: fewer calls into Python on the recording thread. */
+ * staged (a log recording to a file: its crash bound), and DUE_MARGIN before the chunk's end
+ * anyway (nothing left to move to the next chunk). A log recorded in memory (flush 0) is so
+ * flushed once a chunk instead of every flush_rows // 3 rows: fewer calls into Python on the
+ * recording thread. */
 static void arena_set_due(Arena *self) {
     gv_window *w = &self->window;
     if (self->chunk == NULL) return;
-    char *half = CHUNK_BASE(self->chunk) + CHUNK_SIZE(self->chunk) / 2, *last = w->end - DUE_MARGIN;
-    char *due = !self->asked ? half : w->write < last ? last : w->end;
+    char *last = w->end - DUE_MARGIN;
+    char *due = w->write < last ? last : w->end;
     if (self->flush > 0 && self->flush < due - w->start) due = w->start + self->flush;
     w->due = due;
 }
@@ -164,7 +155,7 @@ static void arena_rewind(Arena *self) {
 }
 
 /* Room for nbytes more at the window's write end: in the current chunk, rewound if no view of it is
- * alive, or in the next one, the staged rows moved there. 0, or -1 with MemoryError set. */
+ * alive, or in a new one mapped now, the staged rows moved there. 0, or -1 with MemoryError set. */
 static int arena_make_room(PyObject *obj, Py_ssize_t nbytes) {
     Arena *self = (Arena *)obj;
     gv_window *w = &self->window;
@@ -175,29 +166,16 @@ static int arena_make_room(PyObject *obj, Py_ssize_t nbytes) {
         return 0;
     }
     Py_ssize_t staged = w->write - w->start, need = staged + nbytes, size = self->next_size;
-    int grow = 1;
-    Chunk *chunk = NULL;
-    if (self->next != NULL) { /* asked for at half: mapped by now, unless the maker is late */
-        Request *request = self->next;
-        self->next = NULL;
-        size = (Py_ssize_t)request->size; /* chosen, and the size after it grown, when it was asked for */
-        grow = 0;
-        Region *region = request_claim(request);
-        if (region != NULL && (chunk = chunk_wrap(region)) == NULL) return -1;
-        if (chunk != NULL && CHUNK_SIZE(chunk) < need) Py_CLEAR(chunk);
-    }
-    if (chunk == NULL) {
-        if (need > size) size = (need + (Py_ssize_t)HUGE_PAGE - 1) / (Py_ssize_t)HUGE_PAGE * (Py_ssize_t)HUGE_PAGE;
-        chunk = chunk_new(size);
-        if (chunk == NULL) return -1;
-        if (grow) arena_grow(self);
-    }
+    if (need > size) size = (need + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    Chunk *chunk = chunk_new(size);
+    if (chunk == NULL) return -1;
+    Py_ssize_t grown = self->next_size < HUGE_PAGE ? HUGE_PAGE : 2 * self->next_size; /* the size after it */
+    self->next_size = grown < CHUNK_LARGEST ? grown : CHUNK_LARGEST;
     if (staged) memcpy(CHUNK_BASE(chunk), w->start, (size_t)staged);
     Py_XSETREF(self->chunk, chunk); /* the old one lives on in its views */
     w->start = CHUNK_BASE(chunk);
     w->write = w->start + staged;
     w->end = w->start + CHUNK_SIZE(chunk);
-    self->asked = 0;
     arena_set_due(self);
     return 0;
 }
@@ -205,16 +183,6 @@ static int arena_make_room(PyObject *obj, Py_ssize_t nbytes) {
 static gv_window *arena_window(PyObject *obj) { return &((Arena *)obj)->window; }
 
 static gv_staging_api staging_api = {NULL, arena_window, arena_make_room}; /* arena_type set at import */
-
-/* Once the current chunk is half written, ask the maker (_chunks.h) to map and populate the next
- * one, off the recording thread. Where no maker thread can run, arena_make_room maps it when it
- * is needed and the rows fault its pages in themselves. */
-static void arena_prepare(Arena *self) {
-    if (self->next != NULL || self->window.write - CHUNK_BASE(self->chunk) < CHUNK_SIZE(self->chunk) / 2) return;
-    self->asked = 1;
-    self->next = request_region((size_t)self->next_size);
-    if (self->next != NULL) arena_grow(self);
-}
 
 static PyObject *Arena_take(PyObject *obj, PyObject *unused) {
     (void)unused;
@@ -229,7 +197,6 @@ static PyObject *Arena_take(PyObject *obj, PyObject *unused) {
     Py_DECREF(whole);
     if (view == NULL) return NULL;
     w->start = w->write;
-    arena_prepare(self);
     arena_set_due(self);
     return view;
 }
@@ -275,9 +242,8 @@ static Py_ssize_t Arena_length(PyObject *obj) {
 static PyObject *Arena_chunk_bytes(PyObject *obj, PyObject *unused) {
     (void)unused;
     Arena *self = (Arena *)obj;
-    return Py_BuildValue("nnn", self->chunk ? CHUNK_SIZE(self->chunk) : 0,
-                         self->chunk ? self->window.write - CHUNK_BASE(self->chunk) : 0,
-                         self->next ? (Py_ssize_t)self->next->size : 0);
+    return Py_BuildValue("nn", self->chunk ? CHUNK_SIZE(self->chunk) : 0,
+                         self->chunk ? self->window.write - CHUNK_BASE(self->chunk) : 0);
 }
 
 /* None, or what breaks the window's invariants (see _window.h). */
@@ -294,9 +260,6 @@ static PyObject *Arena_check(PyObject *obj, PyObject *unused) {
     if (!(base <= w->start && w->start <= w->write && w->write <= w->end))
         return PyUnicode_FromString("the window is out of order: not base <= start <= write <= end");
     if (!(w->start <= w->due && w->due <= w->end)) return PyUnicode_FromString("the window's due is not within start..end");
-    Request *next = self->next;
-    if (next != NULL && __atomic_load_n(&next->state, __ATOMIC_ACQUIRE) == 1 && next->region == self->chunk->region)
-        return PyUnicode_FromString("the next chunk is the current one");
     Py_RETURN_NONE;
 }
 
@@ -309,12 +272,11 @@ static PyMethodDef Arena_methods[] = {
     {"extend", Arena_extend, METH_O, "extend(data): stage the bytes of data (a bytes-like object)"},
     {"set_flush", Arena_set_flush, METH_O,
      "set_flush(nbytes): the staged rows are due for a take (recorders call the log's flush) once nbytes are "
-     "staged, and at the current chunk's half and near its end anyway; 0 (the default): only there"},
+     "staged, and near the current chunk's end anyway; 0 (the default): only there"},
     {"due", Arena_due, METH_NOARGS, "due() -> the staged bytes at which a take is due (see set_flush)"},
     {"check", Arena_check, METH_NOARGS, "check() -> None, or what breaks the window's invariants, in words"},
     {"chunk_bytes", Arena_chunk_bytes, METH_NOARGS,
-     "chunk_bytes() -> (size, used, next): the current chunk's size, the bytes of it written (taken "
-     "or staged), and the size of the next one (0: none prepared yet)"},
+     "chunk_bytes() -> (size, used): the current chunk's size and the bytes of it written (taken or staged)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -386,19 +348,9 @@ done:
     Py_RETURN_NONE;
 }
 
-static PyObject *wait_for_maker(PyObject *module, PyObject *unused) {
-    (void)module, (void)unused;
-    Py_BEGIN_ALLOW_THREADS
-    maker_wait_idle();
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef module_methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
      "split(rows, columns, first_seq): packed rows into the 15 column buffers (see the source)"},
-    {"wait_for_maker", wait_for_maker, METH_NOARGS,
-     "wait_for_maker(): return once the chunk maker has mapped and populated every chunk asked of it so far"},
     {NULL, NULL, 0, NULL},
 };
 

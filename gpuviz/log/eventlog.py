@@ -1,15 +1,15 @@
 """EventLog: all events of a run, columnar, plus side tables (devices, strings, stacks).
 
 Rows are packed (``schema.ROW_STRUCT``, no Python object per event) into the log's staging
-object, ``row_sink()``: ``gpuviz.log._staging.Arena``, whose huge-page chunks (populated ahead
-off the recording thread) the rows are written into where they stay, or a ``bytearray``
+object, ``row_sink()``: ``gpuviz.log._staging.Arena``, whose huge-page chunks (mapped by the
+recording thread as it needs them) the rows are written into where they stay, or a ``bytearray``
 without the C module and for logs built with ``arena=False``. On ``flush()``, at every read,
 and, when recording to a file, every ``flush_rows // 3`` events and every
 ``flush_interval_s / 2`` seconds (a background thread), the staged rows become one immutable
 block (a read-only view of the arena's chunk, no copy; a ``bytes`` object taken off a
 ``bytearray``); blocks are split into NumPy columns when the log is read
 (``rows.split_rows``). A log recorded in memory has no crash bound to keep: its C recorders
-flush only where the arena's window says, twice per chunk (``Arena.set_flush``), the
+flush only where the arena's window says, once per chunk (``Arena.set_flush``), the
 bytearray and the Python recorders every ``flush_rows // 3`` events. A log recording to a file hands each
 block at its flush to the file's writer (``fileio.LogWriter``: with the C module, a thread of
 its own that holds no GIL splits, checksums and writes it while the recording goes on) and
@@ -142,7 +142,7 @@ class EventLog:
         arena: bool = True,
     ) -> None:
         """``arena``: recorders write rows straight into ``gpuviz.log._staging.Arena``'s chunks,
-        sized and populated ahead for a thread that records as it runs, and a flush hands them
+        growing from 512 KiB to 8 MiB for a thread that records as it runs, and a flush hands them
         out where they are (the default); ``False`` for a log built all at once and then read
         whole (an import): rows are staged in a bytearray and flushed into blocks of exactly
         their size, up to two chunks (16 MiB) less at its peak."""
@@ -326,7 +326,7 @@ class EventLog:
 
     def _set_due_locked(self) -> None:
         """When the arena's C recorders flush: every ``flush_rows // 3`` rows while recording to a
-        file (the crash bound), only twice per chunk in memory (``Arena.set_flush``)."""
+        file (the crash bound), only once per chunk in memory (``Arena.set_flush``)."""
         if self._arena is not None:
             self._arena.set_flush(self._flush_len if self._writer is not None else 0)
 
