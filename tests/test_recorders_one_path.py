@@ -105,3 +105,13 @@ def test_devices_are_found_by_name_in_constant_time_and_capped_by_the_column() -
     assert len(log.devices) == MAX_DEVICES
     log.devices = [DeviceInfo("node1/GPU:0", {})]  # replaced as a whole, as a run does
     assert log.add_device("node1/GPU:0") == 0 and log.add_device("GPU:0") == 1
+
+
+def test_a_view_of_a_log_has_the_logs_flags_and_its_device_index() -> None:
+    from gpuviz.analysis.integrity import integrity_lines
+
+    log = EventLog()
+    _record(log, 3)
+    view = log[0:2]
+    assert integrity_lines(view) == [] and view.file_error is None
+    assert view.add_device("GPU:0") == 0

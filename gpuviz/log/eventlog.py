@@ -617,6 +617,10 @@ class EventLog:
         view.truncated = self.truncated
         view.corrupt = self.corrupt
         view.problems = self.problems
+        view.file_error = self.file_error
+        view._file_error_due = False
+        view._device_index = {}
+        view._indexed = (0, 0)
         view._writer = None
         view._stop_flusher = None
         return view
