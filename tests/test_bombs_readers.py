@@ -254,6 +254,22 @@ def test_a_block_list_shared_by_every_segment_is_read_once(tmp_path: Path, nativ
     assert outcome["kinds"]["alloc"] == 20_000 and outcome["stacks"] == [1]
 
 
+@pytest.mark.slow
+def test_many_device_traces_and_many_references_are_read_in_linear_time(tmp_path: Path, native: str) -> None:
+    """50,000 device traces, then 400,000 references to one settings value (2 MB): a reference is
+    told from a device trace by an index, not by scanning every trace."""
+    shared = {"a": 1}
+    data = {
+        "device_traces": [[] for _ in range(50_000)],
+        "segments": [],
+        "allocator_settings": {"x": [shared] * 400_000},
+    }
+    path = tmp_path / "traces.pickle"
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    (outcome,) = _open(path)
+    assert outcome["kinds"] == {} and outcome["source"]["entries"] == 0
+
+
 # ------------------------------------------------------------------ XPlanes
 def _varint(n: int) -> bytes:
     out = bytearray()

@@ -78,6 +78,7 @@ typedef struct {
     Py_ssize_t stores; /* memo stores so far (PUT, BINPUT, LONG_BINPUT, MEMOIZE) */
     PyObject *shared;  /* id(frames list) -> (the list, its stack): a list several entries share, converted once */
     PyObject *dtlist;
+    PyObject *trace_ids; /* id(trace list) -> its index in traces */
     Trace *traces;
     Py_ssize_t ntraces, tcap;
     PyObject *pending; /* id(entry dict) -> memo index of its frames list */
@@ -206,10 +207,16 @@ static int memo_put(R *r, Py_ssize_t idx) {
     return 0;
 }
 
-static int is_trace(R *r, PyObject *o) {
-    for (Py_ssize_t i = 0; i < r->ntraces; i++)
-        if (r->traces[i].list == o) return 1;
-    return 0;
+/* The trace whose list is ``o``, or NULL (an error set where the lookup failed). A trace list is
+ * kept empty, so only an empty list is looked up, and in a dict: found in constant time however
+ * many device traces a file declares. */
+static Trace *trace_of(R *r, PyObject *o) {
+    if (!PyList_CheckExact(o) || PyList_GET_SIZE(o) != 0 || r->ntraces == 0) return NULL;
+    PyObject *id = PyLong_FromVoidPtr(o);
+    if (!id) return NULL;
+    PyObject *index = PyDict_GetItemWithError(r->trace_ids, id); /* borrowed */
+    Py_DECREF(id);
+    return index ? &r->traces[PyLong_AsSsize_t(index)] : NULL;
 }
 
 static int memo_get(R *r, Py_ssize_t idx) {
@@ -224,7 +231,8 @@ static int memo_get(R *r, Py_ssize_t idx) {
         Py_DECREF(stack);
         return push(r, ref, idx);
     }
-    if (o == r->dtlist || is_trace(r, o)) return unsupported("a second reference to the device traces");
+    if (o == r->dtlist || trace_of(r, o)) return unsupported("a second reference to the device traces");
+    if (PyErr_Occurred()) return -1;
     Py_INCREF(o);
     return push(r, o, idx);
 }
@@ -353,18 +361,13 @@ static int entry_row(R *r, Trace *t, PyObject *entry, Py_ssize_t entry_memo) {
     return 0;
 }
 
-static Trace *trace_of(R *r, PyObject *o) {
-    for (Py_ssize_t i = 0; i < r->ntraces; i++)
-        if (r->traces[i].list == o) return &r->traces[i];
-    return NULL;
-}
-
 /* Append stack[from:] to the list at stack[from-1] (APPEND/APPENDS), or turn them into rows. */
 static int appends(R *r, Py_ssize_t from) {
     if (from - 1 < region_start(r) || from > r->sp) return unsupported("append without a list");
     PyObject *target = r->stack[from - 1];
     if (!PyList_CheckExact(target)) return unsupported("append to something that is not a list");
     Trace *t = trace_of(r, target);
+    if (!t && PyErr_Occurred()) return -1;
     for (Py_ssize_t i = from; i < r->sp; i++) {
         if (t) {
             if (entry_row(r, t, r->stack[i], r->stack_memo[i]) < 0) return -1;
@@ -420,6 +423,14 @@ static int new_list(R *r) {
             r->tcap = cap;
         }
         memset(&r->traces[r->ntraces], 0, sizeof(Trace));
+        PyObject *id = PyLong_FromVoidPtr(list), *index = PyLong_FromSsize_t(r->ntraces);
+        int err = !id || !index || PyDict_SetItem(r->trace_ids, id, index) < 0;
+        Py_XDECREF(id);
+        Py_XDECREF(index);
+        if (err) {
+            Py_DECREF(list);
+            return -1;
+        }
         r->traces[r->ntraces].list = Py_NewRef(list);
         r->ntraces++;
     }
@@ -604,10 +615,12 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     r.pending = PyDict_New();
     r.strings = PyDict_New();
     r.shared = PyDict_New();
-    if (!r.pending || !r.strings || !r.shared) {
+    r.trace_ids = PyDict_New();
+    if (!r.pending || !r.strings || !r.shared || !r.trace_ids) {
         Py_XDECREF(r.pending);
         Py_XDECREF(r.strings);
         Py_XDECREF(r.shared);
+        Py_XDECREF(r.trace_ids);
         return NULL;
     }
     root = run(&r);
@@ -648,6 +661,7 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     Py_DECREF(r.pending);
     Py_DECREF(r.strings);
     Py_DECREF(r.shared);
+    Py_DECREF(r.trace_ids);
     return result;
 }
 
