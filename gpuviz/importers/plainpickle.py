@@ -1,7 +1,8 @@
 """Unpickling an untrusted file as plain data, with bounded work.
 
-``load(stream, limit)`` runs pickle's own (pure-Python) unpickler with every global refused
-(``Refused``: nothing of the pickle is run) and bounds that the C unpickler does not have:
+``load(stream, limit)`` runs pickle's own (pure-Python) unpickler with every global refused,
+by name or by extension code (``Refused``: nothing of the pickle is run), and bounds that the C
+unpickler does not have:
 
 - **declared lengths**: a string, bytes, a frame or a long integer whose declared length
   reaches past the end of the input (``limit``: the most bytes the input can hold, i.e. the
@@ -207,6 +208,19 @@ def _binget(u: Any) -> None:
 def _long_binget(u: Any) -> None:
     (index,) = unpack("<I", u.read(4))
     u._fetch(index)
+
+
+def _extension(size: int) -> _Handler:
+    """EXT1/EXT2/EXT4: a global by number, refused (even where copyreg's cache knows the code)."""
+
+    def refuse(u: Any) -> None:
+        raise Refused(f"with extension code {int.from_bytes(u.read(size), 'little', signed=size == 4)}")
+
+    return refuse
+
+
+for _opcode, _size in ((pickle.EXT1, 1), (pickle.EXT2, 2), (pickle.EXT4, 4)):
+    _on(_opcode)(_extension(_size))
 
 
 def load(stream: IO[bytes], limit: int) -> Any:
