@@ -11,6 +11,7 @@ shown by finishing within the time limit, never asserted as a timing)."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import pickle
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from gpuviz.importers import snapshot_reader, xplane
+from gpuviz.importers import plainpickle, snapshot_reader, xplane
 
 LIMIT_MB = 1024  # address space a case may add to what the interpreter holds after importing gpuviz
 TIMEOUT_S = 120  # per subprocess: the quadratic readers took minutes on the shared-reference cases
@@ -102,6 +103,27 @@ DECLARED: dict[str, tuple[bytes, str]] = {  # name -> (pickle, what the refusal 
     "frame 2^62": (b"\x80\x04\x95" + struct.pack("<Q", 2**62) + _START[2:] + _END,
                    "a frame of 4,611,686,018,427,387,904 bytes"),
 }  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_the_bounded_unpickler_reads_what_pickle_reads(protocol: int) -> None:
+    """Plain data of every protocol (bytes from 3, sets from 4, bytearrays from 5: before, pickle
+    writes them as globals), shared objects shared again."""
+    shared: list[Any] = ["x" * 300, 2**200, -(2**70), "z" * 70_000]
+    value: dict[str, Any] = {"shared": shared, "again": shared, "tuple": (1, 2.5, None, True),
+                             "nested": [[shared, {"k": shared}]] * 3}  # fmt: skip
+    if protocol >= 3:
+        shared.append(b"\x00" * 300)
+    if protocol >= 4:
+        value["sets"] = [{1, 2}, frozenset({"a"})]
+    if protocol >= 5:
+        value["bytearray"] = bytearray(b"ab")
+    data = pickle.dumps(value, protocol=protocol)
+    got = plainpickle.load(io.BytesIO(data), len(data))
+    assert got == value and got["again"] is got["shared"] and got["nested"][2][0] is got["shared"]
+    if protocol >= 1:  # protocol 0 writes strings as lines, without a length
+        with pytest.raises(plainpickle.TooLong, match="a string of 70,000 bytes declared at byte"):
+            plainpickle.load(io.BytesIO(data), len(data) - 70_000)  # the 70,000-character string no longer fits
 
 
 def test_a_memo_index_past_the_memo_stores_is_refused_without_allocating(tmp_path: Path, native: str) -> None:
