@@ -1,6 +1,6 @@
 /* gpuviz.importers._snapshotpickle: a streaming reader of PyTorch snapshot pickles (optional).
  *
- * read(read_bytes, stack_of) runs the pickle opcode stream of a snapshot (protocol 2-5) over
+ * read(read_bytes, stack_of, limit=-1) runs the pickle opcode stream of a snapshot (protocol 2-5) over
  * the plain-data subset a snapshot uses: dict, list, tuple, str, int, float, bool, None and
  * the memo. Every trace entry (a dict appended to one of the lists of the root dict's
  * "device_traces") becomes one row of columns as soon as it is complete and its dict is
@@ -8,6 +8,13 @@
  * through ``stack_of(frames)`` and is dropped too (a later reference to the same list reuses
  * the index). Everything else (segments, settings, annotations) is built as pickle.loads
  * builds it.
+ *
+ * Bounded work: ``limit`` is the most bytes the input can hold (the file's size; for a gzip file
+ * its decompression limit), and a length that reaches past it (a string, a frame) is not read;
+ * a long value is read in steps, so memory follows the bytes that arrive, never a length
+ * declared. A memo index is at most the number of memo stores before it (the order every
+ * pickler gives them), so the memo grows with the stores, never to an index named. A frames list
+ * that several entries share becomes a stack once.
  *
  * Returns (root, traces): ``root`` as pickle.loads would return it except that each trace list
  * is empty, and ``traces`` = [(trace list, columns)] with columns a tuple of bytes:
@@ -17,6 +24,7 @@
  * Whatever lies outside that subset -- any other opcode (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,
  * INST, OBJ, NEWOBJ, PERSID, ...), a truncated or malformed stream, an entry whose values are
  * not the plain types gpuviz's converter reads the same way, a reference to a dropped entry --
+ * a length past ``limit``, a memo index past the stores before it --
  * raises ``Unsupported`` before anything of the pickle is run; the caller then reads the file
  * with its restricted Unpickler, which gives the same result or the same error.
  */
@@ -32,6 +40,7 @@
 #endif
 
 #define CHUNK (1 << 16) /* bytes read at a time (the buffer grows beyond it only for a longer opcode) */
+#define STEP (1 << 24)  /* at most this many bytes asked of read() at once (a long string comes in steps) */
 
 enum { HAS_ADDR = 1, HAS_SIZE = 2, HAS_TIME = 4, HAS_BLOCK_SIZE = 8 };
 static const char *ACTION_NAMES[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -55,6 +64,8 @@ typedef struct {
     PyObject *stack_of;
     char *buf;
     Py_ssize_t pos, end, cap;
+    Py_ssize_t received; /* bytes read() returned so far */
+    Py_ssize_t limit;    /* the most bytes the input can hold; -1: not known */
     int eof;
     PyObject **stack;
     Py_ssize_t *stack_memo; /* memo index each stack slot was stored at or fetched from, -1 if none */
@@ -64,7 +75,10 @@ typedef struct {
     PyObject **memo;
     int32_t *memo_stack;
     Py_ssize_t memo_cap, memo_len;
+    Py_ssize_t stores; /* memo stores so far (PUT, BINPUT, LONG_BINPUT, MEMOIZE) */
+    PyObject *shared;  /* id(frames list) -> (the list, its stack): a list several entries share, converted once */
     PyObject *dtlist;
+    PyObject *trace_ids; /* id(trace list) -> its index in traces */
     Trace *traces;
     Py_ssize_t ntraces, tcap;
     PyObject *pending; /* id(entry dict) -> memo index of its frames list */
@@ -81,6 +95,8 @@ static int unsupported(const char *why) {
 
 /* ---------------------------------------------------------------- input */
 static int need(R *r, Py_ssize_t n) {
+    if (r->limit >= 0 && n - (r->end - r->pos) > r->limit - r->received)
+        return unsupported("a length past the end of the input");
     while (r->end - r->pos < n) {
         if (r->eof) return unsupported("the pickle ends early");
         Py_ssize_t have = r->end - r->pos;
@@ -89,15 +105,16 @@ static int need(R *r, Py_ssize_t n) {
             r->pos = 0;
             r->end = have;
         }
-        Py_ssize_t want = n - have > CHUNK ? n - have : CHUNK;
-        if (r->cap < have + want) {
-            char *p = PyMem_Realloc(r->buf, have + want);
+        Py_ssize_t want = n - have < CHUNK ? CHUNK : n - have > STEP ? STEP : n - have;
+        if (r->cap < have + want) { /* doubling: a long value costs its bytes, not one copy per step */
+            Py_ssize_t cap = r->cap > PY_SSIZE_T_MAX / 2 || r->cap * 2 < have + want ? have + want : r->cap * 2;
+            char *p = PyMem_Realloc(r->buf, cap);
             if (!p) {
                 PyErr_NoMemory();
                 return -1;
             }
             r->buf = p;
-            r->cap = have + want;
+            r->cap = cap;
         }
         PyObject *chunk = PyObject_CallFunction(r->read, "n", want);
         if (!chunk) return -1;
@@ -113,6 +130,7 @@ static int need(R *r, Py_ssize_t n) {
         if (got == 0) r->eof = 1;
         memcpy(r->buf + r->end, PyBytes_AS_STRING(chunk), got);
         r->end += got;
+        r->received += got;
         Py_DECREF(chunk);
     }
     return 0;
@@ -162,7 +180,8 @@ static Py_ssize_t region_start(R *r) { return r->nmarks ? r->marks[r->nmarks - 1
 
 static int memo_put(R *r, Py_ssize_t idx) {
     if (r->sp <= region_start(r)) return unsupported("memo store with an empty stack");
-    if (idx < 0 || idx > (1 << 30)) return unsupported("memo index out of range");
+    if (idx < 0 || idx > r->stores) return unsupported("a memo index past the memo stores before it");
+    r->stores++;
     if (idx >= r->memo_cap) {
         Py_ssize_t cap = r->memo_cap ? r->memo_cap : 1024;
         while (cap <= idx) cap *= 2;
@@ -188,10 +207,16 @@ static int memo_put(R *r, Py_ssize_t idx) {
     return 0;
 }
 
-static int is_trace(R *r, PyObject *o) {
-    for (Py_ssize_t i = 0; i < r->ntraces; i++)
-        if (r->traces[i].list == o) return 1;
-    return 0;
+/* The trace whose list is ``o``, or NULL (an error set where the lookup failed). A trace list is
+ * kept empty, so only an empty list is looked up, and in a dict: found in constant time however
+ * many device traces a file declares. */
+static Trace *trace_of(R *r, PyObject *o) {
+    if (!PyList_CheckExact(o) || PyList_GET_SIZE(o) != 0 || r->ntraces == 0) return NULL;
+    PyObject *id = PyLong_FromVoidPtr(o);
+    if (!id) return NULL;
+    PyObject *index = PyDict_GetItemWithError(r->trace_ids, id); /* borrowed */
+    Py_DECREF(id);
+    return index ? &r->traces[PyLong_AsSsize_t(index)] : NULL;
 }
 
 static int memo_get(R *r, Py_ssize_t idx) {
@@ -206,7 +231,8 @@ static int memo_get(R *r, Py_ssize_t idx) {
         Py_DECREF(stack);
         return push(r, ref, idx);
     }
-    if (o == r->dtlist || is_trace(r, o)) return unsupported("a second reference to the device traces");
+    if (o == r->dtlist || trace_of(r, o)) return unsupported("a second reference to the device traces");
+    if (PyErr_Occurred()) return -1;
     Py_INCREF(o);
     return push(r, o, idx);
 }
@@ -222,6 +248,60 @@ static int exact_i64(PyObject *v, int64_t *out) {
     }
     *out = (int64_t)x;
     return 1;
+}
+
+/* The stack of the frames list ``v`` of ``entry``: from ``shared`` when another entry had the same list,
+ * else through stack_of. A list memoized in the entry itself becomes STACKREF in the memo (later
+ * references read the stack from there); one that is still referenced elsewhere (by the memo, or
+ * by entries not yet converted) goes into ``shared``, which keeps it alive: so its address is its own. */
+static int frames_stack(R *r, PyObject *entry, PyObject *v, int32_t *stack) {
+    PyObject *id = PyLong_FromVoidPtr(v);
+    if (!id) return -1;
+    PyObject *known = PyDict_GetItemWithError(r->shared, id); /* borrowed */
+    if (known) {
+        *stack = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(known, 1));
+        Py_DECREF(id);
+        return 0;
+    }
+    if (PyErr_Occurred()) goto fail;
+    PyObject *s = PyObject_CallOneArg(r->stack_of, v);
+    if (!s) goto fail;
+    long x = PyLong_AsLong(s);
+    if (x == -1 && PyErr_Occurred()) {
+        Py_DECREF(s);
+        goto fail;
+    }
+    *stack = (int32_t)x;
+    PyObject *key = PyLong_FromVoidPtr(entry);
+    PyObject *slot = key ? PyDict_GetItemWithError(r->pending, key) : NULL;
+    Py_XDECREF(key);
+    if (slot) {
+        Py_ssize_t idx = PyLong_AsSsize_t(slot);
+        if (idx >= 0 && idx < r->memo_cap && r->memo[idx] == v) {
+            Py_DECREF(r->memo[idx]);
+            r->memo[idx] = STACKREF;
+            r->memo_stack[idx] = *stack;
+        }
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(s);
+        goto fail;
+    }
+    if (Py_REFCNT(v) > 1) { /* the entry holds one reference; someone else the others */
+        PyObject *pair = PyTuple_Pack(2, v, s);
+        int err = !pair || PyDict_SetItem(r->shared, id, pair) < 0;
+        Py_XDECREF(pair);
+        if (err) {
+            Py_DECREF(s);
+            goto fail;
+        }
+    }
+    Py_DECREF(s);
+    Py_DECREF(id);
+    return 0;
+fail:
+    Py_DECREF(id);
+    return -1;
 }
 
 static int entry_row(R *r, Trace *t, PyObject *entry, Py_ssize_t entry_memo) {
@@ -257,25 +337,7 @@ static int entry_row(R *r, Trace *t, PyObject *entry, Py_ssize_t entry_memo) {
             r->stackrefs_out--;
         } else {
             if (!PyList_CheckExact(v)) return unsupported("frames that are not a list");
-            PyObject *s = PyObject_CallOneArg(r->stack_of, v);
-            if (!s) return -1;
-            long x = PyLong_AsLong(s);
-            Py_DECREF(s);
-            if (x == -1 && PyErr_Occurred()) return -1;
-            stack = (int32_t)x;
-            PyObject *key = PyLong_FromVoidPtr(entry);
-            if (!key) return -1;
-            PyObject *slot = PyDict_GetItemWithError(r->pending, key);
-            if (slot) {
-                Py_ssize_t idx = PyLong_AsSsize_t(slot);
-                if (idx >= 0 && idx < r->memo_cap && r->memo[idx] == v) {
-                    Py_DECREF(r->memo[idx]);
-                    r->memo[idx] = STACKREF;
-                    r->memo_stack[idx] = stack;
-                }
-            }
-            Py_DECREF(key);
-            if (PyErr_Occurred()) return -1;
+            if (frames_stack(r, entry, v, &stack) < 0) return -1;
         }
     }
     if (PyErr_Occurred()) return -1;
@@ -299,18 +361,13 @@ static int entry_row(R *r, Trace *t, PyObject *entry, Py_ssize_t entry_memo) {
     return 0;
 }
 
-static Trace *trace_of(R *r, PyObject *o) {
-    for (Py_ssize_t i = 0; i < r->ntraces; i++)
-        if (r->traces[i].list == o) return &r->traces[i];
-    return NULL;
-}
-
 /* Append stack[from:] to the list at stack[from-1] (APPEND/APPENDS), or turn them into rows. */
 static int appends(R *r, Py_ssize_t from) {
     if (from - 1 < region_start(r) || from > r->sp) return unsupported("append without a list");
     PyObject *target = r->stack[from - 1];
     if (!PyList_CheckExact(target)) return unsupported("append to something that is not a list");
     Trace *t = trace_of(r, target);
+    if (!t && PyErr_Occurred()) return -1;
     for (Py_ssize_t i = from; i < r->sp; i++) {
         if (t) {
             if (entry_row(r, t, r->stack[i], r->stack_memo[i]) < 0) return -1;
@@ -366,6 +423,14 @@ static int new_list(R *r) {
             r->tcap = cap;
         }
         memset(&r->traces[r->ntraces], 0, sizeof(Trace));
+        PyObject *id = PyLong_FromVoidPtr(list), *index = PyLong_FromSsize_t(r->ntraces);
+        int err = !id || !index || PyDict_SetItem(r->trace_ids, id, index) < 0;
+        Py_XDECREF(id);
+        Py_XDECREF(index);
+        if (err) {
+            Py_DECREF(list);
+            return -1;
+        }
         r->traces[r->ntraces].list = Py_NewRef(list);
         r->ntraces++;
     }
@@ -411,8 +476,10 @@ static PyObject *run(R *r) {
             if (!(p = take(r, 1))) return NULL;
             if (*p < 2 || *p > 5) return unsupported("protocol"), NULL;
             break;
-        case 0x95: /* FRAME */
-            if (!take(r, 8)) return NULL;
+        case 0x95: /* FRAME: its length is not needed, but must fit the input */
+            if (!(p = take(r, 8))) return NULL;
+            if (r->limit >= 0 && le(p, 8) > (uint64_t)(r->limit - (r->received - (r->end - r->pos))))
+                return unsupported("a frame past the end of the input"), NULL;
             break;
         case '.': /* STOP */
             if (r->sp != 1 || r->nmarks) return unsupported("stop with a stack"), NULL;
@@ -542,13 +609,18 @@ static PyObject *run(R *r) {
 static PyObject *py_read(PyObject *self, PyObject *args) {
     R r;
     memset(&r, 0, sizeof r);
-    if (!PyArg_ParseTuple(args, "OO", &r.read, &r.stack_of)) return NULL;
+    r.limit = -1;
+    if (!PyArg_ParseTuple(args, "OO|n", &r.read, &r.stack_of, &r.limit)) return NULL;
     PyObject *result = NULL, *root = NULL, *traces = NULL;
     r.pending = PyDict_New();
-    if (!r.pending) return NULL;
     r.strings = PyDict_New();
-    if (!r.strings) {
-        Py_DECREF(r.pending);
+    r.shared = PyDict_New();
+    r.trace_ids = PyDict_New();
+    if (!r.pending || !r.strings || !r.shared || !r.trace_ids) {
+        Py_XDECREF(r.pending);
+        Py_XDECREF(r.strings);
+        Py_XDECREF(r.shared);
+        Py_XDECREF(r.trace_ids);
         return NULL;
     }
     root = run(&r);
@@ -588,11 +660,14 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     PyMem_Free(r.buf);
     Py_DECREF(r.pending);
     Py_DECREF(r.strings);
+    Py_DECREF(r.shared);
+    Py_DECREF(r.trace_ids);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"read", py_read, METH_VARARGS, "read(read_bytes, stack_of) -> (root, [(trace list, columns)])"},
+    {"read", py_read, METH_VARARGS,
+     "read(read_bytes, stack_of, limit=-1) -> (root, [(trace list, columns)]); limit: the most bytes the input holds"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -111,10 +111,17 @@ static int next_field(const uint8_t **p, const uint8_t *end, Field *f) {
 }
 
 /* ---------------------------------------------------------------- per-plane lookups */
+/* A plane's metadata ids (event and stat metadata) as pairs sorted by id: each event and stat finds
+ * its metadata by binary search, so a plane with many metadata costs log(n) per lookup, not n. */
 typedef struct {
     int64_t id;
     int value;
 } Pair;
+
+static int pair_order(const void *a, const void *b) {
+    int64_t x = ((const Pair *)a)->id, y = ((const Pair *)b)->id;
+    return (x > y) - (x < y);
+}
 
 typedef struct {
     Pair *memory, *slots;
@@ -137,13 +144,18 @@ static int pairs_of(PyObject *dict, Pair **out, Py_ssize_t *n) {
         (*out)[i].value = (int)value;
         i++;
     }
+    qsort(*out, (size_t)*n, sizeof(Pair), pair_order); /* the ids are a dict's keys: distinct */
     return 0;
 }
 
 static int find(const Pair *pairs, Py_ssize_t n, int64_t id) {
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (pairs[i].id == id) return pairs[i].value;
-    return -1;
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (pairs[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && pairs[lo].id == id ? pairs[lo].value : -1;
 }
 
 /* ---------------------------------------------------------------- text keys */

@@ -6,9 +6,14 @@ by a streaming reader of its opcode stream that turns every trace entry into a r
 as soon as it is complete, so a snapshot with millions of entries is never whole in memory
 (``GPUVIZ_NATIVE=0`` switches it off). Whatever that reader does not cover (any opcode outside
 plain data, a truncated file, an entry of unusual types) is read again by the restricted
-``Unpickler`` below, which refuses every global: the two give the same snapshot or the same
-error. JSON files, and pickles without the extension, are loaded whole and converted by
+unpickler of ``plainpickle``, which refuses every global: the two give the same snapshot or the
+same error. JSON files, and pickles without the extension, are loaded whole and converted by
 ``columns_of``, entry by entry the same way.
+
+Both bound their work by the input, not by what it declares (``plainpickle``): a length past the
+end of the input or a memo index past the memo stores before it is refused before anything is
+allocated for it, and an object the pickle shares is converted once: a frames list that many
+entries share becomes one stack once, however many refer to it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import reprlib
+import struct
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,12 +32,13 @@ import numpy as np
 
 from gpuviz.base import native as registry
 from gpuviz.base.errors import LogFormatError
+from gpuviz.importers import plainpickle
 from gpuviz.importers.source import Source
 from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
 
 __all__ = ["ACTIONS", "OTHER", "HAS_ADDR", "HAS_SIZE", "HAS_TIME", "HAS_BLOCK_SIZE", "TraceColumns", "Stacks",
            "columns_of", "load_snapshot", "read_snapshot", "native_reader_available", "as_snapshot",
-           "is_segments_list", "segments_list_head"]  # fmt: skip
+           "is_segments_list", "segments_list_head", "text_of"]  # fmt: skip
 
 # action codes of TraceColumns.action (the C reader's ACTION_NAMES, in this order)
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
@@ -93,6 +101,7 @@ class Stacks:
         self._tables: list[tuple[Frame, ...]] = []
         self._final: list[int | None] = []
         self._frames: dict[int, Frame | None] = {}
+        self._lists: dict[int, tuple[Any, int]] = {}  # id(frames list) -> (the list, kept alive; its id)
 
     def provisional(self, frames: Any) -> int:
         if not frames:
@@ -113,10 +122,21 @@ class Stacks:
             self._final.append(None)
         return found
 
+    def of_list(self, frames: Any) -> int:
+        """``provisional(frames)``, converted once per list object however many entries share it
+        (the list is kept alive until ``forget_identities``, so its identity stays its own)."""
+        if not frames:
+            return NO_INDEX
+        found = self._lists.get(id(frames))
+        if found is None:
+            found = self._lists[id(frames)] = (frames, self.provisional(frames))
+        return found[1]
+
     def forget_identities(self) -> None:
         """Drop the identity caches (call once the objects read may be gone)."""
         self._ids.clear()
         self._frames.clear()
+        self._lists.clear()
 
     def final(self, provisional: int) -> int:
         if provisional < 0:
@@ -128,17 +148,23 @@ class Stacks:
         return found
 
     def index(self, frames: Any) -> int:
-        """The log's stack of ``frames`` (a frames list of the snapshot)."""
-        return self.final(self.provisional(frames))
+        """The log's stack of ``frames`` (a frames list of the snapshot; converted once per list)."""
+        return self.final(self.of_list(frames))
+
+
+def text_of(value: Any) -> str:
+    """``value`` when it is a str, else a bounded repr of it (a value a pickle shares many times
+    over can be huge when written out whole)."""
+    return value if isinstance(value, str) else reprlib.repr(value)
 
 
 def _python_frame(frame: Any) -> Frame | None:
     """The frame as a gpuviz Frame when it is a Python frame, else None (C/C++ frames)."""
     if not isinstance(frame, Mapping):
         return None
-    filename = str(frame.get("filename", ""))
+    filename = text_of(frame.get("filename", ""))
     if filename.endswith(".py") or (filename.startswith("<") and filename.endswith(">")):
-        return Frame(filename, int(frame.get("line", 0)), str(frame.get("name", "")))
+        return Frame(filename, int(frame.get("line", 0)), text_of(frame.get("name", "")))
     return None
 
 
@@ -153,19 +179,21 @@ def columns_of(trace: Sequence[Any], stacks: Stacks) -> TraceColumns:
     keys = (("addr", HAS_ADDR), ("size", HAS_SIZE))
     for i, entry in enumerate(trace):
         if type(entry) is not dict:
-            raise LogFormatError(f"a trace entry is a {type(entry).__name__}, not a dict: {str(entry)[:200]}")
+            raise LogFormatError(f"a trace entry is a {type(entry).__name__}, not a dict: {reprlib.repr(entry)}")
         name = entry.get("action")
         code = _CODES.get(name, OTHER) if type(name) is str else OTHER
         action[i] = code
         if code == OTHER:
-            others[i] = str(name)
+            others[i] = text_of(name)
         bits = 0
         for column, (key, bit) in enumerate(keys):
             if key in entry:
                 try:
                     ints[column][i] = int(entry[key])
                 except (TypeError, ValueError):
-                    raise LogFormatError(f"trace entry {i} has {key} {entry[key]!r}, not an integer") from None
+                    raise LogFormatError(
+                        f"trace entry {i} has {key} {reprlib.repr(entry[key])}, not an integer"
+                    ) from None
                 bits |= bit
         time_us = entry.get("time_us")
         if type(time_us) is int:
@@ -176,7 +204,7 @@ def columns_of(trace: Sequence[Any], stacks: Stacks) -> TraceColumns:
             ints[3][i] = int(block)
             bits |= HAS_BLOCK_SIZE
         flags[i] = bits
-        stack[i] = stacks.provisional(entry.get("frames"))
+        stack[i] = stacks.of_list(entry.get("frames"))
     try:
         addr, size, time, block_size = (np.array(values, dtype=np.int64) for values in ints)
     except OverflowError:
@@ -184,35 +212,26 @@ def columns_of(trace: Sequence[Any], stacks: Stacks) -> TraceColumns:
     return TraceColumns(action, flags, addr, size, time, block_size, stack, others)
 
 
-class _Refused(pickle.UnpicklingError):
-    """The pickle names a global (a class or function); nothing of it was run."""
-
-
-class _DataOnlyUnpickler(pickle.Unpickler):
-    """Unpickles plain data only: every global (class, function) is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _Refused(f"{module}.{name}")
-
-
 def load_snapshot(source: Source) -> dict[str, Any]:
     """The snapshot dict of ``source`` (pickle or JSON) loaded whole, checked for the keys the importer needs.
 
     Raises ``LogFormatError`` for a pickle naming any global (nothing of it is executed), a
+    declared length past the end of the input, a memo index past the memo stores before it, a
     truncated or corrupt pickle (a pickle is one object: no prefix of it can be read), invalid
     JSON, or data that is not a snapshot.
     """
     with source.open() as stream:
         if source.head[:1] == b"\x80":
             try:
-                data = _DataOnlyUnpickler(stream).load()
-            except _Refused as exc:
+                data = plainpickle.load(stream, source.content_limit())
+            except plainpickle.Refused as exc:
                 raise LogFormatError(
                     f"{source.path}: the pickle names the global {exc}, so it is refused and nothing of it was run "
                     "(gpuviz unpickles snapshots with every class and function refused; a PyTorch snapshot holds "
                     "only dicts, lists, numbers and strings)"
                 ) from None
-            except (EOFError, pickle.UnpicklingError, ValueError, OSError) as exc:
+            except (EOFError, pickle.UnpicklingError, ValueError, OSError, IndexError, KeyError, TypeError,
+                    AttributeError, struct.error) as exc:  # fmt: skip
                 raise LogFormatError(
                     f"{source.path}: the pickle is truncated or corrupt ({type(exc).__name__}: {exc}); a pickle is "
                     "one object, so no readable prefix of it can be imported"
@@ -290,8 +309,8 @@ def _read_streaming(source: Source, stacks: Stacks) -> tuple[dict[str, Any], lis
     with source.open(buffered=False) as stream:  # the C reader reads 64 KiB blocks into its own buffer
         read = stream.read
         try:
-            root, traces = _native.read(read, stacks.provisional)
-        except (_native.Unsupported, EOFError, OSError, ValueError):
+            root, traces = _native.read(read, stacks.provisional, source.content_limit())
+        except (_native.Unsupported, EOFError, OSError, ValueError, TypeError):  # the Python reader says why
             stacks.forget_identities()
             return None
     stacks.forget_identities()

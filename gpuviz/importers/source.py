@@ -60,6 +60,10 @@ class _Capped(io.RawIOBase):
             )
         return int(n)
 
+    def tell(self) -> int:
+        """Bytes handed out so far."""
+        return self._total
+
     def close(self) -> None:
         self._stream.close()
         super().close()
@@ -146,6 +150,9 @@ class _CountingReader(io.RawIOBase):
             self._progress.update(n)
         return int(n or 0)
 
+    def tell(self) -> int:
+        return int(self._file.tell())
+
     def close(self) -> None:
         self._file.close()
         super().close()
@@ -211,10 +218,16 @@ class Source:
         counting = _CountingReader(open(self.path, "rb", buffering=0), self.progress)  # noqa: SIM115
         raw: IO[bytes] = io.BufferedReader(counting, 1 << 20) if buffered else counting  # type: ignore[assignment]
         if self.compressed:
-            limit = min(DECOMPRESSED_CAP, max(DECOMPRESSED_FLOOR, DECOMPRESSED_RATIO * self.size))
-            capped = _Capped(gzip.GzipFile(fileobj=raw, mode="rb"), limit, self.path)  # type: ignore[arg-type]
+            capped = _Capped(gzip.GzipFile(fileobj=raw, mode="rb"), self.content_limit(), self.path)  # type: ignore[arg-type]
             return io.BufferedReader(capped, 1 << 20) if buffered else capped  # type: ignore[return-value]
         return raw
+
+    def content_limit(self) -> int:
+        """The most bytes the content can hold: the file's size, or for a gzip file the size past
+        which its stream stops with ``InputTooLarge``. ``open()``'s streams support ``tell()``."""
+        if not self.compressed:
+            return self.size
+        return min(DECOMPRESSED_CAP, max(DECOMPRESSED_FLOOR, DECOMPRESSED_RATIO * self.size))
 
     def mapped(self) -> bytes | mmap.mmap:
         """The whole decompressed content, memory-mapped read-only (its pages are read when

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import reprlib
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -59,6 +60,7 @@ from gpuviz.importers.snapshot_reader import (
     load_snapshot,
     read_snapshot,
     segments_list_head,
+    text_of,
     traces_of,
 )
 from gpuviz.importers.source import Progress, Source
@@ -178,8 +180,13 @@ class _Device:
         for address, size in zip(trace.addr[freed_first].tolist(), trace.size[freed_first].tolist(), strict=True):
             initial[address] = (size, None, NO_INDEX)
         segments = self._initial_segments()
+        seen: set[int] = set()  # the block lists read: one that several segments share is read once
         for segment in self.final_segments:
-            for block in segment.get("blocks", ()):
+            blocks = segment.get("blocks", ())
+            if id(blocks) in seen:
+                continue
+            seen.add(id(blocks))
+            for block in blocks:
                 if block.get("state", "inactive") != "inactive" and block["address"] not in live:
                     stack = self.stacks.index(block.get("frames"))
                     initial[int(block["address"])] = (int(block.get("requested_size", 0)), int(block["size"]), stack)
@@ -375,7 +382,7 @@ def _build(log: EventLog, stacks: Stacks, snapshot: dict[str, Any], traces: list
     annotations = [a for a in snapshot.get("external_annotations") or [] if isinstance(a, Mapping)]
     for segment in segments:
         if not isinstance(segment, Mapping) or "address" not in segment or "total_size" not in segment:
-            raise LogFormatError(f"{file}: a snapshot segment lacks 'address' or 'total_size': {str(segment)[:200]}")
+            raise LogFormatError(f"{file}: a snapshot segment lacks 'address' or 'total_size': {reprlib.repr(segment)}")
     indices = sorted({int(s.get("device", 0)) for s in segments} | {i for i, t in enumerate(traces) if len(t)})
     rules = CachingRules.from_settings(settings if isinstance(settings, Mapping) else None)
     empty = TraceColumns.from_bytes([b""] * 7)
@@ -393,7 +400,7 @@ def _build(log: EventLog, stacks: Stacks, snapshot: dict[str, Any], traces: list
     if all_exact:
         for position, note in enumerate(annotations):
             if isinstance(note.get("time_us"), int):  # at equal times: START before entries, END after
-                order = _AFTER if str(note.get("stage", "")).upper() == "END" else _BEFORE
+                order = _AFTER if text_of(note.get("stage", "")).upper() == "END" else _BEFORE
                 marks.append((note["time_us"] * _US, order, position, note))
         marks.sort(key=lambda m: m[0])
     firsts = [int(times[0]) for times, _ in timed.values() if len(times)] + [m[0] for m in marks]
@@ -401,6 +408,7 @@ def _build(log: EventLog, stacks: Stacks, snapshot: dict[str, Any], traces: list
     for device in devices.values():
         device.seed(start)
         device.final_segments = []
+    stacks.forget_identities()  # the frames lists of the segments' blocks: converted, no longer held
     if owned:  # the segments are in the heaps now: let them go before the trace's events are written
         segments.clear()
         snapshot.pop("segments", None)
@@ -455,14 +463,14 @@ def _merge_key(item: tuple[int, int, int, Any]) -> tuple[int, int]:
 
 
 def _annotation(log: EventLog, time_ns: int, note: Mapping[str, Any]) -> None:
-    stage = str(note.get("stage", "")).upper()
+    stage = text_of(note.get("stage", "")).upper()
     phase = MarkPhase.BEGIN if stage == "START" else MarkPhase.END if stage == "END" else MarkPhase.POINT
     device = NO_INDEX
     if isinstance(note.get("device"), int):
         name = f"GPU:{note['device']}"
         device = log.device_index(name) if name in log.device_names else NO_INDEX
     log.append(event_row(time_ns=time_ns, kind=_MARK, flags=int(phase), device=device,
-                         tag=log.intern_string(str(note.get("name", "")))))  # fmt: skip
+                         tag=log.intern_string(text_of(note.get("name", "")))))  # fmt: skip
 
 
 def _describe(log: EventLog, devices: Mapping[int, _Device], snapshot: Mapping[str, Any], settings: Any, *,
