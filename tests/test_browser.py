@@ -3,6 +3,7 @@ offline, and runs a notebook with the magic in a real JupyterLab server."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -582,4 +583,47 @@ def test_jupyterlab_result_opens_at_the_oom(browser, lab_server) -> None:  # typ
     if page.locator(".jp-toast-button", has_text="No").count():
         page.locator(".jp-toast-button", has_text="No").first.click()  # JupyterLab's news question
     page.screenshot(path=str(shots / "labextension-oom.png"))
+    page.close()
+
+
+def test_a_two_device_report_survives_hovering_and_scrubbing(browser: Any, tmp_path: Path) -> None:
+    """Every plot hovered and every scrubber moved, on a report of two devices: no page error."""
+    import random
+
+    log = gpuviz.EventLog()
+    rng = random.Random(0)
+    for device in ("GPU:0", "GPU:1"):
+        alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="64MiB", log=log, device=device)
+        live: list[int] = []
+        for i in range(400):
+            if live and rng.random() < 0.45:
+                alloc.free(live.pop(rng.randrange(len(live))))
+            else:
+                with contextlib.suppress(gpuviz.OutOfMemoryError):
+                    live.append(alloc.allocate(rng.randrange(1, 8) << 20, tag=f"t{i % 7}"))
+    write_report(log, tmp_path / "two.html")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = collect_errors(page)
+    offline(page)
+    page.goto((tmp_path / "two.html").as_uri())
+    page.wait_for_load_state("load")
+    frame = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    plots = page.query_selector_all(".js-plotly-plot")
+    sliders = page.query_selector_all("input[type=range]")
+    assert len(plots) >= 6 and len(sliders) >= 2  # per device: the map, the timeline, the active view
+    for _ in range(2):
+        for plot in plots:
+            plot.scroll_into_view_if_needed()
+            box = plot.bounding_box()
+            for fx in (0.2, 0.4, 0.6, 0.8):
+                page.mouse.move(box["x"] + box["width"] * fx, box["y"] + box["height"] * 0.5)
+                page.evaluate(frame)
+        for slider in sliders:
+            slider.scroll_into_view_if_needed()
+            box = slider.bounding_box()
+            for fx in (0.1, 0.5, 0.9, 0.3):
+                page.mouse.click(box["x"] + box["width"] * fx, box["y"] + box["height"] / 2)
+                slider.press("ArrowRight")
+                page.evaluate(frame)
+    assert errors == []
     page.close()
