@@ -133,10 +133,22 @@ def _notebook_text(data: bytes, name: str) -> str:
     return "".join(parts)
 
 
+NOTEBOOK_BYTES = 256 << 20
+"""The largest notebook read for its placement lines (decoded whole as JSON: a few times its
+size in memory); a larger one is refused before it is read."""
+
+
 def _open_text(source: Source, is_notebook: bool) -> IO[str]:
     """The log's text, streamed, or a notebook's stored outputs."""
     if is_notebook:
-        return io.StringIO(_notebook_text(source.read_all(), source.name))
+        with source.open() as stream:
+            data = stream.read(NOTEBOOK_BYTES + 1)
+        if len(data) > NOTEBOOK_BYTES:
+            raise LogFormatError(
+                f"{source.name} is a notebook of more than {NOTEBOOK_BYTES >> 20} MiB: too large to read for its "
+                "placement lines (save the log's text instead)"
+            )
+        return io.StringIO(_notebook_text(data, source.name))
     return io.TextIOWrapper(source.open(), encoding="utf-8", errors="replace")
 
 
