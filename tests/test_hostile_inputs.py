@@ -176,7 +176,8 @@ def test_rmm_times_in_other_writers_forms_are_checked_too() -> None:
 @pytest.mark.slow
 def test_a_notebook_too_large_to_read_for_placement_lines_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "placement.ipynb.gz"
-    head = b'{"cells": [{"cell_type": "code", "outputs": [{"text": "Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0\\n"}]}], "x": "'
+    line = PLACEMENT_LINE.rstrip(b"\n") + b"\\n"
+    head = b'{"cells": [{"cell_type": "code", "outputs": [{"text": "' + line + b'"}]}], "x": "'
     _gzip_bomb(path, head, b" ", (300 << 20))
     outcome = _open(path)
     assert outcome.startswith("refused: FILE is a notebook of more than 256 MiB: too large to read"), outcome
