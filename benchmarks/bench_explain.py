@@ -1,6 +1,6 @@
 """The answer in words and the replayed advice on the real traces: their time beside a plain read.
 
-Run by hand:  GPUVIZ_TEST_TRACES=../shared/data/traces .venv/bin/python benchmarks/bench_explain.py [--repeats 3]
+Run by hand:  GPUVIZ_TEST_TRACES=../shared/data/traces .venv/bin/python -m benchmarks.bench_explain [--json PATH]
 
 For each real PyTorch snapshot, profiler trace and XPlane in ``GPUVIZ_TEST_TRACES``, in one
 process: ``gpuviz.load`` (the plain read), ``gpuviz.explain`` (call sites, categories and
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gpuviz
+from benchmarks._results import Results, add_json_option
 from gpuviz.views.text import summary_text
 
 PATTERNS = ("pt_snapshot_*.pickle", "pt_profiler_*.json.gz", "*.xplane.pb")
@@ -36,7 +37,11 @@ def _best(repeats: int, run: Callable[[], object]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    add_json_option(parser)
     args = parser.parse_args()
+    results = Results(
+        "explain", "The answer in words and the replayed advice on the real traces, beside a plain read.", vars(args)
+    )
     folder = os.environ.get("GPUVIZ_TEST_TRACES")
     if not folder:
         raise SystemExit("set GPUVIZ_TEST_TRACES to the folder of real traces")
@@ -51,12 +56,17 @@ def main() -> None:
             read = _best(args.repeats, lambda p=path: gpuviz.load(p))  # type: ignore[misc]
             explain = _best(args.repeats, lambda p=path: gpuviz.explain(gpuviz.load(p))) - read  # type: ignore[misc]
             summary = _best(args.repeats, lambda p=path: summary_text(gpuviz.load(p))) - read  # type: ignore[misc]
+            results.add(f"{path.name}: read (gpuviz.load)", read, "s", note=f"{len(log):,} events")
+            results.add(f"{path.name}: explain after the read", explain, "s")
+            results.add(f"{path.name}: summary after the read", summary, "s")
             try:
                 advise = _best(args.repeats, lambda lg=log: gpuviz.advise(lg))  # type: ignore[misc]
                 advised = f"{advise:7.2f}"
+                results.add(f"{path.name}: advise (the whole grid of replays)", advise, "s")
             except ValueError:
                 advised = f"{'-':>7}"
             print(f"{path.name:58} {read:6.2f} {explain:8.2f} {summary:8.2f} {advised}  {len(log)}")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

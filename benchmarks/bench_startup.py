@@ -1,24 +1,23 @@
 """Start-up benchmark: ``import gpuviz`` against ``import numpy`` in the same run, ``import
 gpuviz.capture`` and ``gpuviz --help``, each in fresh interpreters.
 
-Run by hand:  .venv/bin/python benchmarks/bench_startup.py [--runs 15]
-Prints one JSON object on stdout: for each case the median wall time of a fresh interpreter
-running it (seconds, ``*_s``), the same less a bare interpreter's start (``*_over_python_s``),
-and the import's own time from ``-X importtime`` (``*_import_s``); with the date, the machine
-and its load. Target: ``import gpuviz`` <= 0.3 s on a quiet machine, ``gpuviz --help`` as quick.
+Run by hand:  .venv/bin/python -m benchmarks.bench_startup [--runs 15] [--json PATH]
+Prints one JSON object (``benchmarks/_results.py``'s schema) on stdout: for each case the median
+wall time of a fresh interpreter running it (seconds), the same less a bare interpreter's start,
+and the import's own time from ``-X importtime``; with the date, the machine and its load.
+Target: ``import gpuviz`` <= 0.3 s on a quiet machine, ``gpuviz --help`` as quick.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+from benchmarks._results import Results, add_json_option
 
 CASES = {
     "python": "pass",
@@ -50,8 +49,11 @@ def import_time(code: str, module: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per case (median reported)")
+    add_json_option(parser)
     args = parser.parse_args()
-    load = os.getloadavg()[0]
+    results = Results(
+        "startup", "Start-up: a fresh interpreter importing gpuviz, beside numpy; gpuviz --help.", vars(args)
+    )
     times: dict[str, list[float]] = {name: [] for name in CASES}
     imports: dict[str, list[float]] = {name: [] for name in IMPORTED}
     for _ in range(args.runs):  # the cases alternate, so that a busy minute weighs on each alike
@@ -60,21 +62,14 @@ def main() -> None:
         for name, module in IMPORTED.items():
             imports[name].append(import_time(CASES[name], module))
     medians = {name: statistics.median(values) for name, values in times.items()}
-    results: dict[str, object] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()})",
-        "load_before": round(load, 2),
-        "load_after": round(os.getloadavg()[0], 2),
-        "runs": args.runs,
-    }
     for name, median in medians.items():
-        results[f"{name}_s"] = round(median, 4)
+        results.add(f"{name}: wall time of a fresh interpreter (median of {args.runs})", median, "s")
         if name != "python":
-            results[f"{name}_over_python_s"] = round(median - medians["python"], 4)
+            results.add(f"{name}: over a bare interpreter", median - medians["python"], "s")
     for name, values in imports.items():
-        results[f"{name}_import_s"] = round(statistics.median(values), 4)
-    print(json.dumps(results, indent=1))
+        results.add(f"{name}: import time (-X importtime, median)", statistics.median(values), "s")
+    print(json.dumps(results.as_dict(), indent=1))
+    results.write(args.json)
 
 
 if __name__ == "__main__":

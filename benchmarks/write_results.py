@@ -38,6 +38,10 @@ QUICK: dict[str, tuple[str, list[str]]] = {
     "runtime": ("benchmarks.bench_runtime", []),
     "logfile": ("benchmarks.bench_logfile", ["--events", "200000", "--repeat", "2"]),
     "views": ("benchmarks.bench_views", ["--events", "10000"]),
+    "startup": ("benchmarks.bench_startup", ["--runs", "7"]),
+    # on the real traces of GPUVIZ_TEST_TRACES (each fails with a message without it)
+    "explain": ("benchmarks.bench_explain", ["--repeats", "1"]),
+    "real": ("benchmarks.bench_real", ["--entries", "100000"]),
     # the formats whose inputs are synthetic or real traces that open (see bench_import.py)
     "import": (
         "benchmarks.bench_import",
