@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from protowire import field as _field
 
 from gpuviz.importers import plainpickle, snapshot_reader, xplane
 
@@ -293,18 +294,6 @@ def test_many_device_traces_and_many_references_are_read_in_linear_time(tmp_path
 
 
 # ------------------------------------------------------------------ XPlanes
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
-
-
-def _field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
 
 
 def _metadata(number: int, ident: int, name: bytes) -> bytes:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from protowire import field as _field
+from protowire import varint as _varint
 
 import gpuviz
 from gpuviz import LogFormatError, replay
@@ -77,19 +79,6 @@ def test_a_fresh_profile_from_this_jax_matches_its_live_arrays(tmp_path: Path) -
 
 
 # ---------------------------------------------------------------------------- hand-made profiles
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
-
-
-def _field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
 
 
 def _profile(samples: list[tuple[list[int], list[int], dict[str, str]]], *,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from protowire import varint as _varint
 
 import gpuviz
 from gpuviz.analysis.timeline import timeline_series
@@ -21,15 +22,6 @@ MiB = 1 << 20
 BASE = 99_456_634_752  # a TPU HBM address, as XProf shows them
 STATS = {"index_on_host": 1, "addr": 2, "requested_bytes": 3, "allocation_bytes": 4, "bytes_allocated": 5,
          "peak_bytes_in_use": 6, "tf_op": 7, "tensor_shape": 8, "region_type": 9}  # fmt: skip
-
-
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
 
 
 def _field(number: int, value: int | bytes | str) -> bytes:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import math
 import mmap
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from protowire import double as _double
+from protowire import field as _field
 from test_snapshot_reader import _assert_same_log
 from traces import trace_files
 
@@ -76,23 +77,6 @@ def test_every_real_xplane_decodes_the_same_in_c(path: Path, monkeypatch: pytest
 
 
 # ------------------------------------------------------------------ generated XSpaces
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
-
-
-def _field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
-
-
-def _double(number: int, value: float) -> bytes:
-    return _varint(number << 3 | 1) + struct.pack("<d", value)
 
 
 STAT_NAMES = [*xp._SLOTS, "other", "addr"]  # a name twice: both ids are read as it
