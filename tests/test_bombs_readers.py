@@ -18,29 +18,25 @@ import pickle
 import pickletools
 import random
 import struct
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from limited import cap, run_limited
 from protowire import field as _field
 
 from gpuviz.importers import plainpickle, snapshot_reader, xplane
 
-LIMIT_MB = 1024  # address space a case may add to what the interpreter holds after importing gpuviz
 TIMEOUT_S = 120  # per subprocess: the quadratic readers took minutes on the shared-reference cases
 
 OPEN = textwrap.dedent(
     f"""
-    import json, resource, sys
+    import json, sys
     import numpy as np
     import gpuviz
     from gpuviz.log.schema import KIND_NAMES
-    with open("/proc/self/statm") as statm:
-        held = int(statm.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (held + ({LIMIT_MB} << 20), held + ({LIMIT_MB} << 20)))
+    {cap()}
     outcomes = []
     for path in sys.argv[1:]:
         try:
@@ -65,10 +61,7 @@ NATIVE = ["1", "0"]  # the C readers, then the Python readers (GPUVIZ_NATIVE=0)
 def _open(*paths: Path) -> list[dict[str, Any]]:
     """The outcome of ``gpuviz.load`` of each path, in one subprocess under the limits (with the
     C readers or without, as the ``native`` fixture set ``GPUVIZ_NATIVE``)."""
-    proc = subprocess.run([sys.executable, "-c", OPEN, *map(str, paths)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    outcomes: list[dict[str, Any]] = json.loads(proc.stdout)
+    outcomes: list[dict[str, Any]] = json.loads(run_limited(OPEN, [str(p) for p in paths], timeout=TIMEOUT_S))
     assert not [o for o in outcomes if "raw" in o], outcomes
     return outcomes
 

@@ -8,26 +8,22 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from limited import cap, run_limited
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-LIMIT_MB = 1024
 CASES_PER_FILE = 40
 MAX_BYTES = 2 << 20  # fixtures above this (decompressed) are cut, not fuzzed whole
 
 RUN = textwrap.dedent(
     f"""
-    import json, resource, sys
+    import json, sys
     import gpuviz
     from gpuviz.views.text import summary_text
-    with open("/proc/self/statm") as statm:
-        held = int(statm.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (held + ({LIMIT_MB} << 20), held + ({LIMIT_MB} << 20)))
+    {cap()}
     outcomes = []
     for path in sys.argv[1:]:
         try:
@@ -78,9 +74,7 @@ def test_damaged_copies_of_a_fixture_end_cleanly(tmp_path: Path, fixture: Path) 
         path = tmp_path / f"case{i}{''.join(fixture.suffixes[:-1] if compressed else fixture.suffixes)}"
         path.write_bytes(gzip.compress(variant, 1) if compressed and i % 2 else variant)
         paths.append(str(path))
-    proc = subprocess.run([sys.executable, "-c", RUN, *paths], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
+    outcomes = json.loads(run_limited(RUN, paths, timeout=600).strip().splitlines()[-1])
     raw_failures = [(paths[i], o) for i, o in enumerate(outcomes) if o not in ("loaded", "refused")]
     assert raw_failures == []
     assert len(outcomes) == len(paths)

@@ -5,24 +5,20 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from limited import cap, run_limited
 
-LIMIT_MB = 1024  # address space a case may add to what the interpreter holds after importing gpuviz
 TIMEOUT_S = 120  # a case past this never ends for a user either: the bound is on the input, not the machine
 
 OPEN = textwrap.dedent(
     f"""
-    import resource, sys
+    import sys
     import gpuviz
     from gpuviz.views.text import summary_text
-    with open("/proc/self/statm") as statm:
-        held = int(statm.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (held + {LIMIT_MB} << 20, held + {LIMIT_MB} << 20))
+    {cap()}
     try:
         log = gpuviz.load(sys.argv[1], progress=False)
     except gpuviz.GpuvizError as error:
@@ -37,9 +33,7 @@ OPEN = textwrap.dedent(
 
 
 def _open(path: Path) -> str:
-    proc = subprocess.run([sys.executable, "-c", OPEN, str(path)], capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.strip()
+    return run_limited(OPEN, [str(path)], timeout=TIMEOUT_S).strip()
 
 
 def _memory_event(**fields: object) -> dict[str, object]:
