@@ -119,6 +119,8 @@ def _gzip_bomb(path: Path, head: bytes, filler: bytes, total: int) -> None:
             b"Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0\n",
             b"x" * 1023 + b"\n",
         ),
+        ("timeline.raw.json.gz", b"[[1, 2, 512, 3], [2, 4, 512, 3]," + b" " * 64, b" "),  # white space after a row
+        ("rmm_log.dev0.csv.gz", b"Thread,Time,Action,Pointer,Size,Stream\n", b"1,00:00:00.000001,allocate,0x1,1,0x0\n"),
     ],
 )
 def test_a_gzip_bomb_is_refused_within_the_limits(tmp_path: Path, name: str, head: bytes, filler: bytes) -> None:
