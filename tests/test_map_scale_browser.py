@@ -110,14 +110,17 @@ def test_the_map_of_1010_segments_opens_as_an_overview_with_bounded_labels(brows
     assert 0 < labels <= MAX_LABELS
     assert page.inner_text("#map0-nav") == "overview › 16 MiB–32 MiB"
     # a click on a segment draws it alone, chunk by chunk; hovering a block names its allocation
-    # the last segment with an allocation made in the traced step (a call site)
+    # the last segment with an allocation made in the traced step (a call site); its rows are
+    # ~1.5 px high among 542, so the user zooms in on it first (a click could land a row off)
     group = [s for s in state.segments if 16 * MiB < s.size <= 32 * MiB]
     row = max(i for i, s in enumerate(group) if any(c.in_use and site(c.stack) for c in s.chunks))
+    page.evaluate("(row) => Plotly.relayout('map0', {'yaxis.range': [row + 4.5, row - 4.5]})", row)
     bar = page.evaluate("(row) => document.getElementById('map0')._fullData.find("
                         "(t) => t.name === 'used (aggregated)').y.indexOf(row)", row)  # fmt: skip
     click(page, "map0", "used (aggregated)", bar)
     page.wait_for_function("document.getElementById('map0').dataset.view === 'segment'")
     assert page.evaluate("document.getElementById('map0').layout.meta.bases.length") == 1
+    assert page.evaluate("document.getElementById('map0').layout.meta.bases[0]") == group[row].base
     page.evaluate("document.getElementById('map0').scrollIntoView()")
     page.mouse.move(0, 0)
     page.wait_for_function("!document.querySelector('#map0 .hoverlayer .hovertext')")
