@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from limited import cap, run_limited
 from protowire import field as _field
+from traces import REASON
 
 from gpuviz.importers import plainpickle, snapshot_reader, xplane
 
@@ -202,9 +203,7 @@ def test_a_length_flipped_to_its_largest_is_refused_not_a_memory_error(tmp_path:
 
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
-needs_traces = pytest.mark.skipif(
-    not TRACES, reason="GPUVIZ_TEST_TRACES is not set: real third-party traces not available"
-)
+needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from traces import REASON
 
 from gpuviz.analysis.callsites import call_sites, is_library
 from gpuviz.analysis.categories import categories
@@ -21,9 +22,7 @@ from gpuviz.log.eventlog import EventLog, Frame
 from gpuviz.scenarios.advise import advise
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
-needs_traces = pytest.mark.skipif(
-    not TRACES, reason="GPUVIZ_TEST_TRACES is not set: real third-party traces not available"
-)
+needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 
 SITE = "/venv/lib/python3.12/site-packages"
 PARAM = (Frame("/u/model.py", 10, "__init__"), Frame("/u/train.py", 5, "<module>"))

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from traces import REASON
 
 import gpuviz
 from gpuviz import LogFormatError, replay
@@ -20,9 +21,7 @@ from gpuviz.importers.jsontop import MAX_DEPTH, scan
 from gpuviz.log.schema import Kind
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
-needs_traces = pytest.mark.skipif(
-    not TRACES, reason="GPUVIZ_TEST_TRACES is not set: real third-party traces not available"
-)
+needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 DOCUMENT = {
     "metadata": {"a": [1, 2, {"b": 'x]}"{['}], "c": "é 🔥 \\"},
     "traceEvents": [{"ph": "i", "args": {"deep": [[[[[[1]]]]]]}}, '\\"', -1.5e-3, True, None],

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from torch_snapshots import final_state, first_divergence
+from traces import REASON
 
 import gpuviz
 from gpuviz import replay
@@ -19,9 +20,7 @@ from gpuviz.importers.torch_snapshot import from_snapshot
 from gpuviz.log.eventlog import EventLog, Frame
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
-needs_traces = pytest.mark.skipif(
-    not TRACES, reason="GPUVIZ_TEST_TRACES is not set: real third-party traces not available"
-)
+needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 MiB = 1 << 20
 FRAMES = [{"filename": "train.py", "line": 12, "name": "step"}, {"filename": "??", "line": 0, "name": "c10::x"}]
 

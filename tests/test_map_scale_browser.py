@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from browsing import collect_errors, offline
+from traces import REASON
 
 import gpuviz
 from gpuviz.analysis.profile import profile
@@ -24,9 +25,7 @@ from gpuviz.views.overview import MAX_LABELS, segment_groups
 
 CHROMIUM = "/usr/bin/chromium"
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
-needs_traces = pytest.mark.skipif(
-    not TRACES, reason="GPUVIZ_TEST_TRACES is not set: real third-party traces not available"
-)
+needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 pytestmark = [
     pytest.mark.slow,
     needs_traces,

@@ -11,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from traces import REASON
 
 import gpuviz
 from gpuviz import EventLog, OutOfMemoryError, SimUpstream, replay
@@ -24,9 +25,7 @@ from gpuviz.scenarios import parse_policy, whatif
 from gpuviz.scenarios.whatif import UNBOUNDED
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
-needs_traces = pytest.mark.skipif(
-    not TRACES, reason="GPUVIZ_TEST_TRACES is not set: real third-party traces not available"
-)
+needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 MiB = 1 << 20
 EXPANDABLE = "torch:expandable_segments=true"
 
