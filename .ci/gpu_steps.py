@@ -162,8 +162,8 @@ def torch_snapshot(dry: bool) -> Step:
     path = folder / "snapshot.pickle"
     if dry:  # PyTorch's caching allocator as gpuviz models it, on a simulated device, exported
         from gpuviz import SimUpstream
-        from gpuviz.capture.torch_caching import TorchCachingAllocator
         from gpuviz.exporters.torch_snapshot import write_torch_snapshot
+        from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
         alloc = TorchCachingAllocator(SimUpstream("8GiB"))
         rng = random.Random(0)

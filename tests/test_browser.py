@@ -479,7 +479,7 @@ def growing_log() -> gpuviz.EventLog:
     """PyTorch's allocator with expandable segments: ranges mapped (joining segments), unmapped
     (splitting one in two) and mapped back."""
     from gpuviz.base.torch_rules import CachingRules
-    from gpuviz.capture.torch_caching import TorchCachingAllocator
+    from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
     alloc = TorchCachingAllocator(
         gpuviz.SimUpstream("64MiB"), rules=CachingRules.from_settings({"expandable_segments": True})

@@ -16,10 +16,10 @@ from gpuviz.analysis.explain import explain, join_sites
 from gpuviz.analysis.tables import allocation_table
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import GiB, MiB
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream
 from gpuviz.log.eventlog import EventLog, Frame
 from gpuviz.scenarios.advise import advise
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
 needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)

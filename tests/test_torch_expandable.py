@@ -9,10 +9,10 @@ import pytest
 import gpuviz
 from gpuviz import EventLog, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.torch_rules import CachingRules
-from gpuviz.capture.torch_caching import TorchCachingAllocator
-from gpuviz.capture.torch_expandable import VIRTUAL_BASE, VIRTUAL_STRIDE, reservation_size
 from gpuviz.log.schema import Kind
 from gpuviz.scenarios import parse_policy
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
+from gpuviz.scenarios.torch_expandable import VIRTUAL_BASE, VIRTUAL_STRIDE, reservation_size
 
 V = VIRTUAL_BASE
 MiB = 1 << 20

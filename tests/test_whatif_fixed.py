@@ -19,9 +19,9 @@ from gpuviz.analysis.requests import request_stream
 from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.torch_rules import LARGE_BUFFER, CachingRules
-from gpuviz.capture.torch_caching import TorchCachingAllocator
-from gpuviz.capture.torch_expandable import ExpandableSegment, reservation_size
 from gpuviz.scenarios import parse_policy, whatif
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
+from gpuviz.scenarios.torch_expandable import ExpandableSegment, reservation_size
 from gpuviz.scenarios.whatif import UNBOUNDED
 
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")

@@ -19,11 +19,11 @@ from gpuviz.analysis.requests import RequestStream, request_stream
 from gpuviz.base.heapstate import ChunkState, HeapState, SegmentState
 from gpuviz.base.torch_rules import CachingRules
 from gpuviz.capture.native import allocator_class
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.log.eventlog import Frame
 from gpuviz.scenarios import native as native_module
 from gpuviz.scenarios import parse_policy, replay_policy
 from gpuviz.scenarios.native import native_replay_available, replay_native
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 from gpuviz.scenarios.whatif import UNBOUNDED, busiest_device
 
 pytestmark = pytest.mark.skipif(not native_replay_available(), reason="the C replay is not built, or GPUVIZ_NATIVE=0")

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from gpuviz import InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.torch_rules import CachingRules, allocation_size
-from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.scenarios import parse_policy
+from gpuviz.scenarios.pools import NoPoolAllocator, RmmPoolAllocator
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
 B = 1 << 40
 KiB, MiB = 1 << 10, 1 << 20

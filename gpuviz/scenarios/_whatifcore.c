@@ -5,9 +5,9 @@
  * device and returns the replay's events as columns (gpuviz.log.schema.ROW_COLUMNS, one
  * bytearray each). The policies are the Python models' decisions, restated:
  *
- *   kind 1  torch     gpuviz.capture.torch_caching.TorchCachingAllocator (no expandable segments)
- *   kind 2  rmm-pool  gpuviz.capture.pools.RmmPoolAllocator
- *   kind 3  no-pool   gpuviz.capture.pools.NoPoolAllocator
+ *   kind 1  torch     gpuviz.scenarios.torch_caching.TorchCachingAllocator (no expandable segments)
+ *   kind 2  rmm-pool  gpuviz.scenarios.pools.RmmPoolAllocator
+ *   kind 3  no-pool   gpuviz.scenarios.pools.NoPoolAllocator
  *   kind 4  tf-bfc    gpuviz.capture.native.NativeBFCAllocator: the BFC core (_bfc_core.c) with
  *                     the growth, limit and garbage collection of native.py/bfc.py restated
  *

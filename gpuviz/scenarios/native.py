@@ -27,11 +27,11 @@ from gpuviz.base.torch_rules import NO_MAX_SPLIT
 from gpuviz.capture.bfc import INITIAL_SEGMENT_BYTES, ReferenceBFCAllocator
 from gpuviz.capture.chunks import rounded_bytes
 from gpuviz.capture.native import NativeBFCAllocator
-from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import DTYPES, ROW_COLUMNS
+from gpuviz.scenarios.pools import NoPoolAllocator, RmmPoolAllocator
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
 __all__ = ["native_replay_available", "replay_native", "replay_description"]
 

@@ -22,10 +22,10 @@ from gpuviz.base.torch_rules import CachingRules
 from gpuviz.base.units import MiB, parse_bytes
 from gpuviz.capture.bfc import ReferenceBFCAllocator
 from gpuviz.capture.native import allocator_class
-from gpuviz.capture.pools import NoPoolAllocator, RmmPoolAllocator
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import EventLog
+from gpuviz.scenarios.pools import NoPoolAllocator, RmmPoolAllocator
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
 __all__ = ["Policy", "parse_policy", "POLICY_NAMES", "PolicyAllocator"]
 

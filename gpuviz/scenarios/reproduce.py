@@ -26,11 +26,11 @@ from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.torch_rules import CachingRules
 from gpuviz.capture.scripted_upstream import ScriptedUpstream
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.scenarios.policies import Policy
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 from gpuviz.scenarios.whatif import UNBOUNDED, busiest_device, replay_policy
 
 __all__ = ["Agreement", "reproduce", "trace_start"]

@@ -26,12 +26,12 @@ from gpuviz.analysis.timeline import timeline_series
 from gpuviz.base.errors import OutOfMemoryError
 from gpuviz.base.units import parse_bytes
 from gpuviz.capture.bfc import ReferenceBFCAllocator
-from gpuviz.capture.torch_caching import TorchCachingAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.scenarios.native import replay_native
 from gpuviz.scenarios.policies import Policy, PolicyAllocator, parse_policy
+from gpuviz.scenarios.torch_caching import TorchCachingAllocator
 
 __all__ = ["whatif", "replay_policy", "busiest_device", "smallest_capacity", "served_failed", "UNBOUNDED"]
 

@@ -25,7 +25,7 @@ Policy, as PyTorch's source defines it (sizes in bytes; the size rules are
                  and the last step before an out-of-memory error) does first
 
     expandable   ``expandable_segments``: no cudaMalloc; per (pool, stream) one virtual range
-                 (``gpuviz.capture.torch_expandable``) into which granules of 2 MiB (small pool) /
+                 (``gpuviz.scenarios.torch_expandable``) into which granules of 2 MiB (small pool) /
                  20 MiB (large) are mapped at the lowest unmapped address where, together with
                  the free block before it, the request fits (``find_expandable_block``,
                  ``map_block``); blocks always split (remainder >= 512 B); a free block's whole
@@ -50,11 +50,11 @@ from bisect import bisect_left, insort
 from gpuviz.base.errors import InvalidFreeError, OutOfMemoryError
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.torch_rules import LARGE_BUFFER, NO_MAX_SPLIT, SMALL_BUFFER, SMALL_SIZE, CachingRules, allocation_size
-from gpuviz.capture.torch_block import Block as _Block
-from gpuviz.capture.torch_expandable import VIRTUAL_BASE, ExpandableBlocks, ExpandableSegment
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.eventlog import NO_INDEX, EventLog
 from gpuviz.log.heapbuilder import HeapBuilder
+from gpuviz.scenarios.torch_block import Block as _Block
+from gpuviz.scenarios.torch_expandable import VIRTUAL_BASE, ExpandableBlocks, ExpandableSegment
 
 __all__ = ["TorchCachingAllocator"]
 

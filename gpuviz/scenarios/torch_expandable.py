@@ -25,9 +25,9 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from gpuviz.base.torch_rules import LARGE_BUFFER, SMALL_BUFFER
-from gpuviz.capture.torch_block import Block
 from gpuviz.capture.upstream import Upstream
 from gpuviz.log.heapbuilder import HeapBuilder
+from gpuviz.scenarios.torch_block import Block
 
 __all__ = ["ExpandableSegment", "ExpandableBlocks", "VIRTUAL_BASE", "VIRTUAL_STRIDE", "reservation_size"]
 
