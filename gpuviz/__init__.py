@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from gpuviz.capture.upstream import (
         UpstreamOutOfMemory as UpstreamOutOfMemory,
     )
+    from gpuviz.frontends.options import report
     from gpuviz.importers import load
     from gpuviz.log.eventlog import Event as Event
     from gpuviz.log.eventlog import EventLog
@@ -83,6 +84,7 @@ _PUBLIC = {
     "whatif": "gpuviz.scenarios.whatif",
     "advise": "gpuviz.scenarios.advise",
     "explain": "gpuviz.analysis.explain",
+    "report": "gpuviz.frontends.options",
     "load_run": "gpuviz.analysis.run",
     "cluster_summary": "gpuviz.analysis.cluster",
     "mark": "gpuviz.capture.marks",
@@ -208,6 +210,7 @@ __all__ = [
     "record_into",
     "record_run",
     "replay",
+    "report",
     "reset",
     "show_run",
     "span",

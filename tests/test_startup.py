@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,16 @@ def test_load_ext_registers_the_magics() -> None:
         assert "gpuviz" in shell.magics_manager.magics["line"] and "gpuviz" in shell.magics_manager.magics["cell"]
     """
     assert "IPython" in loaded_after(code)
+
+
+def test_gpuviz_report_writes_the_report_and_checks_its_folder_first(tmp_path: Path) -> None:
+    import gpuviz
+
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), log=log)
+    alloc.allocate(4096)
+    written = gpuviz.report(log, tmp_path / "run.html", advise=False)
+    assert written == tmp_path / "run.html" and written.read_text().startswith("<!DOCTYPE html>")
+    assert "report" in gpuviz.__all__
+    with pytest.raises(OSError, match=r"missing/run\.html: the folder .*missing does not exist"):
+        gpuviz.report(log, tmp_path / "missing" / "run.html")

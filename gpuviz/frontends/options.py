@@ -27,6 +27,7 @@ __all__ = [
     "write_report",
     "advice_or_none",
     "output_problem",
+    "report",
 ]
 
 
@@ -126,3 +127,23 @@ def write_report(
     )
     target.write_text(document, encoding="utf-8")
     return target
+
+
+def report(
+    log: EventLog,
+    path: str | Path,
+    options: ViewOptions | None = None,
+    *,
+    cdn: bool = False,
+    title: str | None = None,
+    advise: bool = True,
+) -> Path:
+    """``gpuviz.report(log, "run.html")``: write the self-contained HTML report of ``log`` (or,
+    for a path ending in ``.gpuviz.json``, the result JupyterLab opens); returns the path.
+    ``options``: what the views show (``ViewOptions``); ``cdn``: load plotly.js from its CDN
+    instead of embedding it; ``advise``: add the section of replayed advice. The file's folder
+    must exist and be writable (``OSError`` naming it otherwise, before any work)."""
+    problem = output_problem(path)
+    if problem is not None:
+        raise OSError(f"{path}: {problem}")
+    return write_report(log, path, options, cdn=cdn, title=title, advise=advise)
