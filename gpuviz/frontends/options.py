@@ -95,7 +95,7 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
     )
 
 
-def write_report(
+def report(
     log: EventLog,
     path: str | Path,
     options: ViewOptions | None = None,
@@ -104,16 +104,18 @@ def write_report(
     title: str | None = None,
     advise: bool = True,
 ) -> Path:
-    """Write the self-contained HTML report of ``log`` to ``path``; returns the path. ``advise``:
-    add the advice section (``scenarios.advise``: the run replayed under its allocator's settings).
-
-    A path ending in ``.gpuviz.json`` gets the result as JSON instead (what the JupyterLab
-    extension opens; ``cdn`` does not apply).
-    """
+    """``gpuviz.report(log, "run.html")``: write the self-contained HTML report of ``log`` (or,
+    for a path ending in ``.gpuviz.json``, the result JupyterLab opens); returns the path.
+    ``options``: what the views show (``ViewOptions``); ``cdn``: load plotly.js from its CDN
+    instead of embedding it; ``advise``: add the section of replayed advice. The file's folder
+    must exist and be writable (``OSError`` naming it otherwise, before any work)."""
     from gpuviz.analysis.profile import profile
     from gpuviz.views.report import report_html
     from gpuviz.views.result import FILE_EXTENSION, result_json
 
+    problem = output_problem(path)
+    if problem is not None:
+        raise OSError(f"{path}: {problem}")
     target = Path(path)
     if target.name.endswith(FILE_EXTENSION):
         target.write_text(result_json(profile(log, options), title=title or target.name), encoding="utf-8")
@@ -129,21 +131,5 @@ def write_report(
     return target
 
 
-def report(
-    log: EventLog,
-    path: str | Path,
-    options: ViewOptions | None = None,
-    *,
-    cdn: bool = False,
-    title: str | None = None,
-    advise: bool = True,
-) -> Path:
-    """``gpuviz.report(log, "run.html")``: write the self-contained HTML report of ``log`` (or,
-    for a path ending in ``.gpuviz.json``, the result JupyterLab opens); returns the path.
-    ``options``: what the views show (``ViewOptions``); ``cdn``: load plotly.js from its CDN
-    instead of embedding it; ``advise``: add the section of replayed advice. The file's folder
-    must exist and be writable (``OSError`` naming it otherwise, before any work)."""
-    problem = output_problem(path)
-    if problem is not None:
-        raise OSError(f"{path}: {problem}")
-    return write_report(log, path, options, cdn=cdn, title=title, advise=advise)
+write_report = report
+"""The name the front-ends have always called ``report`` by."""
