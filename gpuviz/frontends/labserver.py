@@ -32,13 +32,14 @@ import json
 import multiprocessing
 import os
 import posixpath
-import stat
 from multiprocessing.connection import Connection
 from typing import Any
 
 import tornado
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import ensure_async, url_path_join
+
+from gpuviz.importers import special_kind
 
 ROUTE = ("gpuviz", "result")
 
@@ -57,8 +58,6 @@ MEMORY_BYTES = int(_setting("GPUVIZ_RESULT_MEMORY_MB", 4096.0) * 2**20)
 """Bytes of address space one analysis may add to what its process holds when it starts."""
 WORKERS = int(_setting("GPUVIZ_RESULT_WORKERS", 4.0))
 """Analyses that run at once; later requests wait for a free slot."""
-
-_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
 
 
 def result_json(os_path: str, title: str, root: str | None = None) -> tuple[int, str]:
@@ -200,8 +199,8 @@ class ResultHandler(APIHandler):
             mode = os.stat(os_path).st_mode
         except OSError:
             raise missing from None
-        if not stat.S_ISREG(mode):
-            kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+        kind = special_kind(mode)
+        if kind is not None:
             raise tornado.web.HTTPError(400, f"{path}: {kind}, not a file gpuviz opens")
         return os_path, real_root
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # imported where used: the package stays light (it is also th
     from gpuviz.importers.source import Source
     from gpuviz.log.eventlog import EventLog
 
-__all__ = ["load", "detect", "formats", "IMPORTERS"]
+__all__ = ["load", "detect", "formats", "special_kind", "IMPORTERS"]
 
 # Sniffed in this order; the first whose ``sniff`` accepts the head reads the file.
 IMPORTERS: tuple[str, ...] = (
@@ -63,12 +63,21 @@ _PARSE_ERRORS = (
 _SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
 
 
+def special_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is no regular file ("a FIFO", "a device",
+    "a socket", "not a regular file"), else None: such a file is refused unopened (reading one
+    can block forever)."""
+    if stat.S_ISREG(mode):
+        return None
+    return _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+
+
 def _check_regular(path: str | Path) -> None:
-    """``LogFormatError`` for a FIFO, device or socket (never opened: reading one can block
-    forever); ``FileNotFoundError`` when missing, as ``open`` would."""
+    """``LogFormatError`` for a FIFO, device or socket (``special_kind``); ``FileNotFoundError``
+    when missing, as ``open`` would."""
     mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-        kind = _SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+    kind = None if stat.S_ISDIR(mode) else special_kind(mode)
+    if kind is not None:
         raise LogFormatError(f"{path} is {kind}, not a file gpuviz opens")
 
 

@@ -15,7 +15,7 @@ from gpuviz.analysis.timeline import resample
 from gpuviz.base.units import format_bytes
 from gpuviz.log.eventlog import EventLog, set_renderer
 from gpuviz.views.result import MIME_TYPE, result
-from gpuviz.views.tables import TABLE_CSS, placement_html, summary_html
+from gpuviz.views.tables import TABLE_CSS, placement_html, summary_html, warnings_html
 
 __all__ = ["static_html", "sparkline_svg"]
 
@@ -36,10 +36,7 @@ def sparkline_svg(values: np.ndarray, *, width: int = 360, height: int = 48, col
 
 def static_html(p: Profile, *, title: str = "gpuviz") -> str:
     parts = [f"<style>{TABLE_CSS}</style>", '<div class="gpuviz">', f"<h3>{html.escape(title)}</h3>"]
-    parts += [
-        f'<div class="gpuviz-warning" style="color:#b00020"><b>warning:</b> {html.escape(line)}</div>'
-        for line in integrity_lines(p.log)
-    ]
+    parts.append(warnings_html(integrity_lines(p.log)))
     parts.append(
         f"<div>{len(p.log)} events · devices: {html.escape(', '.join(devices_present(p.log)) or 'none')}</div>"
     )

@@ -11,7 +11,7 @@ from gpuviz.analysis.diagnosis import Diagnosis
 from gpuviz.base.units import format_duration, format_size
 from gpuviz.views.oom import live_html, pinning_html
 
-__all__ = ["placement_html", "call_site_html", "summary_html", "answer_html", "TABLE_CSS"]
+__all__ = ["placement_html", "call_site_html", "summary_html", "answer_html", "warnings_html", "TABLE_CSS"]
 
 TABLE_CSS = """
 .gpuviz table { border-collapse: collapse; font: 12px/1.4 system-ui, sans-serif; margin: 4px 0 12px; }
@@ -115,6 +115,14 @@ def _frame_html(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> str
                 cells.append(f'<td class="text">{_e(value)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<table class="gpuviz-sortable"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def warnings_html(lines: list[str]) -> str:
+    """Each line (``analysis.integrity.integrity_lines``: what a cut or damaged log misses) as a
+    warning, shown before everything else."""
+    return "".join(
+        f'<div class="gpuviz-warning" style="color:#b00020"><b>warning:</b> {html.escape(line)}</div>' for line in lines
+    )
 
 
 def answer_html(text: str) -> str:

@@ -52,7 +52,7 @@ from gpuviz.views.fragmentation import map_layout, trace_specs
 from gpuviz.views.livemap import live_map
 from gpuviz.views.oom import pinning_html
 from gpuviz.views.static import static_html
-from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
+from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html, warnings_html
 from gpuviz.views.timeline import timeline
 from gpuviz.widgets.frontend import DASHBOARD_CSS, DASHBOARD_ESM
 from gpuviz.widgets.plots import PlotlyLibrary, plotly_library, to_json
@@ -327,10 +327,7 @@ class Dashboard(anywidget.AnyWidget):
             if len(p.call_sites):
                 tables += "<h4>Call sites</h4>" + call_site_html(p.call_sites)
             self.placement_html = f"<style>{TABLE_CSS}</style><div class='gpuviz'>{tables}</div>"
-            warnings = "".join(
-                f'<p class="gpuviz-warning" style="color:#b00020"><b>warning:</b> {html.escape(line)}</p>'
-                for line in integrity_lines(self.event_log)
-            )
+            warnings = warnings_html(integrity_lines(self.event_log))
             self.summary_html = (
                 f"<style>{TABLE_CSS}</style><div class='gpuviz'>"
                 + warnings
