@@ -102,8 +102,9 @@ def test_sys_exit_gives_the_programs_exit_status(tmp_path: Path) -> None:
     assert gpuviz.load(tmp_path / "gpuviz-exits.arrow").meta["run_end"]["exit_code"] == 3
 
 
-def test_ctrl_c_keeps_what_was_recorded(tmp_path: Path) -> None:
-    """The program says it is ready on stdout; SIGINT then interrupts it where it waits."""
+def _signalled(tmp_path: Path, signum: int) -> tuple[int, str]:
+    """(exit status, stderr) of ``gpuviz run`` on a program that says it is ready on stdout and
+    then waits, sent ``signum`` once it said so."""
     _script(tmp_path, "waits.py", GPUVIZ_ARRAYS + "    print('ready', flush=True)\n    import threading\n"
                                                   "    threading.Event().wait()\n")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "gpuviz", "run", "waits.py"], cwd=tmp_path, env=_env(),
@@ -112,9 +113,15 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path: Path) -> None:
     for line in proc.stdout:
         if line.strip() == "ready":
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 130, stderr
+    return proc.returncode, stderr
+
+
+def test_ctrl_c_keeps_what_was_recorded(tmp_path: Path) -> None:
+    """The program says it is ready on stdout; SIGINT then interrupts it where it waits."""
+    returncode, stderr = _signalled(tmp_path, signal.SIGINT)
+    assert returncode == 130, stderr
     assert "KeyboardInterrupt" in stderr and "ended: interrupted (KeyboardInterrupt, Ctrl-C)" in stderr
     log = gpuviz.load(tmp_path / "gpuviz-waits.arrow")
     assert _requested(log) == [4000, 400]
@@ -122,17 +129,8 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path: Path) -> None:
 
 
 def test_sigterm_keeps_what_was_recorded(tmp_path: Path) -> None:
-    _script(tmp_path, "waits.py", GPUVIZ_ARRAYS + "    print('ready', flush=True)\n    import threading\n"
-                                                  "    threading.Event().wait()\n")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "gpuviz", "run", "waits.py"], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.strip() == "ready":
-            break
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 143 and "ended: terminated by SIGTERM" in stderr
+    returncode, stderr = _signalled(tmp_path, signal.SIGTERM)
+    assert returncode == 143 and "ended: terminated by SIGTERM" in stderr
     assert _requested(gpuviz.load(tmp_path / "gpuviz-waits.arrow")) == [4000, 400]
 
 
