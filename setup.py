@@ -192,102 +192,42 @@ class BuildExt(build_ext):
             print(f"WARNING: gpuviz's C extension {ext.name} was not built: {self._failed[ext.name]}", file=sys.stderr)
 
 
-WHATIF_PARTS = ("sets", "heap", "policies")  # included by gpuviz/scenarios/_whatifcore.c
-# what the log's extensions include: its headers and the vendored xxHash (its LICENSE goes into the sdist with it)
-LOG_DEPENDS = sorted(
-    p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("gpuviz/log/*.h"), *ROOT.glob("gpuviz/log/vendor/*/*")]
-)
+# Native code lives in csrc/, one folder per Python layer it serves (csrc/README.md maps each
+# C file to its Python twin and the test that holds them equal). Each csrc/<layer>/<name>.c that
+# defines PyInit_<name> is the extension gpuviz.<layer>.<name>; the headers are found, not listed.
+CSRC = ROOT / "csrc"
+# what an extension compiles besides its own file, and links against
+EXTRA_SOURCES = {
+    "gpuviz.capture._bfcnative": ["csrc/capture/_bfc_core.c"],
+    "gpuviz.capture._pluggable": ["csrc/capture/_bfc_core.c"],
+    "gpuviz.scenarios._whatifcore": ["csrc/capture/_bfc_core.c"],
+}
+LIBRARIES = {"gpuviz.log._batchwriter": ["pthread"], "gpuviz.capture._pluggable": ["dl", "pthread"]}
 
-EXTENSIONS = [
-    Extension(
-        "gpuviz.capture._rowwriter",
-        sources=["gpuviz/capture/_rowwriter.c"],
-        depends=[
-            "gpuviz/log/_rows.h",
-            "gpuviz/capture/_clock.h",
-            "gpuviz/log/_rowsink.h",
-            "gpuviz/log/_window.h",
-        ],
-        optional=True,
-    ),
-    Extension(
-        "gpuviz.log._staging",
-        sources=["gpuviz/log/_staging.c"],
-        depends=LOG_DEPENDS,
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(  # the batches of a log recording to a file, written off the recording thread
-        "gpuviz.log._batchwriter",
-        sources=["gpuviz/log/_batchwriter.c"],
-        depends=LOG_DEPENDS,
-        extra_compile_args=["-O2"],
-        libraries=["pthread"],
-        optional=True,
-    ),
-    Extension(
-        "gpuviz.capture._bfcnative",
-        sources=["gpuviz/capture/_bfcnative.c", "gpuviz/capture/_bfc_core.c"],
-        depends=[
-            "gpuviz/capture/_bfc_core.h",
-            "gpuviz/log/_rows.h",
-            "gpuviz/capture/_clock.h",
-            "gpuviz/log/_rowsink.h",
-            "gpuviz/log/_window.h",
-        ],
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(  # the core with gpuviz_malloc/gpuviz_free, for PyTorch's pluggable allocator (POSIX)
-        "gpuviz.capture._pluggable",
-        sources=["gpuviz/capture/_pluggable.c", "gpuviz/capture/_bfc_core.c"],
-        depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_window.h", "gpuviz/log/_rows.h"],
-        extra_compile_args=["-O2"],
-        libraries=["dl", "pthread"],
-        optional=True,
-    ),
-    Extension(  # the streaming reader of PyTorch snapshot pickles (gpuviz.importers.snapshot_reader)
-        "gpuviz.importers._snapshotpickle",
-        sources=["gpuviz/importers/_snapshotpickle.c"],
-        depends=["gpuviz/importers/_columns.h"],
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(  # the decoder of XPlane memory events (gpuviz.importers.xplane)
-        "gpuviz.importers._xplanewire",
-        sources=["gpuviz/importers/_xplanewire.c"],
-        depends=["gpuviz/importers/_columns.h"],
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(  # HeapBuilder's heap (gpuviz.log.heapbuilder.NativeHeapBuilder)
-        "gpuviz.log._heapcore",
-        sources=["gpuviz/log/_heapcore.c"],
-        depends=LOG_DEPENDS,
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(  # what-if replays under every policy (gpuviz.scenarios.native)
-        "gpuviz.scenarios._whatifcore",
-        sources=["gpuviz/scenarios/_whatifcore.c", "gpuviz/capture/_bfc_core.c"],
-        depends=["gpuviz/capture/_bfc_core.h", "gpuviz/log/_rows.h", "gpuviz/log/_window.h"]
-        + [f"gpuviz/scenarios/_whatif_{part}.h" for part in WHATIF_PARTS],
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(  # LiveFollower.update's pass over the new rows (gpuviz.analysis.live)
-        "gpuviz.analysis._livekernel",
-        sources=["gpuviz/analysis/_livekernel.c"],
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-    Extension(
-        "gpuviz.analysis._replaykernel",
-        sources=["gpuviz/analysis/_replaykernel.c"],
-        extra_compile_args=["-O2"],
-        optional=True,
-    ),
-]
+
+def native_extensions() -> list[Extension]:
+    """Every C extension under csrc/: optional (gpuviz runs its Python twin where one fails), -O2,
+    rebuilt when any header under csrc/ (the vendored xxHash included) changes."""
+    headers = sorted(p.relative_to(ROOT).as_posix() for p in CSRC.rglob("*") if p.suffix in (".h", ".c"))
+    extensions = []
+    for source in sorted(CSRC.glob("*/*.c")):
+        if f"PyInit_{source.stem}" not in source.read_text(encoding="utf-8"):
+            continue  # a part compiled into others (EXTRA_SOURCES)
+        name = f"gpuviz.{source.parent.name}.{source.stem}"
+        extensions.append(
+            Extension(
+                name,
+                sources=[source.relative_to(ROOT).as_posix(), *EXTRA_SOURCES.get(name, [])],
+                depends=headers,
+                extra_compile_args=["-O2"],
+                libraries=LIBRARIES.get(name, []),
+                optional=True,
+            )
+        )
+    return extensions
+
+
+EXTENSIONS = native_extensions()
 
 if __name__ == "__main__":
     setup(

@@ -246,10 +246,10 @@ def _tail(text: str, n: int = 4000) -> str:
 
 
 def native_modules() -> list[str]:
-    """The C extension modules of gpuviz: every ``PyInit_<name>`` in its C sources."""
+    """The C extension modules of gpuviz: every ``PyInit_<name>`` in csrc/<layer>/*.c."""
     found = set()
-    for source in (ROOT / "gpuviz").rglob("*.c"):
-        package = ".".join(source.relative_to(ROOT).parent.parts)
+    for source in (ROOT / "csrc").glob("*/*.c"):
+        package = f"gpuviz.{source.parent.name}"
         for name in re.findall(r"PyMODINIT_FUNC\s+PyInit_(\w+)\s*\(", source.read_text(encoding="utf-8")):
             found.add(f"{package}.{name}")
     return sorted(found)

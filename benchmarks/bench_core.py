@@ -8,7 +8,7 @@ the Python allocator in the same run; recording costs <= 10 % over recording off
 Every timing prints wall-clock seconds and, in brackets, this process's CPU seconds: on a
 shared machine the wall clock includes time spent waiting for a core. Allocate+free pairs
 also print the recording thread's own CPU time: the process's includes the file writer's
-thread (gpuviz/log/_batchwriter.c) when recording to a file.
+thread (csrc/log/_batchwriter.c) when recording to a file.
 "native core, on, to a file" records into a log that also writes itself to a file as it goes
 (``EventLog(path)``, as ``gpuviz demo`` and ``%gpuviz start --run-dir`` do).
 

@@ -1,8 +1,8 @@
-"""Checksum speed: XXH3-64 of a batch block as gpuviz/log/_batchwriter.c hashes it.
+"""Checksum speed: XXH3-64 of a batch block as csrc/log/_batchwriter.c hashes it.
 
 Run by hand:  .venv/bin/python -m benchmarks.bench_hash [--kib 160] [--json PATH]
 
-gpuviz/log/_hash.h (upstream xxHash, vendored) is compiled with the system ``gcc`` into a
+csrc/log/_hash.h (upstream xxHash, vendored) is compiled with the system ``gcc`` into a
 throwaway library, as the extension builds it and in the variants tests/test_xxh3.py checks,
 and each hashes one block (160 KiB: a file batch of flush_rows // 3 rows, all columns) in a
 C loop; best of the repeats, GB/s (1e9 bytes per second). The ``xxhash`` package (the Python
@@ -24,7 +24,7 @@ import xxhash
 
 from benchmarks._results import Results, add_json_option
 
-HEADER_DIR = Path(__file__).resolve().parents[1] / "gpuviz" / "log"
+HEADER_DIR = Path(__file__).resolve().parents[1] / "csrc" / "log"
 SOURCE = """#include <time.h>
 #include "_hash.h"
 double bench(const void *p, size_t n, int iterations) { /* ns per hash */

@@ -49,7 +49,7 @@ def test_the_dry_run_runs_every_step_on_the_simulated_device(tmp_path: Path) -> 
     assert document["benchmark"] == "gpu-check" and document["parameters"] == {"dry_run": True}
     rows = {r["name"]: r for r in document["results"]}  # type: ignore[union-attr]
     assert [rows[f"{name}: status"]["value"] for name in STEPS] == ["simulated"] * 7
-    sources = (p.read_text(encoding="utf-8") for p in (ROOT / "gpuviz").rglob("*.c"))
+    sources = (p.read_text(encoding="utf-8") for p in (ROOT / "csrc").glob("*/*.c"))
     native = sum(len(re.findall(r"PyMODINIT_FUNC\s+PyInit_", text)) for text in sources)
     assert rows["install: native modules loaded"]["value"] == native >= 11  # every C module gpuviz has
     assert rows["gpu-tests: gpu tests failed"]["value"] == 0

@@ -51,7 +51,7 @@ def test_the_sdist_holds_what_a_build_needs(built: tuple[Path, Path]) -> None:
     sdist, _ = built
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    for needed in ("setup.py", "pyproject.toml", "LICENSE", "gpuviz/capture/_bfc_core.c", "gpuviz/log/_rows.h",
+    for needed in ("setup.py", "pyproject.toml", "LICENSE", "csrc/capture/_bfc_core.c", "csrc/log/_rows.h",
                    "labextension/package.json", "labextension/yarn.lock", "labextension/src/index.ts",
                    "labextension/dist/package.json", "labextension/dist/static/style.js",
                    "labextension/jupyter-config/server-config/gpuviz.json"):  # fmt: skip
@@ -71,6 +71,9 @@ def test_the_wheel_holds_the_labextension_and_the_native_modules(built: tuple[Pa
     assert any(re.fullmatch(rf"{SHARE}static/remoteEntry\.\w+\.js", name) for name in data)
     assert SERVER_CONFIG in data
     assert "gpuviz/frontends/labserver.py" in names and "gpuviz/base/_native_build.json" in names
+    # the licences: gpuviz's, and xxHash's (compiled into gpuviz.log._batchwriter)
+    licences = sorted(name.split(".dist-info/licenses/", 1)[1] for name in names if ".dist-info/licenses/" in name)
+    assert licences == ["LICENSE", "csrc/log/vendor/xxhash/LICENSE"]
     for module in MODULES:  # this machine has a C compiler: every native module is in the wheel
         path = module.name.replace(".", "/")
         assert [name for name in names if name.startswith(path + ".") and name.endswith(".so")], module.name

@@ -24,7 +24,7 @@ from gpuviz.log.schema import ROW_STRUCT, Kind
 BASE = 1 << 40
 CLOCK_ERROR_NS = 5_000
 """How far a C recorder's time may be from time.perf_counter_ns(): it reads the time stamp counter
-and converts (gpuviz/capture/_clock.h: ~0.1 us measured, ~2 us at worst)."""
+and converts (csrc/capture/_clock.h: ~0.1 us measured, ~2 us at worst)."""
 needs_native = pytest.mark.skipif(recorder._RowWriter is None, reason="the C row writer is not built (no C compiler)")
 
 

@@ -1,5 +1,5 @@
-"""gpuviz/log/_hash.h (upstream xxHash, vendored) must give the ``xxhash`` package's XXH3-64 for
-every input: the checksums gpuviz/log/_batchwriter.c writes are checked by checksums.py.
+"""csrc/log/_hash.h (upstream xxHash, vendored) must give the ``xxhash`` package's XXH3-64 for
+every input: the checksums csrc/log/_batchwriter.c writes are checked by checksums.py.
 
 The header is compiled with the system ``gcc`` into a throwaway shared library and called through
 ctypes, three ways: as the extension builds it (on x86 the kernel picked at load time: AVX-512,
@@ -20,7 +20,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-HEADER_DIR = Path(__file__).resolve().parents[1] / "gpuviz" / "log"
+HEADER_DIR = Path(__file__).resolve().parents[1] / "csrc" / "log"
 X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 SOURCE = """#include "_hash.h"
 uint64_t check(const void *p, size_t n) { return gv_xxh3_64(p, n); }

@@ -21,7 +21,7 @@ only for the rows added since, and the arrays it got earlier never change.
 Readers see flushed and staged rows alike: every read flushes first.
 
 Appending takes no lock: a row is added by one C-level call holding the GIL (``extend``, or
-a C recorder's write through gpuviz/log/_rowsink.h), and a flush takes the staged rows in
+a C recorder's write through csrc/log/_rowsink.h), and a flush takes the staged rows in
 one (``Arena.take()``; a slice and a ``del`` of a ``bytearray``), so concurrent appends are
 never lost or torn.
 Flushes are serialised by the log's lock.
@@ -55,7 +55,7 @@ from gpuviz.log.rows import split_rows
 from gpuviz.log.schema import COLUMNS, DTYPES, KIND_NAMES, ROW_COLUMNS, ROW_DTYPE, ROW_STRUCT, MarkPhase, kind_code
 from gpuviz.log.strings import StringTable
 
-# rows written in place into huge-page chunks, flushed without a copy (gpuviz/log/_staging.c);
+# rows written in place into huge-page chunks, flushed without a copy (csrc/log/_staging.c);
 # where it was not built: a bytearray, one bytes object per flush
 _staging = registry.load("gpuviz.log._staging")
 _Arena: Callable[[], Any] | None = None if _staging is None else _staging.Arena
@@ -191,7 +191,7 @@ class EventLog:
 
     def row_sink(self) -> tuple[RowStaging, int]:
         """The staging object (``extend(rows)``, ``len()`` in bytes; C recorders write into it
-        through gpuviz/log/_rowsink.h) and its flush threshold in bytes, for recorders that pack
+        through csrc/log/_rowsink.h) and its flush threshold in bytes, for recorders that pack
         rows themselves (``ROW_STRUCT``) and call ``flush_staged()`` once it reaches the threshold."""
         self._check_writable()
         return self._staged, self._flush_len

@@ -57,7 +57,7 @@ __all__ = ["LogWriter", "save", "load", "to_parquet", "ARROW_SCHEMA"]
 logger = logging.getLogger("gpuviz")
 
 _NAMES = tuple(name for name, _ in COLUMNS)
-# the stream's batches written off the recording thread (gpuviz/log/_batchwriter.c); where it
+# the stream's batches written off the recording thread (csrc/log/_batchwriter.c); where it
 # was not built: written with pyarrow by the flushing thread
 _batchwriter = registry.load("gpuviz.log._batchwriter")
 _BatchWriter: Any = None if _batchwriter is None else _batchwriter.BatchWriter

@@ -1,5 +1,5 @@
 /* The Arrow IPC record-batch message of an event-log batch, built by hand for
- * gpuviz/log/_batchwriter.c (no Python here; included by it only).
+ * csrc/log/_batchwriter.c (no Python here; included by it only).
  *
  * The message is what pyarrow writes for the same batch (format.rst of Arrow's IPC format):
  * 0xFFFFFFFF, the metadata's length, a Message flatbuffer (version V5, a RecordBatch header, its

@@ -3,7 +3,7 @@
  * RowWriter(staged, limit, flush, device).emit(kind, address, size, requested, segment,
  * largest_free, tag, stack) appends one row laid out as gpuviz.log.schema.ROW_STRUCT
  * ("<qBbhhqqqqqqqii", 78 bytes, little-endian, packed) to ``staged``, the log's staging
- * bytearray or Arena (gpuviz/log/_rowsink.h), stamped with time.perf_counter_ns()'s clock
+ * bytearray or Arena (csrc/log/_rowsink.h), stamped with time.perf_counter_ns()'s clock
  * (_clock.h) and threading.get_ident(), and calls ``flush()`` once the rows are due (an Arena's
  * window says when; a bytearray once it holds ``limit`` bytes). It writes exactly the bytes that
  * the pure-Python recorder (gpuviz.capture.recorder) writes; tests hold the two together.

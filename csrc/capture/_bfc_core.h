@@ -10,7 +10,7 @@
  * gpuviz.log.schema (kind, address, size, requested, segment, largest_free, tag, stack);
  * the caller stamps time and thread. Or, while the caller has set ``rows`` and ``row_time``,
  * the core writes each decision's row itself, in place, into an EventLog's staging arena
- * (gpuviz/log/_window.h; no call per row). All sizes are bytes. Not thread-safe: the caller
+ * (csrc/log/_window.h; no call per row). All sizes are bytes. Not thread-safe: the caller
  * holds a lock around every call.
  *
  * The free index is a treap (a binary search tree, heap-ordered by a deterministic

@@ -1,4 +1,4 @@
-/* XXH3-64 (seed 0) for the checksums of gpuviz/log/_batchwriter.c: upstream xxHash, vendored
+/* XXH3-64 (seed 0) for the checksums of csrc/log/_batchwriter.c: upstream xxHash, vendored
  * unmodified in vendor/xxhash (see its README), the library the ``xxhash`` Python package wraps,
  * so that checksums made here and in gpuviz/log/checksums.py agree (tests/test_xxh3.py).
  *

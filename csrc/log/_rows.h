@@ -1,9 +1,9 @@
 /* One event row as gpuviz.log.schema.ROW_STRUCT lays it out ("<qBbhhqqqqqqqii": 78 bytes,
- * little-endian, packed), written by every C recorder (gpuviz/capture/_rowwriter.c,
- * _bfcnative.c, _pluggable.c, gpuviz/log/_heapcore.c) through pack_row and read back into
- * columns by gpuviz/log/_staging.c through unpack_row, so the layout is written down once on
+ * little-endian, packed), written by every C recorder (csrc/capture/_rowwriter.c,
+ * _bfcnative.c, _pluggable.c, csrc/log/_heapcore.c) through pack_row and read back into
+ * columns by csrc/log/_staging.c through unpack_row, so the layout is written down once on
  * the C side: the field order of ROW_FIELDS. Where the rows go (an EventLog's staging arena or
- * bytearray) is gpuviz/log/_rowsink.h.
+ * bytearray) is csrc/log/_rowsink.h.
  */
 #ifndef GPUVIZ_ROWS_H
 #define GPUVIZ_ROWS_H
@@ -49,8 +49,8 @@ static inline void unpack_row(row_t *r, const unsigned char in[ROW_BYTES]) {
 
 /* The rows of ``in`` (n whole rows) into the 15 columns of gpuviz.log.schema.DTYPES, in order:
  * seq (first_seq, +1 per row), then the row's fields. ``out[k]`` holds n values of column k's
- * width (SPLIT_WIDTHS). One read of each row: gpuviz/log/_staging.c's split() and the file
- * writer (gpuviz/log/_batchwriter.c) both split through it. */
+ * width (SPLIT_WIDTHS). One read of each row: csrc/log/_staging.c's split() and the file
+ * writer (csrc/log/_batchwriter.c) both split through it. */
 #define SPLIT_COLUMNS 15
 #define SPLIT_WIDTHS {8, 8, 1, 1, 2, 2, 8, 8, 8, 8, 8, 8, 8, 4, 4}
 

@@ -2,7 +2,7 @@
  * stages rows in a bytearray and keeps flushed ones as bytes objects otherwise).
  *
  * Arena() is a log's staging object (EventLog.row_sink()): recorders write rows in place at the
- * end of its current chunk (the window of gpuviz/log/_rowsink.h: C recorders through the capsule
+ * end of its current chunk (the window of csrc/log/_rowsink.h: C recorders through the capsule
  * _api, Python ones with extend()), and take() -- the log's flush -- returns the rows staged
  * since the last take as a read-only view of the chunk, without copying them. len() is the
  * bytes staged. Holding the GIL throughout, each call is one step for the recorders.

@@ -1,6 +1,6 @@
 /* The window over an EventLog's staging arena (gpuviz.log._staging.Arena) where rows are written
- * in place, in plain C (no Python), for the recorders (gpuviz/log/_rowsink.h) and the BFC core
- * (gpuviz/capture/_bfc_core.h), which writes its rows through it directly:
+ * in place, in plain C (no Python), for the recorders (csrc/log/_rowsink.h) and the BFC core
+ * (csrc/capture/_bfc_core.h), which writes its rows through it directly:
  *
  *     start <= write <= end        rows [start, write) are staged (written, not yet flushed)
  *     write + ROW_BYTES <= end     there is room for a row; otherwise the arena makes room first
