@@ -43,6 +43,8 @@ QUICK: dict[str, tuple[str, list[str]]] = {
     "explain": ("benchmarks.bench_explain", ["--repeats", "1"]),
     "real": ("benchmarks.bench_real", ["--entries", "100000"]),
     # the formats whose inputs are synthetic or real traces that open (see bench_import.py)
+    # each C extension against its Python twin (benchmarks/native/<layer>.py)
+    "native": ("benchmarks.bench_native", ["--repeats", "3"]),
     "import": (
         "benchmarks.bench_import",
         [
