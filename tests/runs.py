@@ -14,13 +14,20 @@ from gpuviz.capture import ReferenceBFCAllocator
 
 
 def write_rank(
-    folder: Path, rank: int, *, leak: int = 0, extra: int = 0, run: dict[str, Any] | None = None, start_ns: int = 0
+    folder: Path,
+    rank: int,
+    *,
+    leak: int = 0,
+    extra: int = 0,
+    run: dict[str, Any] | None = None,
+    start_ns: int = 0,
+    device: str = "GPU:0",
 ) -> None:
     """Ten steps of 4 MiB allocated and freed (and ``extra`` bytes beside them), keeping ``leak`` bytes per
     step; events of step k are at time ``start_ns`` + k ms (+ 1 ns per event). ``run``: more
-    ``meta["run"]`` entries."""
+    ``meta["run"]`` entries; ``device``: the allocator's device."""
     log = EventLog(meta={"run": {**RankInfo(rank, rank, 5, "node0").as_meta(), **(run or {})}})
-    alloc = ReferenceBFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device="GPU:0", log=log)
+    alloc = ReferenceBFCAllocator(SimUpstream(1 << 30), memory_limit=64 * MiB, growth=False, device=device, log=log)
     bounds = []
     for _ in range(10):
         start = len(log)

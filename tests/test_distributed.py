@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runs import write_leaky_run
+from runs import write_leaky_run, write_rank
 from traces import trace_path
 
 import gpuviz
@@ -172,6 +172,19 @@ def test_two_files_claiming_one_rank_are_refused(leaky_run: Path) -> None:
     (leaky_run / "copy.arrow").write_bytes((leaky_run / "node0-rank1.arrow").read_bytes())
     with pytest.raises(ValueError, match=r"node0-rank1\.arrow and copy\.arrow are both rank 1 on host node0"):
         cluster_summary(load_run(leaky_run))
+
+
+def test_a_cpu_only_run_counts_its_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ranks whose logs name no GPU are summarised by the devices they used, not dropped."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for rank in range(2):
+        write_rank(run_dir, rank, device="CPU:0", leak=MiB if rank == 1 else 0)
+    table = cluster_summary(load_run(run_dir)).table
+    assert list(table["rank"]) == [0, 1] and list(table["device"]) == ["node0/rank0/CPU:0", "node0/rank1/CPU:0"]
+    assert list(table["peak_bytes"]) == [4 * MiB, 4 * MiB + 10 * MiB]
+    main(["summary", str(run_dir)])
+    assert "2 ranks" in capsys.readouterr().out
 
 
 def test_an_empty_run_directory_is_an_error(tmp_path: Path) -> None:

@@ -75,14 +75,16 @@ def rank_rows(
 ) -> list[tuple[dict[str, Any], ResampledSeries]]:
     """The summary rows and resampled series of one rank's devices: every GPU the log names
     (one without events is a row of zeros), and with ``gpus_only=False`` also the other
-    devices something happened on."""
+    devices something happened on. A rank whose log names no GPU (a CPU-only run) is summarised
+    by the devices something happened on, so that it still counts as a rank."""
     log = rank_log.log
     cols = log.columns
     start = int(cols["time_ns"].min()) if len(log) else 0
     transfers = cols["kind"] == Kind.TRANSFER
     rows = []
     gpus = [name for name in log.device_names if _is_gpu(name)]  # every GPU named, idle ones too
-    names = gpus if gpus_only else gpus + [n for n in devices_present(log) if n not in gpus]
+    others = [n for n in devices_present(log) if n not in gpus]
+    names = gpus + others if not gpus_only or not gpus else gpus
     for name in names:
         index = log.device_index(name)
         series = timeline_series(log, name)
