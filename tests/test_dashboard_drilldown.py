@@ -39,7 +39,7 @@ def test_many_segments_open_as_the_overview_and_drill_down(snapshot: Path) -> No
     dashboard.map_view = {"level": "group", "group": "≤ 2.0 MiB", "base": -1}  # what a click on row 0 sets
     figure = shown(dashboard)
     small = [base for base, size, *_ in segments() if size == 2 * MiB]
-    assert figure["layout"]["meta"] == {"view": "group", "group": "≤ 2.0 MiB", "bases": small}
+    assert figure["layout"]["meta"] == {"view": "group", "group": "≤ 2.0 MiB", "bases": small, "sizes": [2 * MiB] * 70}
     assert {y for t in figure["data"] for y in t["y"]} == {f"{b:#x}" for b in small}
 
     base = small[7]

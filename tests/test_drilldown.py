@@ -48,6 +48,7 @@ def test_a_group_draws_exactly_its_segments_and_a_segment_names_its_allocation(h
     assert shown == MapView(GROUP, "16 MiB–32 MiB")  # noqa: RUF001
     twenty = [base for base, size, *_ in segments() if size == 20 * MiB]
     assert spec["layout"]["meta"]["bases"] == twenty and len(twenty) == 30
+    assert spec["layout"]["meta"]["sizes"] == [20 * MiB] * 30
     drawn = {y for t in spec["data"] for y in t["y"]}
     assert drawn == {f"{b:#x}" for b in twenty}
     assert spec["layout"]["title"]["text"].startswith("GPU:0 · 30 segments of 16 MiB–32 MiB<br>")  # noqa: RUF001

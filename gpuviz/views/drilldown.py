@@ -11,8 +11,9 @@ naming its allocation and call site); a click on a segment draws that segment al
 of fewer segments is drawn whole (level ``map``).
 
 Each figure's ``layout.meta`` says what a click on it means: ``{"view": "overview", "groups":
-[name, ...]}`` (row i is group i), ``{"view": "group", "group": name, "bases": [base, ...]}``
-or ``{"view": "segment", "group": name, "bases": [base]}``. Sizes are bytes.
+[name, ...]}`` (row i is group i), ``{"view": "group", "group": name, "bases": [base, ...],
+"sizes": [size, ...]}`` (its segments, by address) or the same with ``"view": "segment"`` and
+one segment. Sizes are bytes.
 """
 
 from __future__ import annotations
@@ -187,7 +188,8 @@ def view_spec(
                                "pinning": pinning, "allocated": allocated}  # fmt: skip
     if shown.level == MAP:
         spec = _map_spec(state, heading, **options)
-        spec["layout"]["meta"] = {"view": MAP, "bases": [s.base for s in state.segments]}
+        spec["layout"]["meta"] = {"view": MAP, "bases": [s.base for s in state.segments],
+                                  "sizes": [s.size for s in state.segments]}  # fmt: skip
         return spec, shown
     if shown.level == OVERVIEW:
         return overview_spec(state, title=heading, groups=groups), shown
@@ -198,6 +200,7 @@ def view_spec(
     else:
         part = HeapState(state.device, tuple(s for s in state.segments if s.base == shown.base))
         spec = _map_spec(part, f"{heading} · segment {shown.base:#x}", **options)
-    spec["layout"]["meta"] = {"view": shown.level, "group": group.name, "bases": [s.base for s in part.segments]}
+    spec["layout"]["meta"] = {"view": shown.level, "group": group.name, "bases": [s.base for s in part.segments],
+                              "sizes": [s.size for s in part.segments]}  # fmt: skip
     spec["layout"]["uirevision"] = f"{shown.level}:{state.device}:{group.name}:{shown.base}"
     return spec, shown
