@@ -3,12 +3,15 @@ PyTorch snapshot of 101 segments (made here, its answer known) opens as the over
 class with each group's segment count and totals, in the notebook dashboard (``%gpuviz show``,
 the kernel draws each level) and in the JupyterLab extension's view of the saved file (no
 kernel: the result embeds each group's map). A click on a group draws its segments, a click on
-a segment draws it alone, and hovering its block names the allocation and its call site."""
+a segment draws it alone, and hovering its block names the allocation and its call site. The
+largest real PyTorch snapshot (cs336, 1,010 segments; ``GPUVIZ_TEST_TRACES``, optional) opens
+as the same overview in both."""
 
 from __future__ import annotations
 
 # ruff: noqa: RUF001  (the size classes are named with an en dash)
 import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 from browsing import collect_errors
 from manysegments import GROUPS, SITES, segments, write_snapshot
 from nbformat.v4 import new_code_cell, new_notebook
+from traces import needs_traces, trace_path
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -25,6 +29,7 @@ pytestmark = [
 ]
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]  # fmt: skip
+CS336 = "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
 ROWS = [f"{name} · {count} segment{'s' if count > 1 else ''}" for name, count, _, _ in GROUPS]
 _CENTER = """([selector, name, i]) => {
   // the page coordinates of the middle of bar i of the trace named `name` in the plot `selector`
@@ -133,5 +138,36 @@ def test_the_labextension_opens_many_segments_as_an_overview_and_drills_down(bro
     page.click(f"{nav} a >> text=overview")
     page.wait_for_selector(f"{plot}[data-view='overview']")
     assert overview_rows(page, plot) == ROWS
+    assert errors == []
+    page.close()
+
+
+@needs_traces
+def test_the_largest_real_snapshot_opens_as_an_overview_in_the_dashboard_and_the_labextension(  # type: ignore[no-untyped-def]
+    browser, lab_server
+) -> None:
+    """cs336's 1,010 segments: four labelled rows, the groups of the report, in both views."""
+    base, token, root = lab_server
+    shutil.copyfile(trace_path(CS336), root / "cs336.pickle")  # (a temporary copy: the server's root)
+    expected = ["≤ 2.0 MiB · 10 segments", "16 MiB–32 MiB · 542 segments", "64 MiB–128 MiB · 457 segments",
+                "128 MiB–256 MiB · 1 segment"]  # fmt: skip
+    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz\n%gpuviz show cs336.pickle")])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, root / "cs336.ipynb")
+    page = browser.new_page(viewport={"width": 1300, "height": 1100})
+    errors = collect_errors(page, console=False)
+    page.goto(f"{base}/lab/tree/cs336.ipynb?reset&token={token}")
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    plot = ".gpuviz-dashboard .gpuviz-map"
+    page.wait_for_function(f"document.querySelector('{plot}')?.layout?.meta?.view === 'overview'", timeout=180_000)
+    assert overview_rows(page, plot) == expected
+    assert page.locator(f"{plot} .ytick").count() == 4
+    page.goto(f"{base}/lab/tree/cs336.pickle?reset&token={token}")
+    plot = ".jp-gpuviz-result .jp-gpuviz-figure[data-name='map:GPU:0']"
+    page.wait_for_selector(f"{plot}[data-view='overview']", timeout=120_000)
+    assert overview_rows(page, plot) == expected
+    assert page.locator(f"{plot} .ytick").count() == 4
     assert errors == []
     page.close()
