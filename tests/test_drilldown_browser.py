@@ -3,7 +3,8 @@ PyTorch snapshot of 101 segments (made here, its answer known) opens as the over
 class with each group's segment count and totals, in the notebook dashboard (``%gpuviz show``,
 the kernel draws each level) and in the JupyterLab extension's view of the saved file (no
 kernel: the result embeds each group's map). A click on a group draws its segments, a click on
-a segment draws it alone, and hovering its block names the allocation and its call site. The
+a segment draws it alone, and hovering its block names the allocation and its call site; in
+the dashboard a click on the active-memory view moves the map to that moment. The
 largest real PyTorch snapshot (cs336, 1,010 segments; ``GPUVIZ_TEST_TRACES``, optional) opens
 as the same overview in both."""
 
@@ -117,6 +118,15 @@ def test_the_dashboard_opens_many_segments_as_an_overview_and_drills_down(browse
     assert page.inner_text(".gpuviz-dashboard .gpuviz-nav") == f"overview › ≤ 2.0 MiB › segment {segments()[7][0]:#x}"
     page.click(".gpuviz-dashboard .gpuviz-nav a >> text=overview")  # the breadcrumbs go back up
     page.wait_for_function(f"document.querySelector('{plot}').layout.meta.view === 'overview'")
+    # a click on the active-memory view: the kernel moves the slider and the map to that moment
+    active = ".gpuviz-dashboard .gpuviz-active"
+    moments = page.eval_on_selector(active, "gd => gd.data.flatMap((t) => Array.from(t.customdata || []))")
+    target = sorted(set(moments))[len(set(moments)) // 3]
+    page.eval_on_selector(active, f"gd => gd.emit('plotly_click', {{points: [{{customdata: {target}}}]}})")
+    page.wait_for_function(
+        f"document.querySelector('.gpuviz-slider-label').innerText.startsWith('event {target} of ')", timeout=60_000
+    )
+    assert page.eval_on_selector(plot, "gd => gd.layout.title.text").startswith(f"GPU:0 after event {target} ")
     assert errors == []
     page.close()
 
