@@ -53,3 +53,7 @@ def test_the_saved_result_opens_the_1010_segments_as_the_overview(log: gpuviz.Ev
     assert [(g["name"], len(g["figure"]["layout"]["meta"]["bases"])) for g in figure["drill"]["groups"]] == EXPECTED
     for group in figure["drill"]["groups"]:
         assert len(group["figure"]["layout"]["yaxis"]["tickvals"]) <= MAX_LABELS
+        # every chunk drawn on its own (none aggregated): each block's hover names its allocation
+        assert [t["name"] for t in group["figure"]["data"]] == ["free", "waste", "used"]
+        assert all(text.startswith("<b>") and "requested " in text
+                   for text in group["figure"]["data"][2]["hovertext"])  # fmt: skip

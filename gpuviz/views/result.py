@@ -24,8 +24,8 @@ Values stay raw (bytes, ns) so that tables sort by value; the extension formats 
 Each device's map is drawn at the moment views open at: its first OOM (with the pinning
 analysis), else its peak. A heap of more than ``overview.OVERVIEW_ABOVE`` segments is drawn as
 the overview by size class (``gpuviz.views.drilldown``), and ``drill`` holds each group's map
-(its segments, each chunk's hover naming its allocation and call site, at most
-``GROUP_RECTANGLES`` rectangles per group): row i of the overview opens ``drill.groups[i]``,
+(its segments, each chunk's hover naming its allocation and call site, within
+``DRILL_RECTANGLES`` rectangles in all): row i of the overview opens ``drill.groups[i]``,
 and a segment's row of a group's map opens that segment alone (``layout.meta``: its ``bases``
 and ``sizes``), all without a kernel.
 """
@@ -59,8 +59,12 @@ OOM_LINES = 20
 """The most out-of-memory events a result's summary names one by one (its OOM table has them all)."""
 LIVE_ROWS = 200
 """The most rows of a "live at the OOM / at the peak" table in a result."""
-GROUP_RECTANGLES = 2 * FRAME_RECTANGLES
-"""The most rectangles one group's map of a drill-down draws (the rest is aggregated)."""
+DRILL_RECTANGLES = 4 * FRAME_RECTANGLES
+"""The most rectangles the groups' maps of one drill-down draw together (each at least
+``GROUP_RECTANGLES``; what a group's share cannot draw is aggregated), so a result's size
+follows what is drawn, not the number of segments."""
+GROUP_RECTANGLES = 500
+"""The fewest rectangles one group's map of a drill-down may draw."""
 
 
 def _map_figure(p: Profile, name: str, at: int, title: str) -> dict[str, Any]:
@@ -76,11 +80,12 @@ def _map_figure(p: Profile, name: str, at: int, title: str) -> dict[str, Any]:
     if times_inferred(p.log):  # hovers name the event, never an inferred time
         allocated = {address: (event, -1) for address, (event, _) in allocated.items()}
     groups = heap_groups(state)
+    share = max(GROUP_RECTANGLES, DRILL_RECTANGLES // len(groups))
     heading = f"{name} after event {at if at >= 0 else len(p.log) - 1}"
     drill = [
         {"name": group.name, "figure": view_spec(
             state, MapView(GROUP, group.name), title=heading, color_by=p.options.color_by,
-            max_rectangles=GROUP_RECTANGLES, stacks=p.log.stacks, pinning=pinned, allocated=allocated,
+            max_rectangles=share, stacks=p.log.stacks, pinning=pinned, allocated=allocated,
         )[0]}
         for group in groups
     ]  # fmt: skip
