@@ -10,7 +10,9 @@ Layout::
 
     {"format": "gpuviz-result", "version": 1, "title": str,
      "summary": [str, ...],                                  # plain-text lines
-     "figures": [{"name": str, "title": str, "figure": {"data": [...], "layout": {...}}}],
+     "figures": [{"name": str, "title": str, "figure": {"data": [...], "layout": {...}},
+                  # optional: a map's drill-down (a heap of many segments, whose figure is the overview)
+                  "drill": {"groups": [{"name": str, "figure": {...}}]}}],
      "tables":  [{"name": str, "title": str, "columns": [str], "rows": [[str|int|float|None]],
                   # optional (readers of older results do without them):
                   "headers": [str],             # human column headers
@@ -20,7 +22,12 @@ Layout::
 
 Values stay raw (bytes, ns) so that tables sort by value; the extension formats them by kind.
 Each device's map is drawn at the moment views open at: its first OOM (with the pinning
-analysis), else its peak.
+analysis), else its peak. A heap of more than ``overview.OVERVIEW_ABOVE`` segments is drawn as
+the overview by size class (``gpuviz.views.drilldown``), and ``drill`` holds each group's map
+(its segments, each chunk's hover naming its allocation and call site, within
+``DRILL_RECTANGLES`` rectangles in all): row i of the overview opens ``drill.groups[i]``,
+and a segment's row of a group's map opens that segment alone (``layout.meta``: its ``bases``
+and ``sizes``), all without a kernel.
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ from plotly.utils import PlotlyJSONEncoder
 from gpuviz.analysis.integrity import integrity_lines
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.tables import devices_present
+from gpuviz.analysis.timeline import times_inferred
 from gpuviz.base.units import format_size
+from gpuviz.views.drilldown import GROUP, MapView, has_overview, heap_groups, overview_spec, view_spec
 from gpuviz.views.fragmentation import device_map
 from gpuviz.views.oom import pinning_lines
 from gpuviz.views.report import FRAME_RECTANGLES, figure_json
@@ -50,6 +59,38 @@ OOM_LINES = 20
 """The most out-of-memory events a result's summary names one by one (its OOM table has them all)."""
 LIVE_ROWS = 200
 """The most rows of a "live at the OOM / at the peak" table in a result."""
+DRILL_RECTANGLES = 4 * FRAME_RECTANGLES
+"""The most rectangles the groups' maps of one drill-down draw together (each at least
+``GROUP_RECTANGLES``; what a group's share cannot draw is aggregated), so a result's size
+follows what is drawn, not the number of segments."""
+GROUP_RECTANGLES = 500
+"""The fewest rectangles one group's map of a drill-down may draw."""
+
+
+def _map_figure(p: Profile, name: str, at: int, title: str) -> dict[str, Any]:
+    """A result's map of device ``name`` after log position ``at``: the whole map, or for many
+    segments the overview with each group's map in ``drill``."""
+    device = p.devices[name]
+    state = device.state_at(at)
+    if not has_overview(state):
+        heap = device_map(p, name, at, max_rectangles=FRAME_RECTANGLES)
+        return {"name": f"map:{name}", "title": title, "figure": figure_json(heap)}
+    pinned = device.pinning_at(at)
+    allocated = device.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use])
+    if times_inferred(p.log):  # hovers name the event, never an inferred time
+        allocated = {address: (event, -1) for address, (event, _) in allocated.items()}
+    groups = heap_groups(state)
+    share = max(GROUP_RECTANGLES, DRILL_RECTANGLES // len(groups))
+    heading = f"{name} after event {at if at >= 0 else len(p.log) - 1}"
+    drill = [
+        {"name": group.name, "figure": view_spec(
+            state, MapView(GROUP, group.name), title=heading, color_by=p.options.color_by,
+            max_rectangles=share, stacks=p.log.stacks, pinning=pinned, allocated=allocated,
+        )[0]}
+        for group in groups
+    ]  # fmt: skip
+    overview = overview_spec(state, title=heading, groups=groups)
+    return {"name": f"map:{name}", "title": title, "figure": overview, "drill": {"groups": drill}}
 
 
 def _summary(p: Profile) -> list[str]:
@@ -129,8 +170,7 @@ def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:
     for name, device in gpus_first:
         at = device.opening
         where = "out-of-memory error" if device.pinning_at(at) is not None else "peak"
-        heap = device_map(p, name, at, max_rectangles=FRAME_RECTANGLES)
-        figures.append({"name": f"map:{name}", "title": f"{name}: heap at the {where}", "figure": figure_json(heap)})
+        figures.append(_map_figure(p, name, at, f"{name}: heap at the {where}"))
         series = timeline(
             device.series, t0_ns=p.t0_ns, points=p.options.points, transfers=p.transfers, marks=p.marks,
             ooms=p.ooms[p.ooms["device"] == name] if len(p.ooms) else None,

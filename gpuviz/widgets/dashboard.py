@@ -19,7 +19,13 @@ pinned memory there, the timeline with its annotations, the tables.
 
 The slider steps through the device's allocator events one by one (arrow keys step by one)
 and is labelled with the event number and its time; ``stops`` jumps to every OOM, the peak,
-every mark and evenly spaced instants. The device selector switches devices.
+every mark and evenly spaced instants. The device selector switches devices. A click on the
+active-memory view moves the slider (and the map) to that moment.
+
+A heap of many segments opens as the map's overview (``gpuviz.views.drilldown``: one row per
+group of ``overview.segment_groups``, with its totals); a click on a group draws its segments,
+a click on a segment draws it alone (``map_view``: the level shown, which the slider keeps
+while the group or segment exists, and the breadcrumbs above the map go back up).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
 from gpuviz.views.active import active_grouping, active_spec
 from gpuviz.views.advice import advice_html
-from gpuviz.views.fragmentation import map_layout, trace_specs
+from gpuviz.views.drilldown import MAP, OVERVIEW, MapView, view_spec
 from gpuviz.views.livemap import live_map
 from gpuviz.views.oom import pinning_html
 from gpuviz.views.static import static_html
@@ -155,6 +161,8 @@ class Dashboard(anywidget.AnyWidget):
     timeline_json = traitlets.Unicode("").tag(sync=True)
     active_json = traitlets.Unicode("").tag(sync=True)
     clicked = traitlets.Int(-1).tag(sync=True)  # a log position clicked in the active-memory view
+    # the map's drill-down level: {"level": map|overview|group|segment, "group": name, "base": segment base}
+    map_view: traitlets.Dict[str, Any] = traitlets.Dict({"level": OVERVIEW, "group": "", "base": -1}).tag(sync=True)
     pinning_html = traitlets.Unicode("").tag(sync=True)
     summary_html = traitlets.Unicode("").tag(sync=True)
     placement_html = traitlets.Unicode("").tag(sync=True)
@@ -199,6 +207,7 @@ class Dashboard(anywidget.AnyWidget):
         self.observe(self._on_device, names="device")
         self.observe(self._on_slider, names="position")
         self.observe(self._on_clicked, names="clicked")
+        self.observe(self._on_map_view, names="map_view")
         if live:
             self.header = f"<b>{html.escape(title)}</b> · starting…"
             self.start_live()
@@ -389,14 +398,24 @@ class Dashboard(anywidget.AnyWidget):
         self.active_json = to_json(active)
 
     def _show_map(self, state: HeapState, title: str, found: Pinning | None = None) -> None:
+        """The map of ``state`` at the drill-down level ``map_view`` asks for (as far as ``state``
+        has it: the level drawn is written back to ``map_view``)."""
         options = self.options
-        layout = map_layout(state, title=title, pinning=found)
-        layout["uirevision"] = state.device  # zoom and pan survive scrubbing...
-        if self.profile is not None:  # ...as long as the figure's own x range stays: the opening one's
-            layout["xaxis"]["range"] = self._map_range.setdefault(state.device, layout["xaxis"]["range"])
-        data = trace_specs(state, color_by=options.color_by, max_rectangles=options.max_rectangles,
-                           stacks=self.event_log.stacks, pinning=found)  # fmt: skip
-        self.map_json = to_json({"data": data, "layout": layout})
+        wanted = self.map_view
+        view = MapView(str(wanted.get("level", OVERVIEW)), str(wanted.get("group", "")), int(wanted.get("base", -1)))
+        spec, shown = view_spec(
+            state, view, title=title, color_by=options.color_by, max_rectangles=options.max_rectangles,
+            stacks=self.event_log.stacks, pinning=found,
+        )  # fmt: skip
+        layout = spec["layout"]
+        if shown.level == MAP:
+            layout["uirevision"] = state.device  # zoom and pan survive scrubbing...
+        if self.profile is not None and shown.level != OVERVIEW:  # ...as long as the x range stays: the opening one's
+            key = f"{state.device}|{shown.level}|{shown.group}|{shown.base}"
+            layout["xaxis"]["range"] = self._map_range.setdefault(key, layout["xaxis"]["range"])
+        if shown != view:
+            self._set_view(shown)
+        self.map_json = to_json(spec)
 
     def _draw_map(self, device: str, position: int) -> None:
         """The map after the ``position``-th allocator event of ``device`` and its label; at an
@@ -430,6 +449,7 @@ class Dashboard(anywidget.AnyWidget):
     def _on_device(self, change: dict[str, Any]) -> None:
         with self._lock:
             if not self._quiet and change["new"] and self.profile is not None:
+                self._set_view(MapView())  # another device's map opens at its overview
                 self._draw_device(change["new"])
 
     def _on_clicked(self, change: dict[str, Any]) -> None:
@@ -441,6 +461,20 @@ class Dashboard(anywidget.AnyWidget):
             index = p.devices[self.device].series.index
             self.position = max(int(np.searchsorted(index, int(change["new"]), side="right")) - 1, 0)
             self.clicked = -1  # (so that the same moment can be clicked again)
+
+    def _set_view(self, view: MapView) -> None:
+        """``map_view`` set by the code itself (not taken for a click)."""
+        quiet, self._quiet = self._quiet, True
+        try:
+            self.map_view = view._asdict()
+        finally:
+            self._quiet = quiet
+
+    def _on_map_view(self, change: dict[str, Any]) -> None:
+        """A click on the map or its breadcrumbs: the map drawn again at that level."""
+        with self._lock:
+            if not self._quiet and self.device and self.profile is not None:
+                self._draw_map(self.device, self.position)
 
     def _on_slider(self, change: dict[str, Any]) -> None:
         with self._lock:

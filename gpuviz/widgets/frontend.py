@@ -2,10 +2,13 @@
 three plotly figures (map, timeline, active memory) and the HTML panes from the model's traits.
 
 Traits it reads: ``header``, ``devices``/``device``, ``stops`` (``[label, position]``),
-``position``/``max_position``/``scrubbable``, ``slider_label``, ``map_json``,
+``position``/``max_position``/``scrubbable``, ``slider_label``, ``map_json``, ``map_view``,
 ``timeline_json``, ``active_json``, ``pinning_html``, ``summary_html``, ``placement_html``. It writes
-``device``, ``clicked`` (a log position clicked in the active-memory view) and ``position``
-(the slider; the arrow keys step one event, Page Up/Down ten; the stops). Custom message
+``device``, ``clicked`` (a log position clicked in the active-memory view), ``position``
+(the slider; the arrow keys step one event, Page Up/Down ten; the stops) and ``map_view`` (the
+map's drill-down level: a click on an overview row opens its group, a click on a group's
+segment opens that segment, the breadcrumbs above the map go back; what a click means comes
+from the drawn figure's ``layout.meta``, ``gpuviz.views.drilldown``). Custom message
 ``{"extend": {figure, traces, x, y}}`` appends points to a drawn figure. Counters in the
 element's ``data-*`` attributes (``mapDraws``, ``timelineDraws``, ``extends``) let tests see
 what was drawn.
@@ -26,6 +29,8 @@ DASHBOARD_CSS = """
 .gpuviz-dashboard .gpuviz-pinning { flex: 1; overflow: auto; max-height: 600px; }
 .gpuviz-dashboard .gpuviz-pinning:empty { display: none; }
 .gpuviz-dashboard details { margin-top: 6px; }
+.gpuviz-dashboard .gpuviz-nav { margin: 2px 0; min-height: 1.2em; }
+.gpuviz-dashboard .gpuviz-nav a { cursor: pointer; color: #3b6fb6; text-decoration: underline; }
 """
 
 ESM_HELPERS = """
@@ -64,6 +69,7 @@ async function render({ model, el }) {
   slider.step = "1";
   slider.setAttribute("aria-label", "event");
   const label = element("span", "gpuviz-slider-label", sliderRow);
+  const nav = element("div", "gpuviz-nav", el);
   const row = element("div", "gpuviz-row", el);
   const divs = {map: element("div", "gpuviz-plot gpuviz-map", row)};
   const pinning = element("div", "gpuviz-pinning", row);
@@ -106,6 +112,23 @@ async function render({ model, el }) {
     slider.disabled = !model.get("scrubbable");
   };
   const Plotly = await plotly();
+  let drillable = false;
+  const watchMap = () => {
+    if (drillable || !divs.map.on) return;
+    drillable = true;
+    divs.map.on("plotly_click", (event) => {
+      const point = event.points && event.points[0];
+      const meta = (divs.map.layout || {}).meta || {};
+      if (!point) return;
+      if (meta.view === "overview") {  // a row of the overview: its group's segments
+        const group = (meta.groups || [])[Math.round(Number(point.y))];
+        if (group !== undefined) setView({level: "group", group, base: -1});
+      } else if (meta.view === "group") {  // a segment's row: that segment alone
+        const base = (meta.bases || []).find((b) => "0x" + b.toString(16) === String(point.y));
+        if (base !== undefined) setView({level: "segment", group: meta.group, base});
+      }
+    });
+  };
   // One draw at a time per plot (Plotly.react is asynchronous: two at once could interleave); a
   // change that arrives while a draw runs is drawn when it ends, from the model's latest figure.
   const busy = {}, again = {};
@@ -121,14 +144,35 @@ async function render({ model, el }) {
     }
     busy[name] = true;
     Promise.resolve(Plotly.react(divs[name], figure.data || [], layout, CONFIG))
-      .then(() => count(name + "Draws"))
+      .then(() => { if (name === "map") watchMap(); count(name + "Draws"); })
       .finally(() => {
         busy[name] = false;
         if (again[name]) { again[name] = false; draw(name); }
       });
   };
+  // the map's drill-down: breadcrumbs from map_view, clicks on the map set it (the kernel draws)
+  const setView = (view) => { model.set("map_view", view); model.save_changes(); };
+  const crumbs = () => {
+    const view = model.get("map_view") || {};
+    const trail = view.level === "group" || view.level === "segment" ? [["overview", {level: "overview"}]] : [];
+    if (view.level === "group") trail.push([view.group, null]);
+    if (view.level === "segment") {
+      trail.push([view.group, {level: "group", group: view.group, base: -1}]);
+      trail.push(["segment 0x" + Number(view.base).toString(16), null]);
+    }
+    if (view.level === "overview") trail.push(["overview of the segments (click a row)", null]);
+    nav.replaceChildren();
+    trail.forEach(([text, target], i) => {
+      if (i) nav.appendChild(document.createTextNode(" \u203a "));
+      const item = element(target ? "a" : "span", "", nav);
+      item.textContent = text;
+      if (target) item.addEventListener("click", () => setView({group: "", base: -1, ...target}));
+    });
+  };
   texts();
   controlsFromModel();
+  crumbs();
+  model.on("change:map_view", crumbs);
   // the map shares its row with the pinning list, which comes and goes: drawn again at its box's
   // width (draw sets it), not with Plotly.Plots.resize, which drops a layout's height when it has no
   // width of its own: the map's height would follow the row's other content and clip its segments.

@@ -39,14 +39,21 @@ export interface ITable {
   links?: (string | null)[];
 }
 
+/** A map's drill-down (a heap of many segments, whose figure is the overview): each group's
+ * map, in the overview's row order (gpuviz.views.result, gpuviz.views.drilldown). */
+export interface IDrill {
+  groups: { name: string; figure: IFigure }[];
+}
+
 export interface IResult {
   format: typeof FORMAT;
   version: number;
   title: string;
   /** Plain-text summary lines (diagnosis of the run). */
   summary: string[];
-  /** ``rows``, optional: the name of a table whose row i is this figure's y row i (a click opens its link). */
-  figures: { name: string; title: string; figure: IFigure; rows?: string }[];
+  /** ``rows``, optional: the name of a table whose row i is this figure's y row i (a click opens its link).
+   * ``drill``, optional: the figure is a map's overview and these are its groups' maps. */
+  figures: { name: string; title: string; figure: IFigure; rows?: string; drill?: IDrill }[];
   tables: ITable[];
 }
 

@@ -2,13 +2,14 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
+import { IClick, MapDrill } from './drill';
 import { Cell, ColumnKind, IResult, ITable, parseResult } from './format';
 import { fetchResult } from './server';
 import { formatDuration, formatSize } from './units';
 
 /** What plotly adds to a plotted element: its events. */
 interface IPlotEvents {
-  on(event: 'plotly_click', handler: (event: { points: { pointNumber: number | number[] }[] }) => void): void;
+  on(event: 'plotly_click', handler: (event: IClick) => void): void;
 }
 
 const CLASS_NAME = 'jp-gpuviz-result';
@@ -145,6 +146,12 @@ export class ResultView extends Widget {
     const plots: [HTMLElement, IResult['figures'][number]][] = [];
     for (const figure of result.figures) {
       this.node.appendChild(heading(figure.title));
+      if (figure.drill) {
+        const nav = document.createElement('div');
+        nav.className = 'jp-gpuviz-nav';
+        nav.dataset.name = figure.name;
+        this.node.appendChild(nav);
+      }
       const div = document.createElement('div');
       div.className = 'jp-gpuviz-figure';
       div.dataset.name = figure.name;
@@ -168,6 +175,13 @@ export class ResultView extends Widget {
       this._plotly = Plotly;
       for (const [div, figure] of plots) {
         await Plotly.newPlot(div, figure.figure.data, figure.figure.layout, { responsive: true });
+        const nav = div.previousElementSibling as HTMLElement | null;
+        if (figure.drill && nav?.classList.contains('jp-gpuviz-nav')) {
+          // a map of many segments: its overview, a click drills down to a group and to a segment
+          const drill = new MapDrill(Plotly, div, nav, figure.figure, figure.drill);
+          await drill.show();
+          (div as unknown as IPlotEvents).on('plotly_click', event => drill.click(event));
+        }
         const links = result.tables.find(t => t.name === figure.rows)?.links;
         if (links) {
           // a click on a row of this figure opens the link of the same row of the table

@@ -1,0 +1,206 @@
+"""The fragmentation map's overview and drill-down as figures built in Python: what the
+notebook dashboard draws (the kernel draws each level when the user clicks) and what a saved
+result embeds for the JupyterLab extension (every group's map, drawn without a kernel).
+
+A heap of more than ``overview.OVERVIEW_ABOVE`` segments opens as the *overview*: one row per
+group of ``overview.segment_groups`` (the same groups as the HTML report's: inferred
+preexisting memory, then each size class of segment), each drawn as its bytes in use and
+reserved but unused, with its segment count and totals on its label and hover. A click on a
+group draws that group's segments (the map of those segments alone, every chunk's hover
+naming its allocation and call site); a click on a segment draws that segment alone. A heap
+of fewer segments is drawn whole (level ``map``).
+
+Each figure's ``layout.meta`` says what a click on it means: ``{"view": "overview", "groups":
+[name, ...]}`` (row i is group i), ``{"view": "group", "group": name, "bases": [base, ...],
+"sizes": [size, ...]}`` (its segments, by address) or the same with ``"view": "segment"`` and
+one segment. Sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from gpuviz.analysis.moments import Pinning
+from gpuviz.base.heapstate import HeapState
+from gpuviz.base.units import format_size
+from gpuviz.log.eventlog import Frame
+from gpuviz.views.fragmentation import Allocated, map_layout, metric_text, trace_specs
+from gpuviz.views.maprows import size_ticks
+from gpuviz.views.mapstyle import COLORS
+from gpuviz.views.overview import OVERVIEW_ABOVE, SegmentGroup, segment_groups, state_lanes
+
+__all__ = ["MAP", "OVERVIEW", "GROUP", "SEGMENT", "MapView", "heap_groups", "has_overview", "resolve_view"]
+__all__ += ["subset", "overview_spec", "group_heading", "view_spec", "group_label", "group_hover"]
+
+MAP, OVERVIEW, GROUP, SEGMENT = "map", "overview", "group", "segment"
+
+
+class MapView(NamedTuple):
+    """A drill-down level: ``MAP`` (every segment: few of them), ``OVERVIEW``, ``GROUP`` (the
+    segments of group ``group``) or ``SEGMENT`` (the segment at ``base``, in group ``group``)."""
+
+    level: str = OVERVIEW
+    group: str = ""
+    base: int = -1
+
+
+def _in_use(state: HeapState) -> list[int]:
+    return [sum(c.size for c in s.chunks if c.in_use) for s in state.segments]
+
+
+def heap_groups(state: HeapState) -> list[SegmentGroup]:
+    """The overview's groups of ``state``'s segments (``overview.segment_groups``, rows by address)."""
+    return segment_groups([s.size for s in state.segments], _in_use(state), state_lanes(state))
+
+
+def has_overview(state: HeapState) -> bool:
+    """Whether ``state``'s map opens as the overview (more than ``OVERVIEW_ABOVE`` segments)."""
+    return len(state.segments) > OVERVIEW_ABOVE
+
+
+def resolve_view(state: HeapState, view: MapView, groups: Sequence[SegmentGroup] | None = None) -> MapView:
+    """``view`` as far as ``state`` has it: a segment that is gone falls back to its group, a
+    group that is gone (or a heap of few segments) to the overview (or ``MAP``)."""
+    if not has_overview(state):
+        return MapView(MAP)
+    groups = heap_groups(state) if groups is None else groups
+    names = {g.name: g for g in groups}
+    found = names.get(view.group)
+    if view.level == SEGMENT and found is not None and any(state.segments[r].base == view.base for r in found.rows):
+        return view
+    if view.level in (GROUP, SEGMENT) and view.group in names:
+        return MapView(GROUP, view.group)
+    return MapView(OVERVIEW)
+
+
+def subset(state: HeapState, rows: Sequence[int]) -> HeapState:
+    """``state`` with only the segments at ``rows`` (kept by address)."""
+    return HeapState(state.device, tuple(state.segments[r] for r in sorted(rows)))
+
+
+def group_label(group: SegmentGroup) -> str:
+    """An overview row's label: the group and its segment count."""
+    count = len(group.rows)
+    return f"{group.name} · {count} segment{'' if count == 1 else 's'}"
+
+
+def group_hover(group: SegmentGroup) -> str:
+    """An overview row's hover: its segments and totals (the same words as the report's)."""
+    return (
+        f"<b>{len(group.rows)} segments of {html.escape(group.name)}</b><br>reserved {format_size(group.reserved)}"
+        f"<br>in use {format_size(group.in_use)}<br>unused {format_size(group.reserved - group.in_use)}"
+        "<br>click: its segments"
+    )
+
+
+def group_heading(group: SegmentGroup) -> str:
+    """What a group's map says it shows, e.g. ``542 segments of 16 MiB–32 MiB``."""  # noqa: RUF002
+    what = "segment" if len(group.rows) == 1 else "segments"
+    return f"{len(group.rows)} {what} of {group.name}"
+
+
+def overview_spec(
+    state: HeapState, *, title: str | None = None, groups: Sequence[SegmentGroup] | None = None
+) -> dict[str, Any]:
+    """The overview figure of ``state`` (plain dicts): one row per group, its bytes in use and
+    reserved but unused (bytes on x), hover with its totals; ``layout.meta`` names the rows."""
+    groups = heap_groups(state) if groups is None else list(groups)
+    rows = list(range(len(groups)))
+    hover = [group_hover(g) for g in groups]
+    used = [g.in_use for g in groups]
+
+    def bar(name: str, color: str, values: list[int], base: list[int]) -> dict[str, Any]:
+        marker = {"color": color, "line": {"width": 0.5, "color": "white"}}
+        return {"type": "bar", "orientation": "h", "name": name, "y": rows, "x": values, "base": base,
+                "hovertext": hover, "hoverinfo": "text", "marker": marker}  # fmt: skip
+
+    top = max([g.reserved for g in groups] + [1])
+    heading = html.escape(title or state.device) + " · overview by segment size (click a row)"
+    layout: dict[str, Any] = {
+        "title": {"text": f"{heading}<br><sub>{metric_text(state)}</sub>"},
+        "barmode": "overlay",
+        "height": min(900, 200 + 36 * len(groups)),
+        "hovermode": "closest",
+        "xaxis": {"title": {"text": "bytes"}, **size_ticks(top), "range": [0, top * 1.02]},
+        "yaxis": {
+            "title": {"text": "segment size"},
+            "tickvals": rows,
+            "ticktext": [group_label(g) for g in groups],
+            "range": [len(groups) - 0.5, -0.5],
+            "type": "linear",
+            "automargin": True,
+        },
+        "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+        "margin": {"l": 160, "r": 20, "t": 80, "b": 80},
+        "uirevision": f"overview:{state.device}",
+        "meta": {"view": OVERVIEW, "groups": [g.name for g in groups]},
+    }
+    data = [bar("in use", COLORS["used"], used, [0] * len(groups)),
+            bar("reserved, unused", COLORS["free"], [g.reserved - g.in_use for g in groups], used)]  # fmt: skip
+    return {"data": data, "layout": layout}
+
+
+def _pinning_within(state: HeapState, pinning: Pinning | None) -> Pinning | None:
+    """``pinning`` where ``state`` holds the segments it draws in, else None."""
+    if pinning is None:
+        return None
+    bases = {s.base for s in state.segments}
+    hole = pinning.largest_hole_address
+    if hole >= 0 and not any(s.base <= hole < s.end for s in state.segments):
+        return None
+    if pinning.best is not None and pinning.best.segment not in bases:
+        return None
+    return pinning
+
+
+def _map_spec(
+    state: HeapState, heading: str, *, color_by: str, max_rectangles: int, stacks: Sequence[tuple[Frame, ...]] | None,
+    pinning: Pinning | None, allocated: Allocated | None,
+) -> dict[str, Any]:  # fmt: skip
+    pinned = _pinning_within(state, pinning)
+    data = trace_specs(state, color_by=color_by, max_rectangles=max_rectangles, stacks=stacks, pinning=pinned,
+                       allocated=allocated)  # fmt: skip
+    return {"data": data, "layout": map_layout(state, title=heading, pinning=pinned)}
+
+
+def view_spec(
+    state: HeapState,
+    view: MapView,
+    *,
+    title: str | None = None,
+    color_by: str = "state",
+    max_rectangles: int = 20_000,
+    stacks: Sequence[tuple[Frame, ...]] | None = None,
+    pinning: Pinning | None = None,
+    allocated: Allocated | None = None,
+) -> tuple[dict[str, Any], MapView]:
+    """The figure (plain dicts) of ``state`` at drill-down level ``view`` (``resolve_view``:
+    the level it could draw, returned beside it): the whole map (few segments), the overview,
+    a group's segments or one segment, chunks drawn by ``fragmentation.trace_specs`` (hover:
+    allocation, call site from ``stacks``, time from ``allocated``; ``pinning`` drawn where its
+    segments are shown)."""
+    groups = heap_groups(state) if has_overview(state) else []
+    shown = resolve_view(state, view, groups)
+    heading = title or state.device
+    options: dict[str, Any] = {"color_by": color_by, "max_rectangles": max_rectangles, "stacks": stacks,
+                               "pinning": pinning, "allocated": allocated}  # fmt: skip
+    if shown.level == MAP:
+        spec = _map_spec(state, heading, **options)
+        spec["layout"]["meta"] = {"view": MAP, "bases": [s.base for s in state.segments],
+                                  "sizes": [s.size for s in state.segments]}  # fmt: skip
+        return spec, shown
+    if shown.level == OVERVIEW:
+        return overview_spec(state, title=heading, groups=groups), shown
+    group = next(g for g in groups if g.name == shown.group)
+    if shown.level == GROUP:
+        part = subset(state, group.rows)
+        spec = _map_spec(part, f"{heading} · {group_heading(group)}", **options)
+    else:
+        part = HeapState(state.device, tuple(s for s in state.segments if s.base == shown.base))
+        spec = _map_spec(part, f"{heading} · segment {shown.base:#x}", **options)
+    spec["layout"]["meta"] = {"view": shown.level, "group": group.name, "bases": [s.base for s in part.segments],
+                              "sizes": [s.size for s in part.segments]}  # fmt: skip
+    spec["layout"]["uirevision"] = f"{shown.level}:{state.device}:{group.name}:{shown.base}"
+    return spec, shown
