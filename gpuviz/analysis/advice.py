@@ -48,6 +48,7 @@ __all__ = [
     "fragmentation_hint",
     "fragmentation_words",
     "setting_words",
+    "empty_cache_words",
     "smallest_gpu",
 ]
 
@@ -186,6 +187,23 @@ def setting_words(family: str, kind: str, o: Mapping[str, object]) -> str:
     if kind == "torch" and o.get("expandable_segments"):
         words += " with expandable segments"
     return words
+
+
+def empty_cache_words(base: str, where: str, count: int, events: list[int]) -> str:
+    """How a PyTorch user sets a replay of ``torch.cuda.empty_cache()`` called ``count`` times,
+    ``where`` ``"steps"`` (after each marked step) or ``"unused"`` (where the run held the most
+    reserved but unused memory), right after the log's ``events`` (sequence numbers), on top of
+    the setting ``base`` (``setting_words``)."""
+    shown = ", ".join(f"{e:,}" for e in events[:3]) + (", ..." if len(events) > 3 else "")
+    after = f"after event{'s' if len(events) > 1 else ''} {shown}" if events else ""
+    if where == "steps":
+        ends = f"{count} marked step end{'s' if count != 1 else ''}"
+        said = f"torch.cuda.empty_cache() after each step ({ends}{': ' + after if after else ''})"
+    else:
+        moments = f"{count} moment{'s' if count != 1 else ''}" if count != 1 else "moment"
+        said = f"torch.cuda.empty_cache() at the {moments} the run held the most reserved but unused memory"
+        said += f" ({after})" if after else ""
+    return said if base == "PyTorch's defaults" else f"{base} and {said}"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from gpuviz.analysis.advice import (
     Advice,
     Trial,
     device_capacity,
+    empty_cache_words,
     setting_words,
     smallest_gpu,
     source_allocator,
@@ -44,6 +45,7 @@ from gpuviz.base.units import GiB, MiB
 from gpuviz.capture.upstream import SimUpstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.scenarios.empty_cache import replay_empty_cache, step_points, unused_peak_points
 from gpuviz.scenarios.policies import Policy
 from gpuviz.scenarios.whatif import busiest_device, replay_policy
 
@@ -135,6 +137,24 @@ def with_failed_request(stream: RequestStream, log: EventLog, oom_index: int) ->
     )  # fmt: skip
 
 
+def _empty_cache_trials(log: EventLog, stream: RequestStream, policy: Policy, capacity: int) -> list[Trial]:
+    """The run's own PyTorch settings with ``torch.cuda.empty_cache()`` called after each marked
+    step and where the run held the most reserved but unused memory (``scenarios.empty_cache``)."""
+    trials = []
+    base = setting_words("pytorch", "torch", policy.options)
+    seq = log.columns["seq"]
+    for where, points in (("steps", step_points(log, stream)), ("unused", unused_peak_points(log, stream))):
+        if not len(points):
+            continue
+        replayed, served, _ = replay_empty_cache(stream, log, policy, SimUpstream(capacity), points)
+        label = f"{policy.label}+empty_cache@{where}"
+        o = outcome(label, replayed, stream.device, requests=len(stream), served=served)
+        events = [int(seq[int(stream.position[p - 1])]) for p in points.tolist()]
+        trials.append(Trial(label, "torch", empty_cache_words(base, where, len(points), events), True,
+                            served == len(stream), served, len(stream), o.peak_reserved, o.peak_in_use))  # fmt: skip
+    return trials
+
+
 def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: int | None = None) -> Advice:
     """Replay ``log``'s busiest device (or ``device``) under its allocator's settings and the other
     policies (see the module docstring). ``capacity``: the GPU's memory in bytes (default: the
@@ -194,6 +214,8 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
             if recorded is None:
                 recorded = trial
             trials.append(trial)
+        if family == "pytorch":
+            trials.extend(_empty_cache_trials(log, stream, recorded_policy, capacity))
     finally:
         logging.getLogger("gpuviz").removeFilter(quiet)
     assert recorded is not None
