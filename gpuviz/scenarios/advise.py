@@ -76,7 +76,8 @@ def _recorded_policy(log: EventLog, device: str, family: str) -> Policy:
     )
 
 
-def _grid(family: str, capacity: int) -> list[Policy]:
+def _grid(family: str, capacity: int, limit: int | None = None) -> list[Policy]:
+    """The settings tried; ``limit``: a memory limit (bytes) for TensorFlow's BFC to try."""
     if family == "pytorch":
         own = [Policy("torch"), Policy("torch", {"expandable_segments": True})]
         own += [Policy("torch", {"max_split_size_mb": mb}) for mb in _SPLITS_MB]
@@ -93,6 +94,8 @@ def _grid(family: str, capacity: int) -> list[Policy]:
         return [*own, *others]
     own = [Policy("tf-bfc", {"growth": True, "gc": False}), Policy("tf-bfc", {"growth": True, "gc": True}),
            Policy("tf-bfc", {"growth": False, "gc": False})]  # fmt: skip
+    if family == "tensorflow" and limit is not None and limit < capacity:  # preallocate only what the run needs
+        own.append(Policy("tf-bfc", {"growth": False, "gc": False, "limit": limit}))
     others = [Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("rmm-pool"), Policy("no-pool")]
     return [*own, *others]
 
@@ -194,10 +197,12 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     # any larger device; without a GC threshold, PyTorch returns memory only to retry a failure)
     source_peak = int(timeline_series(log, name).pool_bytes.max(initial=0))
     bound = min(capacity, -(-(source_peak * 5 // 4) // GiB) * GiB)
+    # a TensorFlow memory limit: what the run reserved, a quarter more, in whole GiB
+    limit = bound if source_peak else None
     quiet = _QuietReplays()  # the replays' own allocator warnings (a BFC's garbage collection) say nothing here
     logging.getLogger("gpuviz").addFilter(quiet)
     try:
-        for policy in [recorded_policy, *_grid(family, capacity)]:
+        for policy in [recorded_policy, *_grid(family, capacity, limit)]:
             if policy.label in seen:
                 continue
             seen.add(policy.label)
