@@ -25,7 +25,7 @@ STEP = (
 
 def _model_log() -> EventLog:
     """Three 4 MiB parameters, two 4 MiB and one 8 MiB optimizer slots, one 1 MiB untagged
-    allocation without a stack and one tagged ``inputs``."""
+    allocation without a stack and one tagged ``kv cache``."""
     alloc = TorchCachingAllocator(SimUpstream(GiB), device="GPU:0")
     log = alloc.log
     for _ in range(3):
@@ -33,7 +33,7 @@ def _model_log() -> EventLog:
     for size in (4, 4, 8):
         alloc.allocate(size * MiB, stack=log.intern_stack(STEP))
     alloc.allocate(MiB)
-    alloc.allocate(MiB, tag=log.intern_string("inputs"))
+    alloc.allocate(MiB, tag=log.intern_string("kv cache"))
     return log
 
 
@@ -47,7 +47,7 @@ def test_live_allocations_grouped_by_what_call_site_and_size() -> None:
         ["optimizer state (inferred)", "/u/train.py:10 (<module>)", 4 * MiB, 2, 8 * MiB],
         ["optimizer state (inferred)", "/u/train.py:10 (<module>)", 8 * MiB, 1, 8 * MiB],
         ["unknown", None, MiB, 1, MiB],
-        ["inputs", None, MiB, 1, MiB],
+        ["kv cache", None, MiB, 1, MiB],
     ]
     assert groups["inferred"].tolist() == [True, True, True, False, False]
     assert groups["share"].tolist() == [12 / 30, 8 / 30, 8 / 30, 1 / 30, 1 / 30]
