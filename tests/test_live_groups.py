@@ -3,7 +3,10 @@ site and size, with the allocations themselves one by one behind an expander."""
 
 from __future__ import annotations
 
-from traces import trace_path
+from pathlib import Path
+
+import pytest
+from traces import trace_files, trace_path
 
 from gpuviz.analysis.diagnosis import diagnose
 from gpuviz.analysis.livegroups import LIVE_GROUP_COLUMNS, PREEXISTING_LABEL, live_groups
@@ -105,3 +108,33 @@ def test_cs336_peak_groups_with_exact_counts_and_bytes() -> None:
         in html
     )
     assert "All 1,204 allocations live at the peak" in html
+
+
+# per real trace: the first device, allocations live at its moment, groups, the first group's bytes and what
+REAL = {
+    "pt_snapshot_assignment2_2026a.pickle": ("GPU:0", 455, 14, 1_340_080_128, PREEXISTING_LABEL),
+    "pt_snapshot_assignment2_2026b.pickle": ("GPU:0", 504, 32, 2_415_919_104, "activation (inferred)"),
+    "pt_snapshot_codelocation_3gpu_expandable_oom.pickle": ("GPU:0", 521, 58, 1_948_581_888, "activation (inferred)"),
+    "pt_snapshot_cs336_ctx128_forward_mixed_2025.pickle": ("GPU:0", 1614, 34, 10_066_329_600, PREEXISTING_LABEL),
+    "pt_snapshot_cs336_ctx128_fullstep_2025.pickle": ("GPU:0", 1204, 30, 10_066_329_600, PREEXISTING_LABEL),
+    "pt_snapshot_ftcourse_2024.pickle": ("GPU:0", 1181, 31, 1_998_848_000, "activation (inferred)"),
+    "pt_profiler_cuda_v100_hta_df_index_resolver.json.gz": ("GPU:1", 726, 121, 4_096_614_400, PREEXISTING_LABEL),
+    "pt_profiler_cuda_v100_kineto_resnet50_2021_oldschema.json.gz": ("GPU:0", 208, 18, 924_844_032, "unknown"),
+    "pt_profiler_h100_owlv2_tracelens.json.gz": ("GPU:0", 13, 7, 917_445_120, PREEXISTING_LABEL),
+    "tb_xplane_gpu_multiworker.xplane.pb": ("GPU:1", 19, 6, 3072, "activation (inferred)"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", trace_files(REAL))
+def test_real_traces_group_every_live_allocation(path: Path) -> None:
+    from gpuviz.importers import load
+
+    (device, live, count, top_bytes, top_what) = REAL[path.name]
+    first = diagnose(load(path)).devices[0]
+    groups = first.live_groups
+    assert (first.device, len(first.live), len(groups)) == (device, live, count)
+    assert (int(groups["bytes"].iloc[0]), groups["what"].iloc[0]) == (top_bytes, top_what)
+    # every live allocation is in exactly one group
+    assert int(groups["count"].sum()) == len(first.live)
+    assert int(groups["bytes"].sum()) == int(first.live["size"].sum())
