@@ -58,6 +58,12 @@ def test_advise_answers_with_empty_cache_and_its_replayed_numbers() -> None:
     assert unused.setting.startswith(
         "torch.cuda.empty_cache() at the 4 moments the run held the most reserved but unused memory (after events "
     )
+    # fragmentation as PyTorch measures it, beside the BFC formula (five free 100 MiB segments)
+    assert advice.fragmentation == (
+        "PyTorch's measures at the peak: reserved but unallocated 500 MiB, inactive split 0 B; "
+        "BFC fragmentation (free - largest free chunk) / free: 80%"
+    )
+    assert advice.lines[-1] == f"fragmentation: {advice.fragmentation}"
     assert advice.headline == (
         "GPU:0: with `torch.cuda.empty_cache() after each step (1 marked step end: after event 24)` this run peaks "
         "at 1.5 GiB reserved instead of 2.0 GiB and fits an 8 GiB GPU."

@@ -256,6 +256,7 @@ class Advice:
     trials: tuple[Trial, ...]  # the grid, in order tried
     seconds: float  # the replays' wall time
     notes: tuple[str, ...] = field(default=())
+    fragmentation: str = ""  # at the run's moment, as its allocator measures it (``fragmentation_words``)
 
     @property
     def finishing(self) -> list[Trial]:
@@ -277,6 +278,8 @@ class Advice:
             fits = t.smallest_gpu
             where = f", fits {_a(fits)}" if t.finished and fits else ""
             lines.append(f"  {t.setting}: {state}, peak reserved {gib(t.peak_reserved)}{where}")
+        if self.fragmentation:
+            lines.append(f"fragmentation: {self.fragmentation}")
         lines.extend(f"note: {n}" for n in self.notes)
         return lines
 

@@ -32,6 +32,7 @@ from gpuviz.analysis.advice import (
     Trial,
     device_capacity,
     empty_cache_words,
+    fragmentation_words,
     setting_words,
     smallest_gpu,
     source_allocator,
@@ -173,14 +174,16 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     basis = "given"
     if capacity is None:
         capacity, basis = device_capacity(log, name), "the log"
+    (answer,) = explain(log, name)
+    series = timeline_series(log, name)
+    at = min(int(np.searchsorted(series.index, answer.index)), len(series) - 1) if len(series) else -1
+    fragmentation = fragmentation_words(family, answer, float(series.fragmentation[at]) if at >= 0 else 0.0)
     if capacity is None:
         if len(ooms):
-            (answer,) = explain(log, name)
             capacity = answer.reserved
             basis = "assumed: what the run held when it ran out, the most the GPU gave it"
         else:
-            (answer,) = explain(log, name)
-            reserved = max(answer.reserved, int(timeline_series(log, name).pool_bytes.max(initial=0)))
+            reserved = max(answer.reserved, int(series.pool_bytes.max(initial=0)))
             capacity = smallest_gpu(reserved) or GPU_SIZES[-1]
             basis = "assumed: the smallest common size holding what the run reserved"
     start = time.perf_counter()
@@ -195,7 +198,7 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     # first on a device just above what the run reserved, and again on the whole one if that one
     # ran out or released memory to retry (a replay that never reaches a bound does what it does on
     # any larger device; without a GC threshold, PyTorch returns memory only to retry a failure)
-    source_peak = int(timeline_series(log, name).pool_bytes.max(initial=0))
+    source_peak = int(series.pool_bytes.max(initial=0))
     bound = min(capacity, -(-(source_peak * 5 // 4) // GiB) * GiB)
     # a TensorFlow memory limit: what the run reserved, a quarter more, in whole GiB
     limit = bound if source_peak else None
@@ -232,4 +235,4 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     if stream.unmatched_frees:
         notes.append(f"{stream.unmatched_frees} frees of allocations made before the trace began were left out")
     return Advice(name, family, capacity, basis, bool(len(ooms)), recorded, tuple(trials),
-                  time.perf_counter() - start, tuple(notes))  # fmt: skip
+                  time.perf_counter() - start, tuple(notes), fragmentation)  # fmt: skip
