@@ -55,6 +55,23 @@ class EmptyingAllocator(TorchCachingAllocator):
     calls = 0
     emptied = 0  # how many times it released its cache
     released = 0  # bytes released, in all
+    _segments_now: dict[int, int] | None = None  # the segments, read once per release
+
+    def release_cached_blocks(self) -> int:
+        # the heap's segment table is read once per release, not once per free block: releasing
+        # only removes segments, and each block asks about its own segment before it is released
+        self._segments_now = self.heap.segments
+        try:
+            return super().release_cached_blocks()
+        finally:
+            self._segments_now = None
+
+    def _is_split(self, address: int) -> bool:
+        segments = self._segments_now
+        if segments is None:
+            return super()._is_split(address)
+        block = self._blocks[address]
+        return not (address == block.segment and block.size == segments[block.segment])
 
     def _tick(self) -> None:
         if self.calls in self.before:
