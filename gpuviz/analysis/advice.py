@@ -11,8 +11,9 @@ pytorch        ``PYTORCH_CUDA_ALLOC_CONF``: ``expandable_segments``, ``max_split
                ``garbage_collection_threshold``; ``torch.cuda.empty_cache()``,
                ``torch.cuda.set_per_process_memory_fraction``. Fragmentation as PyTorch measures
                it: reserved but unallocated bytes, inactive split bytes
-tensorflow     ``tf.config.experimental.set_memory_growth`` / ``TF_FORCE_GPU_ALLOW_GROWTH``, a
-               memory limit (``set_logical_device_configuration``), the BFC's garbage collection
+tensorflow     ``tf.config.experimental.set_memory_growth`` / ``TF_FORCE_GPU_ALLOW_GROWTH`` /
+               ``allow_growth``, a memory limit (``set_logical_device_configuration``), the
+               BFC's garbage collection
 jax            ``XLA_PYTHON_CLIENT_PREALLOCATE``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``,
                ``XLA_PYTHON_CLIENT_ALLOCATOR``
 rmm            the pool's ``initial_pool_size`` and ``maximum_pool_size``
@@ -20,7 +21,9 @@ gpuviz         gpuviz's own BFC allocator (TensorFlow's policy): ``growth``, ``m
                ``garbage_collection``
 =============  ==============================================================================
 
-Every family also gets the BFC formula, ``(free - largest free chunk) / free``, labelled as such.
+Every family also gets the BFC formula, ``(free - largest free chunk) / free``, labelled as such,
+and says whether that is its own measure (TensorFlow's and XLA's BFC) or what it measures
+instead (PyTorch: reserved but unallocated bytes, inactive split bytes; RMM: none).
 ``Advice`` and ``Trial`` hold what ``scenarios.advise`` found by replaying a run, and say it in
 words. Pure functions; sizes in bytes.
 """
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuviz.analysis.explain import gib
-from gpuviz.base.units import GiB
+from gpuviz.base.units import GiB, MiB
 from gpuviz.log.eventlog import EventLog
 
 if TYPE_CHECKING:
@@ -48,6 +51,7 @@ __all__ = [
     "fragmentation_hint",
     "fragmentation_words",
     "setting_words",
+    "empty_cache_words",
     "smallest_gpu",
 ]
 
@@ -91,15 +95,26 @@ def device_capacity(log: EventLog, device: str) -> int | None:
     return min(sizes) if sizes else None  # a memory limit below the device's size is what the run had
 
 
+_OWN_MEASURE = {
+    "tensorflow": ", TensorFlow's own measure (its BFC allocator's and memory profile's)",
+    "jax": ", XLA's own measure (its BFC allocator's and memory profile's)",
+    "rmm": "; RMM has no measure of its own",
+    "gpuviz": ", gpuviz's BFC allocator's own measure",
+}
+
+
 def fragmentation_words(family: str, answer: Answer | None, bfc: float) -> str:
-    """Fragmentation as the source allocator measures it, beside the BFC formula, each labelled."""
+    """Fragmentation as the source allocator measures it, beside the BFC formula, each labelled:
+    PyTorch's reserved but unallocated and inactive split bytes; TensorFlow's and XLA's BFC
+    measure by the formula itself; RMM measures none."""
     formula = f"BFC fragmentation (free - largest free chunk) / free: {bfc:.0%}"
     if family == "pytorch" and answer is not None:
         return (
             f"PyTorch's measures at the {answer.moment}: reserved but unallocated {gib(answer.unused)}, "
             f"inactive split {gib(answer.inactive_split)}; {formula}"
         )
-    return formula
+    unused = f"; reserved but unused at the {answer.moment}: {gib(answer.unused)}" if answer is not None else ""
+    return f"{formula}{_OWN_MEASURE.get(family, _OWN_MEASURE['gpuviz'])}{unused}"
 
 
 _ADVICE = {
@@ -167,12 +182,15 @@ def setting_words(family: str, kind: str, o: Mapping[str, object]) -> str:
         if family == "gpuviz":
             words = f"growth={o.get('growth', True)}, garbage_collection={o.get('gc', False)}"
             return words + (f", memory_limit={gib(int(o['limit']))}" if "limit" in o else "")  # type: ignore[call-overload]
-        words = ("memory growth on (tf.config.experimental.set_memory_growth / TF_FORCE_GPU_ALLOW_GROWTH=true)"
+        words = ("memory growth on (tf.config.experimental.set_memory_growth / TF_FORCE_GPU_ALLOW_GROWTH=true"
+                 " / gpu_options.allow_growth=True)"
                  if o.get("growth", True) else "memory growth off (the BFC preallocates)")  # fmt: skip
         if o.get("gc"):
             words += ", the BFC's garbage collection of free regions on OOM"
         if "limit" in o:
-            words += f", memory_limit={gib(int(o['limit']))}"  # type: ignore[call-overload]
+            limit = int(o["limit"])  # type: ignore[call-overload]
+            words += (f", a memory limit of {gib(limit)} (tf.config.set_logical_device_configuration(gpu, "
+                      f"[tf.config.LogicalDeviceConfiguration(memory_limit={limit // MiB})]))")  # fmt: skip
         return words
     if kind == "rmm-pool" and family == "rmm":
         initial = int(o.get("initial", 0))  # type: ignore[call-overload]
@@ -186,6 +204,23 @@ def setting_words(family: str, kind: str, o: Mapping[str, object]) -> str:
     if kind == "torch" and o.get("expandable_segments"):
         words += " with expandable segments"
     return words
+
+
+def empty_cache_words(base: str, where: str, count: int, events: list[int]) -> str:
+    """How a PyTorch user sets a replay of ``torch.cuda.empty_cache()`` called ``count`` times,
+    ``where`` ``"steps"`` (after each marked step) or ``"unused"`` (where the run held the most
+    reserved but unused memory), right after the log's ``events`` (sequence numbers), on top of
+    the setting ``base`` (``setting_words``)."""
+    shown = ", ".join(f"{e:,}" for e in events[:3]) + (", ..." if len(events) > 3 else "")
+    after = f"after event{'s' if len(events) > 1 else ''} {shown}" if events else ""
+    if where == "steps":
+        ends = f"{count} marked step end{'s' if count != 1 else ''}"
+        said = f"torch.cuda.empty_cache() after each step ({ends}{': ' + after if after else ''})"
+    else:
+        moments = f"{count} moment{'s' if count != 1 else ''}" if count != 1 else "moment"
+        said = f"torch.cuda.empty_cache() at the {moments} the run held the most reserved but unused memory"
+        said += f" ({after})" if after else ""
+    return said if base == "PyTorch's defaults" else f"{base} and {said}"
 
 
 @dataclass(frozen=True)
@@ -221,6 +256,7 @@ class Advice:
     trials: tuple[Trial, ...]  # the grid, in order tried
     seconds: float  # the replays' wall time
     notes: tuple[str, ...] = field(default=())
+    fragmentation: str = ""  # at the run's moment, as its allocator measures it (``fragmentation_words``)
 
     @property
     def finishing(self) -> list[Trial]:
@@ -242,6 +278,8 @@ class Advice:
             fits = t.smallest_gpu
             where = f", fits {_a(fits)}" if t.finished and fits else ""
             lines.append(f"  {t.setting}: {state}, peak reserved {gib(t.peak_reserved)}{where}")
+        if self.fragmentation:
+            lines.append(f"fragmentation: {self.fragmentation}")
         lines.extend(f"note: {n}" for n in self.notes)
         return lines
 

@@ -4,9 +4,14 @@ input data or unknown.
 Where the source says (PyTorch's memory timeline tags each tensor with its category) the
 category is taken as it is (``basis`` ``"source"``). Otherwise it is inferred, and marked so:
 
-- from op and scope names (``basis`` ``"op name"``; XPlane and profiler tags): gradient tapes
-  and ``*Backward`` ops -> gradient, optimizer ops and slots -> optimizer state, variables ->
-  parameter, input pipelines -> input data;
+- from op and scope names (``basis`` ``"op name"``; XPlane and profiler tags), the first rule
+  that matches: optimizer ops, scopes and slots (``Adam``, ``optimizer``, ``ResourceApply*``,
+  ``optax``, ``scale_by_*``) -> optimizer state; gradient tapes, ``gradients/``, ``*Backward``
+  and JAX's ``transpose(jvp(...))`` -> gradient; input pipelines (``MakeIterator``,
+  ``IteratorGetNext``, ``*Dataset``, an iterator's ``optional``, ``infeed``, ``input``
+  scopes) -> input data; variables (``VarHandleOp``, ``ReadVariableOp``, ``/Variable``,
+  initializers) -> parameter; a model's own scopes (Keras layers: ``sequential``, ``dense``,
+  ``transformer/layer_3``, ``compile_loss``, ...) and JAX's ``jvp(...)`` -> the forward pass;
 - from the stack (``basis`` ``"stack"``): an optimizer's ``step`` -> optimizer state, autograd's
   ``backward`` -> gradient, a module's ``forward`` -> activation; a module's ``__init__``,
   ``to()``/``cuda()``, ``load_state_dict`` or ``torch.load`` -> parameter; a data loader -> input data.
@@ -68,13 +73,22 @@ _PARAMETER_FUNCTIONS = {"_apply", "to", "cuda", "load_state_dict", "_load_from_s
                         "load_checkpoint", "reset_parameters", "init_weights", "_init_weights"}  # fmt: skip
 _DATA_FILE = re.compile(r"torch/utils/data/|/datasets/|pin_memory")
 
+# a model's own scopes in op names (TensorFlow's name scopes, Keras layers): the forward pass
+_MODEL_SCOPE = (
+    r"(?:^|/)[a-z_]*(?:sequential|functional|model|encoder|decoder|transformer|layer|dense|conv|attention"
+    r"|embedding|mlp|lstm|gru|rnn|norm|dropout|block|bert|resnet|compile_loss|loss)[a-z_0-9]*/"
+)
 _OP_RULES = (  # (pattern on an op/scope name, phase or category); the first that matches wins
-    (re.compile(r"Optimizer\.step|optimizer|/Adam|ResourceApply|/slot|adam|sgd_update|_foreach_", re.I), _STEP),
-    (re.compile(r"gradient_tape|gradients/|Backward|autograd::engine|backward", re.I), _BACKWARD),
-    (re.compile(r"IteratorGetNext|RecvTensor|SameWorkerRecvDone|dataloader|input_pipeline|InfeedEnqueue", re.I),
+    (re.compile(r"Optimizer\.step|optimizer|/Adam|ResourceApply|/slot|adam|sgd_update|_foreach_|optax|scale_by_",
+                re.I), _STEP),
+    (re.compile(r"gradient_tape|gradients/|Backward|autograd::engine|backward|transpose\(jvp\(", re.I), _BACKWARD),
+    (re.compile(r"IteratorGetNext|MakeIterator|AnonymousIterator|Iterator(?:V\d)?\b|[A-Za-z]Dataset(?:V\d)?\b"
+                r"|^optional:|Optional(?:HasValue|GetValue|FromValue)|RecvTensor|SameWorkerRecvDone|dataloader"
+                r"|input_pipeline|data_adapter|InfeedEnqueue|infeed|(?:^|/)inputs?(?:_\d+)?(?:[/:]|$)", re.I),
      INPUT_DATA),
-    (re.compile(r"VarHandleOp|AssignVariableOp|ReadVariableOp|VariableV2|variable|parameter", re.I), PARAMETER),
-    (re.compile(r"forward|nn\.Module:", re.I), _FORWARD),
+    (re.compile(r"VarHandleOp|AssignVariableOp|ReadVariableOp|VariableV2|variable|parameter|Initializer/", re.I),
+     PARAMETER),
+    (re.compile(r"forward|nn\.Module:|(?:^|/)jvp\(|" + _MODEL_SCOPE, re.I), _FORWARD),
 )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from gpuviz.analysis.advice import fragmentation_hint
 from gpuviz.analysis.callsites import NO_STACK, call_sites
 from gpuviz.analysis.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER, categories, preexisting
 from gpuviz.analysis.explain import Answer, explain
+from gpuviz.analysis.livegroups import LIVE_GROUP_COLUMNS, live_groups
 from gpuviz.analysis.moments import Pinning, call_site, oom_indices, pinning
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
@@ -67,6 +68,8 @@ class DeviceSummary:
     pinning: Pinning | None = None  # at the first OOM: the holes and what pinned them apart
     answer: Answer | None = None  # what held the memory then, in words (``explain``)
     group_by: str = "tag"  # what ``top_at_peak`` is grouped by ("auto" resolved)
+    # ``live`` grouped by what held it, call site and size (``livegroups.LIVE_GROUP_COLUMNS``)
+    live_groups: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LIVE_GROUP_COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,7 @@ def diagnose(
             answer=next(iter(explain(log, name, user_code=user_code, heap=heap or replay(log), series={name: timeline},
                                      allocations={name: table})), None),
             group_by=by,
+            live_groups=live_groups(log, table, moment_index, user_code=user_code),
         )  # fmt: skip
         heap = heap or replay(log)
         devices.append(summary)

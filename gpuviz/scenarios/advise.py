@@ -31,6 +31,8 @@ from gpuviz.analysis.advice import (
     Advice,
     Trial,
     device_capacity,
+    empty_cache_words,
+    fragmentation_words,
     setting_words,
     smallest_gpu,
     source_allocator,
@@ -44,6 +46,7 @@ from gpuviz.base.units import GiB, MiB
 from gpuviz.capture.upstream import SimUpstream
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
+from gpuviz.scenarios.empty_cache import replay_empty_cache, step_points, unused_peak_points
 from gpuviz.scenarios.policies import Policy
 from gpuviz.scenarios.whatif import busiest_device, replay_policy
 
@@ -74,7 +77,8 @@ def _recorded_policy(log: EventLog, device: str, family: str) -> Policy:
     )
 
 
-def _grid(family: str, capacity: int) -> list[Policy]:
+def _grid(family: str, capacity: int, limit: int | None = None) -> list[Policy]:
+    """The settings tried; ``limit``: a memory limit (bytes) for TensorFlow's BFC to try."""
     if family == "pytorch":
         own = [Policy("torch"), Policy("torch", {"expandable_segments": True})]
         own += [Policy("torch", {"max_split_size_mb": mb}) for mb in _SPLITS_MB]
@@ -91,6 +95,8 @@ def _grid(family: str, capacity: int) -> list[Policy]:
         return [*own, *others]
     own = [Policy("tf-bfc", {"growth": True, "gc": False}), Policy("tf-bfc", {"growth": True, "gc": True}),
            Policy("tf-bfc", {"growth": False, "gc": False})]  # fmt: skip
+    if family == "tensorflow" and limit is not None and limit < capacity:  # preallocate only what the run needs
+        own.append(Policy("tf-bfc", {"growth": False, "gc": False, "limit": limit}))
     others = [Policy("torch"), Policy("torch", {"expandable_segments": True}), Policy("rmm-pool"), Policy("no-pool")]
     return [*own, *others]
 
@@ -135,6 +141,24 @@ def with_failed_request(stream: RequestStream, log: EventLog, oom_index: int) ->
     )  # fmt: skip
 
 
+def _empty_cache_trials(log: EventLog, stream: RequestStream, policy: Policy, capacity: int) -> list[Trial]:
+    """The run's own PyTorch settings with ``torch.cuda.empty_cache()`` called after each marked
+    step and where the run held the most reserved but unused memory (``scenarios.empty_cache``)."""
+    trials = []
+    base = setting_words("pytorch", "torch", policy.options)
+    seq = log.columns["seq"]
+    for where, points in (("steps", step_points(log, stream)), ("unused", unused_peak_points(log, stream))):
+        if not len(points):
+            continue
+        replayed, served, _ = replay_empty_cache(stream, log, policy, SimUpstream(capacity), points)
+        label = f"{policy.label}+empty_cache@{where}"
+        o = outcome(label, replayed, stream.device, requests=len(stream), served=served)
+        events = [int(seq[int(stream.position[p - 1])]) for p in points.tolist()]
+        trials.append(Trial(label, "torch", empty_cache_words(base, where, len(points), events), True,
+                            served == len(stream), served, len(stream), o.peak_reserved, o.peak_in_use))  # fmt: skip
+    return trials
+
+
 def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: int | None = None) -> Advice:
     """Replay ``log``'s busiest device (or ``device``) under its allocator's settings and the other
     policies (see the module docstring). ``capacity``: the GPU's memory in bytes (default: the
@@ -150,14 +174,16 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     basis = "given"
     if capacity is None:
         capacity, basis = device_capacity(log, name), "the log"
+    (answer,) = explain(log, name)
+    series = timeline_series(log, name)
+    at = min(int(np.searchsorted(series.index, answer.index)), len(series) - 1) if len(series) else -1
+    fragmentation = fragmentation_words(family, answer, float(series.fragmentation[at]) if at >= 0 else 0.0)
     if capacity is None:
         if len(ooms):
-            (answer,) = explain(log, name)
             capacity = answer.reserved
             basis = "assumed: what the run held when it ran out, the most the GPU gave it"
         else:
-            (answer,) = explain(log, name)
-            reserved = max(answer.reserved, int(timeline_series(log, name).pool_bytes.max(initial=0)))
+            reserved = max(answer.reserved, int(series.pool_bytes.max(initial=0)))
             capacity = smallest_gpu(reserved) or GPU_SIZES[-1]
             basis = "assumed: the smallest common size holding what the run reserved"
     start = time.perf_counter()
@@ -172,12 +198,14 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     # first on a device just above what the run reserved, and again on the whole one if that one
     # ran out or released memory to retry (a replay that never reaches a bound does what it does on
     # any larger device; without a GC threshold, PyTorch returns memory only to retry a failure)
-    source_peak = int(timeline_series(log, name).pool_bytes.max(initial=0))
+    source_peak = int(series.pool_bytes.max(initial=0))
     bound = min(capacity, -(-(source_peak * 5 // 4) // GiB) * GiB)
+    # a TensorFlow memory limit: what the run reserved, a quarter more, in whole GiB
+    limit = bound if source_peak else None
     quiet = _QuietReplays()  # the replays' own allocator warnings (a BFC's garbage collection) say nothing here
     logging.getLogger("gpuviz").addFilter(quiet)
     try:
-        for policy in [recorded_policy, *_grid(family, capacity)]:
+        for policy in [recorded_policy, *_grid(family, capacity, limit)]:
             if policy.label in seen:
                 continue
             seen.add(policy.label)
@@ -194,6 +222,8 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
             if recorded is None:
                 recorded = trial
             trials.append(trial)
+        if family == "pytorch":
+            trials.extend(_empty_cache_trials(log, stream, recorded_policy, capacity))
     finally:
         logging.getLogger("gpuviz").removeFilter(quiet)
     assert recorded is not None
@@ -205,4 +235,4 @@ def advise(log: EventLog | str | Path, *, device: str | None = None, capacity: i
     if stream.unmatched_frees:
         notes.append(f"{stream.unmatched_frees} frees of allocations made before the trace began were left out")
     return Advice(name, family, capacity, basis, bool(len(ooms)), recorded, tuple(trials),
-                  time.perf_counter() - start, tuple(notes))  # fmt: skip
+                  time.perf_counter() - start, tuple(notes), fragmentation)  # fmt: skip

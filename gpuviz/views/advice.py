@@ -24,7 +24,8 @@ def advice_html(advice: Advice) -> str:
             f'<td class="text">{html.escape(state)}</td><td data-sort="{t.peak_reserved}">{gib(t.peak_reserved)}</td>'
             f"<td>{gpu}</td></tr>"
         )
-    notes = "".join(f"<div>note: {html.escape(n)}</div>" for n in advice.notes)
+    notes = f"<div>fragmentation: {html.escape(advice.fragmentation)}</div>" if advice.fragmentation else ""
+    notes += "".join(f"<div>note: {html.escape(n)}</div>" for n in advice.notes)
     return (
         answer_html(advice.headline)
         + f"<div>{html.escape(advice.family)} allocator, replayed on a GPU of {gib(advice.capacity)}"

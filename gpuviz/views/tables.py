@@ -11,7 +11,20 @@ from gpuviz.analysis.diagnosis import Diagnosis
 from gpuviz.base.units import format_duration, format_size
 from gpuviz.views.oom import live_html, pinning_html
 
-__all__ = ["placement_html", "call_site_html", "summary_html", "answer_html", "warnings_html", "TABLE_CSS"]
+__all__ = [
+    "placement_html",
+    "call_site_html",
+    "summary_html",
+    "answer_html",
+    "warnings_html",
+    "live_groups_html",
+    "TABLE_CSS",
+    "LIVE_DETAIL_ROWS",
+]
+
+LIVE_DETAIL_ROWS = 1000
+"""The most allocations the expander under the grouped live table lists one by one (the rest are
+counted; ``DeviceSummary.live`` holds them all)."""
 
 TABLE_CSS = """
 .gpuviz table { border-collapse: collapse; font: 12px/1.4 system-ui, sans-serif; margin: 4px 0 12px; }
@@ -132,6 +145,42 @@ def answer_html(text: str) -> str:
     return f'<p class="answer"><b>{inner}</b></p>'
 
 
+def live_groups_html(groups: pd.DataFrame, live: pd.DataFrame, moment: str) -> str:
+    """Who held the memory at ``moment``: one row per group of ``livegroups.live_groups`` (``96 x
+    100 MiB`` with a multiplication sign, what, call site, bytes, share), then the allocations one
+    by one (``live``, a ``diagnosis.live_table``) in a collapsed expander."""
+    rows = []
+    for r in groups.to_dict("records"):
+        count, size, total = int(r["count"]), int(r["size"]), int(r["bytes"])
+        rows.append(
+            "<tr>"
+            + _num(f"{count:,} &times; {format_size(size)}", total)
+            + f'<td class="text">{_e(r["what"])}</td>'
+            + f'<td class="text">{_e(r["call_site"]) or "-"}</td>'
+            + _num(format_size(total), total)
+            + _num(f"{float(r['share']):.1%}", float(r["share"]))
+            + "</tr>"
+        )
+    total_bytes = int(groups["bytes"].sum()) if len(groups) else 0
+    foot = (
+        f'<tr class="total"><td>{len(live):,} allocations</td><td class="text">{len(groups):,} groups</td>'
+        f"<td></td><td>{format_size(total_bytes)}</td><td></td></tr>"
+    )
+    head = '<tr><th>allocations</th><th class="text">what</th><th class="text">call site</th><th>bytes</th>'
+    head += "<th>share</th></tr>"
+    table = (
+        f'<table class="gpuviz-sortable gpuviz-live-groups"><thead>{head}</thead><tbody>{"".join(rows)}</tbody>'
+        f"<tfoot>{foot}</tfoot></table>"
+    )
+    shown = min(len(live), LIVE_DETAIL_ROWS)
+    detail = (
+        f'<details class="gpuviz-live-detail"><summary>All {len(live):,} allocations live at the {_e(moment)}, '
+        f"one by one{'' if shown == len(live) else f' (the largest {shown:,})'}</summary>"
+        f"{live_html(live, limit=LIVE_DETAIL_ROWS)}</details>"
+    )
+    return table + detail
+
+
 def summary_html(diagnosis: Diagnosis, *, group_by: str = "auto", t0_ns: int | None = None) -> str:
     """What held each device's memory in words (``explain``), hints, then per device: at its first
     OOM the sentence, the pinning allocations and what was
@@ -169,7 +218,13 @@ def summary_html(diagnosis: Diagnosis, *, group_by: str = "auto", t0_ns: int | N
                     ],
                 )
             )
-        if len(d.live):
+        if len(d.live) and len(d.live_groups) < len(d.live):
+            parts.append(
+                f"<div>Live at the {_e(d.moment)} ({len(d.live):,} allocations), by what held it, call site"
+                " and size:</div>"
+            )
+            parts.append(live_groups_html(d.live_groups, d.live, d.moment))
+        elif len(d.live):  # no two alike: the allocations themselves are the answer
             parts.append(f"<div>Live at the {_e(d.moment)} ({len(d.live)} allocations):</div>")
             parts.append(live_html(d.live))
         if len(d.leaks):
