@@ -129,6 +129,28 @@ def test_result_of_a_run() -> None:
     assert live["total"] == ["total", None, None, 3 << 20, 4 << 20, None, None, None]
 
 
+def test_alike_live_allocations_are_one_row_of_who_held_the_memory() -> None:
+    """Five 1 MiB activations and one 3 MiB weight live at the peak: the first live table groups
+    the alike ones (count x size, what, bytes), the one-by-one list follows it."""
+    log = gpuviz.EventLog()
+    alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), memory_limit="64MiB", log=log)
+    alloc.allocate(3 << 20, tag="weights")
+    for _ in range(5):
+        alloc.allocate(1 << 20, tag="activations")
+    tables = {t["name"]: t for t in result(profile(log))["tables"]}
+    groups, live = tables["live-groups:GPU:0"], tables["live:GPU:0"]
+    assert list(tables).index("live-groups:GPU:0") < list(tables).index("live:GPU:0")
+    assert groups["title"] == "GPU:0: who held the memory at the peak (6 allocations in 2 groups, most bytes first)"
+    assert groups["headers"] == ["count", "each", "what", "call site", "bytes", "share"]
+    assert groups["kinds"] == ["count", "bytes", "text", "text", "bytes", "share"]
+    assert [row[:3] + row[4:5] for row in groups["rows"]] == [
+        [5, 1 << 20, "activations", 5 << 20],
+        [1, 4 << 20, "weights", 4 << 20],  # 3 MiB in a whole 4 MiB chunk (the 1 MiB rest is not split off)
+    ]
+    assert groups["total"] == [6, None, None, None, 9 << 20, None]
+    assert len(live["rows"]) == 6
+
+
 def test_report_to_a_gpuviz_json_name_writes_the_result(tmp_path: Path) -> None:
     log = small_log()
     log.save(tmp_path / "run.arrow")

@@ -127,10 +127,11 @@ _COLUMNS: dict[str, tuple[str, str]] = {  # column -> (header, kind)
     "dtype": ("dtype", "text"), "size": ("chunk", "bytes"), "age_ns": ("age", "ns"), "address": ("address", "address"),
     "alloc_index": ("allocated at event", "count"),
     "seq": ("event", "count"), "free": ("free", "bytes"), "largest_free": ("largest free chunk", "bytes"),
+    "what": ("what", "text"), "bytes": ("bytes", "bytes"), "share": ("share", "share"), "each": ("each", "bytes"),
 }  # fmt: skip
 
 
-_NO_TOTAL = ("age_ns", "alloc_index", "seq", "free", "largest_free")
+_NO_TOTAL = ("age_ns", "alloc_index", "seq", "free", "largest_free", "each", "share")
 
 
 def _table(
@@ -187,9 +188,15 @@ def result(p: Profile, *, title: str = "gpuviz") -> dict[str, Any]:
             )  # fmt: skip
             caption = f"{d.device}: pinning allocations at the out-of-memory error ({d.pinning.sentence()})"
             tables.append(_table(f"pinning:{d.device}", caption, pinned, highlight=list(range(len(pinned)))))
+        moment = "out-of-memory error" if d.moment == "OOM" else "peak"
+        if len(d.live) and len(d.live_groups) < len(d.live):  # who held it first: alike allocations as one row
+            groups = d.live_groups.rename(columns={"size": "each"})
+            groups = groups[["count", "each", "what", "call_site", "bytes", "share"]]
+            caption = f"{d.device}: who held the memory at the {moment} ({len(d.live):,} allocations in "
+            tables.append(_table(f"live-groups:{d.device}", caption + f"{len(groups):,} groups, most bytes first)",
+                                 groups))  # fmt: skip
         if len(d.live):
             live = d.live.head(LIVE_ROWS).drop(columns=["alloc_index"])
-            moment = "out-of-memory error" if d.moment == "OOM" else "peak"
             caption = f"{d.device}: live at the {moment} ({len(d.live)} allocation{'s' if len(d.live) != 1 else ''}"
             tables.append(_table(f"live:{d.device}", caption + ", largest first)", live))
     if len(p.ooms):
