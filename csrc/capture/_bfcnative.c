@@ -428,7 +428,7 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
     }
     /* a request whose rounded size is beyond int64 cannot fit: the grow callback raises the OOM */
     if (!overflow && requested > INT64_MAX - 255) overflow = 1;
-    int64_t rounded = overflow ? INT64_MAX : requested <= 256 ? 256 : (int64_t)((requested + 255) & ~(long long)255);
+    int64_t rounded = overflow ? INT64_MAX : bfc_rounded(requested);
     PyObject *result = NULL;
     enter(self);
     int32_t stack, tag_id = -1;
