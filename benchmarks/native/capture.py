@@ -3,10 +3,51 @@
 ``WORKLOADS``: extension name -> (what the workload is, a set-up function returning the
 callable to time). The same code runs the C extension and, with GPUVIZ_NATIVE_SKIP, its Python
 twin: it calls gpuviz's public or module-level API, never the extension directly.
+
+    _bfcnative   200,000 allocate+free pairs of ``gpuviz.BFCAllocator`` (the native allocator,
+                 or the Python reference where it is skipped), recording into an EventLog,
+                 against ~1000 live buffers (bench_core's mixed workload: 64 B .. 16 MiB)
+    _rowwriter   the same pairs on ``ReferenceBFCAllocator``, the one allocator whose rows the C
+                 row writer writes (the native allocator writes its own)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-WORKLOADS: dict[str, tuple[str, Callable[[], Callable[[], object]]]] = {}
+from benchmarks.bench_core import mixed_workload
+
+PAIRS = 200_000
+
+
+def _pairs(make: Callable[[], object]) -> Callable[[], object]:
+    ops = mixed_workload(PAIRS)
+    alloc = make()
+    allocate, free = alloc.allocate, alloc.free  # type: ignore[attr-defined]
+    live = [allocate(256) for _ in range(1000)]
+
+    def work() -> None:
+        for size, victim in ops:
+            free(live[victim])
+            live[victim] = allocate(size)
+
+    return work
+
+
+def bfcnative() -> Callable[[], object]:
+    from gpuviz import BFCAllocator, EventLog, SimUpstream
+
+    return _pairs(lambda: BFCAllocator(SimUpstream("64GiB"), log=EventLog()))
+
+
+def rowwriter() -> Callable[[], object]:
+    from gpuviz import EventLog, SimUpstream
+    from gpuviz.capture import ReferenceBFCAllocator
+
+    return _pairs(lambda: ReferenceBFCAllocator(SimUpstream("64GiB"), log=EventLog()))
+
+
+WORKLOADS: dict[str, tuple[str, Callable[[], Callable[[], object]]]] = {
+    "gpuviz.capture._bfcnative": (f"{PAIRS:,} allocate+free pairs, recording", bfcnative),
+    "gpuviz.capture._rowwriter": (f"{PAIRS:,} allocate+free pairs of the Python allocator, recording", rowwriter),
+}
