@@ -16,9 +16,8 @@
  * interning, the Python-side locked regions); around those it closes ``gate``, a real
  * lock, and a thread that finds the allocator owned waits on the gate with the GIL
  * released, then looks again. A free arriving on the owner's thread meanwhile (a
- * finalizer) is deferred to the end of the operation, as in the Python allocator. Like the
- * row writer, this relies on the GIL and a little-endian host; other builds use the
- * Python allocator.
+ * finalizer) is deferred to the end of the operation, as in the Python allocator. This
+ * relies on the GIL and a little-endian host; other builds use the Python allocator.
  */
 #include "_bfcnative.h"
 #include "_clock.h"
