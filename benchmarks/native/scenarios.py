@@ -5,7 +5,9 @@ callable to time). The same code runs the C extension and, with GPUVIZ_NATIVE_SK
 twin: it calls gpuviz's public or module-level API, never the extension directly.
 
     _whatifcore  what-if of 1M requests (a recorded BFC run, bench_whatif's) under each policy:
-                 tf-bfc, torch, rmm-pool, no-pool
+                 tf-bfc, torch, rmm-pool, no-pool. Measured (2 shared cores, best of 5): 1.08 s C
+                 vs 13.7 s Python (12.7x), and with tf-bfc's growth and garbage collection taken
+                 from the BFC core (bfc_grow) 0.86 s vs 13.9 s (16.1x): the C stays.
 """
 
 from __future__ import annotations
