@@ -198,7 +198,11 @@ class BuildExt(build_ext):
 CSRC = ROOT / "csrc"
 # what an extension compiles besides its own file, and links against
 EXTRA_SOURCES = {
-    "gpuviz.capture._bfcnative": ["csrc/capture/_bfc_core.c"],
+    "gpuviz.capture._bfcnative": [
+        "csrc/capture/_bfcnative_owner.c",
+        "csrc/capture/_bfcnative_views.c",
+        "csrc/capture/_bfc_core.c",
+    ],
     "gpuviz.capture._pluggable": ["csrc/capture/_bfc_core.c"],
     "gpuviz.scenarios._whatifcore": ["csrc/capture/_bfc_core.c"],
 }

@@ -15,25 +15,17 @@ from conftest import snapshot
 
 from gpuviz import EventLog, InvalidFreeError, OutOfMemoryError, SimUpstream, replay
 from gpuviz.base.units import GiB, MiB
-from gpuviz.capture import ReferenceBFCAllocator, recorder
+from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.arguments import LOG_INT_MAX
 from gpuviz.capture.recorder import Recorder
 from gpuviz.log.schema import Kind
 
 BASE = 1 << 40
-RECORDERS = ["C row writer", "Python recorder"]
 
 
-@pytest.fixture(params=RECORDERS)
-def any_alloc(
-    request: pytest.FixtureRequest,
-    make_allocator: Callable[..., ReferenceBFCAllocator],
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[ReferenceBFCAllocator]:
-    """The ``alloc`` fixture's heap (1000 B tagged "x", then 3000 B) for each allocator class and recorder."""
-    if request.param == "C row writer" and recorder._RowWriter is None:
-        pytest.skip("the C row writer is not built (no C compiler at install time)")
-    monkeypatch.setenv("GPUVIZ_NATIVE", "1" if request.param == "C row writer" else "0")
+@pytest.fixture
+def any_alloc(make_allocator: Callable[..., ReferenceBFCAllocator]) -> Iterator[ReferenceBFCAllocator]:
+    """The ``alloc`` fixture's heap (1000 B tagged "x", then 3000 B) for each allocator class."""
     a = make_allocator(SimUpstream("1GiB"), growth=True)
     a.allocate(1000, tag="x")
     a.allocate(3000)
@@ -200,13 +192,10 @@ def test_sizes_beyond_int64_are_out_of_memory_with_one_oom_event(
     assert (p, any_alloc.allocated_size(p), any_alloc.log[-1].kind) == (BASE + 4096, 2 * MiB - 4096, "alloc")
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["C row writer", "Python recorder"])
-def test_recorders_refuse_values_outside_int64_and_write_nothing(native: bool) -> None:
-    if native and recorder._RowWriter is None:
-        pytest.skip("the C row writer is not built (no C compiler at install time)")
+def test_the_recorder_refuses_values_outside_int64_and_writes_nothing() -> None:
     log = EventLog()
     device = log.add_device("GPU:0")
-    emit = Recorder(log, device, native=native).emit
+    emit = Recorder(log, device).emit
     staged, _ = log.row_sink()
     emit(int(Kind.OOM), 0, LOG_INT_MAX, LOG_INT_MAX, -1, 0, -1, -1)  # the largest value fits
     assert len(staged) == 78

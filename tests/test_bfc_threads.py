@@ -5,23 +5,13 @@ from __future__ import annotations
 import random
 import threading
 
-import pytest
-
 from gpuviz import SimUpstream, replay
 from gpuviz.capture import ReferenceBFCAllocator
-from gpuviz.capture.recorder import native_available
 from gpuviz.capture.upstream import SimUpstream as _Sim
 
 
-@pytest.mark.parametrize("native", ["1", "0"], ids=["C row writer", "Python recorder"])
-def test_eight_threads_allocating_and_freeing(
-    bfc: type[ReferenceBFCAllocator], native: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if native == "1" and not native_available():
-        pytest.skip("the C row writer is not built (no C compiler)")
-    monkeypatch.setenv("GPUVIZ_NATIVE", native)
+def test_eight_threads_allocating_and_freeing(bfc: type[ReferenceBFCAllocator]) -> None:
     alloc = bfc(SimUpstream("4GiB"), growth=True)
-    assert alloc._observer.native is (native == "1")  # type: ignore[attr-defined]
     errors: list[BaseException] = []
     totals: list[int] = []
     together = threading.Barrier(8)

@@ -1,4 +1,5 @@
-"""The recorders: the C row writer and the Python recorder write the same rows."""
+"""The recorder: the rows it writes for the Python reference allocator, from one thread or many, on
+the perf_counter clock."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 
@@ -17,15 +16,14 @@ import numpy as np
 import pytest
 
 from gpuviz import EventLog, OutOfMemoryError, SimUpstream
-from gpuviz.capture import ReferenceBFCAllocator, recorder
-from gpuviz.capture.recorder import Recorder, native_available
-from gpuviz.log.schema import ROW_STRUCT, Kind
+from gpuviz.capture import ReferenceBFCAllocator
+from gpuviz.capture.recorder import Recorder
+from gpuviz.log.schema import Kind
 
 BASE = 1 << 40
 CLOCK_ERROR_NS = 5_000
-"""How far a C recorder's time may be from time.perf_counter_ns(): it reads the time stamp counter
-and converts (csrc/capture/_clock.h: ~0.1 us measured, ~2 us at worst)."""
-needs_native = pytest.mark.skipif(recorder._RowWriter is None, reason="the C row writer is not built (no C compiler)")
+"""How far the native allocator's time may be from time.perf_counter_ns(): it reads the time stamp
+counter and converts (csrc/capture/_clock.h: ~0.1 us measured, ~2 us at worst)."""
 
 
 def workload(seed: int) -> ReferenceBFCAllocator:
@@ -45,78 +43,30 @@ def workload(seed: int) -> ReferenceBFCAllocator:
     return alloc
 
 
-def test_a_compiler_means_the_row_writer_is_built() -> None:
-    """Where this Python can compile extensions, the install must have built the C row writer."""
-    cc = (sysconfig.get_config_var("CC") or "").split()
-    if not cc or shutil.which(cc[0]) is None:
-        pytest.skip("no C compiler: gpuviz installs as pure Python")
-    assert recorder._RowWriter is not None, "a C compiler exists but gpuviz.capture._rowwriter was not built"
+def test_the_python_allocator_records_every_event_kind_in_order() -> None:
+    cols = workload(seed=7).log.columns
+    assert {int(k) for k in Kind if k <= Kind.OOM} <= set(cols["kind"].tolist())
+    assert len(cols["seq"]) > 1000 and cols["seq"].tolist() == list(range(len(cols["seq"])))
+    assert (np.diff(cols["time_ns"]) >= 0).all()
+    assert set(cols["thread"].tolist()) == {threading.get_ident()}
 
 
-@needs_native
-def test_native_and_python_recorders_write_identical_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    logs = {}
-    for native in ("1", "0"):
-        monkeypatch.setenv("GPUVIZ_NATIVE", native)
-        assert native_available() is (native == "1")
-        alloc = workload(seed=7)
-        assert alloc._observer.native is (native == "1")  # type: ignore[attr-defined]
-        logs[native] = alloc.log.columns
-    native_cols, python_cols = logs["1"], logs["0"]
-    kinds = set(native_cols["kind"].tolist())
-    assert {int(k) for k in Kind if k <= Kind.OOM} <= kinds  # the workload makes every allocator event kind
-    assert len(native_cols["seq"]) > 1000
-    for name, column in python_cols.items():
-        if name != "time_ns":
-            np.testing.assert_array_equal(native_cols[name], column, err_msg=name)
-    for cols in (native_cols, python_cols):
-        assert (np.diff(cols["time_ns"]) >= 0).all()
-
-
-@needs_native
-def test_native_rows_are_perf_counter_stamped_rows_of_the_log_format() -> None:
-    assert recorder._RowWriter is not None
-    staged = bytearray()
-    flushes: list[int] = []
-    writer = recorder._RowWriter(staged, 3 * ROW_STRUCT.size, lambda: flushes.append(len(staged)), 5)
+def test_rows_are_perf_counter_stamped_rows_of_the_log_format() -> None:
+    log = EventLog()
+    emit = Recorder(log, log.add_device("GPU:0")).emit
     before = time.perf_counter_ns()
-    writer.emit(Kind.ALLOC, BASE + 256, 512, 300, BASE, 4096, 12, -1)
+    emit(Kind.ALLOC, BASE + 256, 512, 300, BASE, 4096, 12, -1)
     after = time.perf_counter_ns()
-    row = ROW_STRUCT.unpack(bytes(staged))
-    assert row[1:] == (Kind.ALLOC, 0, 5, -1, threading.get_ident(), BASE + 256, 512, 300, BASE, 4096, 0, 12, -1)
-    assert before - CLOCK_ERROR_NS <= row[0] <= after + CLOCK_ERROR_NS
-    writer.emit(Kind.FREE, BASE + 256, 512, 300, BASE, 8192, 12, -1)
-    assert flushes == []
-    writer.emit(Kind.MERGE, BASE, 768, 0, BASE, 8192, -1, -1)
-    assert flushes == [3 * ROW_STRUCT.size]  # flush() is called once the threshold is reached
+    cols = log.columns
+    row = tuple(int(cols[name][0]) for name in ("kind", "device", "thread", "address", "size", "requested",
+                                                   "segment", "largest_free", "tag", "stack"))  # fmt: skip
+    assert row == (Kind.ALLOC, 0, threading.get_ident(), BASE + 256, 512, 300, BASE, 4096, 12, -1)
+    assert before <= int(cols["time_ns"][0]) <= after
 
 
-@needs_native
-def test_native_writer_rejects_bad_rows_and_appends_nothing() -> None:
-    assert recorder._RowWriter is not None
-    staged = bytearray(b"x" * 78)
-    writer = recorder._RowWriter(staged, 1 << 20, lambda: None, 0)
-    with pytest.raises(OverflowError, match="32-bit"):
-        writer.emit(Kind.ALLOC, BASE, 256, 1, BASE, 0, 1 << 40, -1)
-    with pytest.raises(OverflowError):
-        writer.emit(Kind.ALLOC, 1 << 64, 256, 1, BASE, 0, -1, -1)
-    with pytest.raises(OverflowError, match="byte"):
-        writer.emit(300, BASE, 256, 1, BASE, 0, -1, -1)
-    with pytest.raises(TypeError, match="8 arguments"):
-        writer.emit(Kind.ALLOC, BASE)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        writer.emit(Kind.ALLOC, "0x100", 256, 1, BASE, 0, -1, -1)  # type: ignore[arg-type]
-    assert staged == bytearray(b"x" * 78)
-    with pytest.raises(TypeError):
-        recorder._RowWriter(b"immutable", 100, lambda: None, 0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="callable"):
-        recorder._RowWriter(bytearray(), 100, None, 0)  # type: ignore[arg-type]
-
-
-@needs_native
-def test_native_rows_from_many_threads_are_never_torn() -> None:
+def test_rows_from_many_threads_are_never_torn() -> None:
     log = EventLog(flush_rows=1000)
-    writers = [Recorder(log, device, native=True) for device in range(8)]
+    writers = [Recorder(log, device) for device in range(8)]
     per_thread = 5000
 
     def run(device: int) -> None:
@@ -137,20 +87,11 @@ def test_native_rows_from_many_threads_are_never_torn() -> None:
         assert cols["largest_free"][mine].tolist() == list(range(per_thread))  # in order, none lost
 
 
-def test_python_recorder_can_be_chosen_explicitly() -> None:
+def test_recorder_writes_what_it_is_given() -> None:
     log = EventLog()
-    rec = Recorder(log, log.add_device("GPU:0"), native=False)
-    assert rec.native is False
+    rec = Recorder(log, log.add_device("GPU:0"))
     rec.emit(Kind.OOM, 0, 512, 500, -1, 256, -1, -1)
     assert [(e.kind, e.size, e.requested, e.largest_free) for e in log] == [("oom", 512, 500, 256)]
-
-
-def test_asking_for_a_missing_native_writer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recorder, "_RowWriter", None)
-    assert native_available() is False
-    with pytest.raises(RuntimeError, match="not built"):
-        Recorder(EventLog(), 0, native=True)
-    assert Recorder(EventLog(), 0).native is False
 
 
 CLOCK_CHECK = """

@@ -140,15 +140,13 @@ def test_bad_input_is_refused_and_changes_nothing() -> None:
 
 
 def test_c_recorders_refuse_a_staging_object_that_is_neither_a_bytearray_nor_an_arena() -> None:
-    from gpuviz.capture.recorder import _RowWriter
-
-    if _RowWriter is None:
-        pytest.skip("the C row writer is not built")
-    for wrong in ([], b"rows", None):
+    if not native_core_available():
+        pytest.skip("the native allocator, the recorder in C, is not built")
+    core = NativeBFCAllocator(SimUpstream("1GiB"), record=False)._core
+    for wrong in ([], b"rows", 0):
         with pytest.raises(TypeError, match=r"bytearray or .*Arena"):
-            _RowWriter(wrong, 100, lambda: None, 0)
-    writer = _RowWriter(staging.Arena(), 78, lambda: None, 0)
-    writer.emit(2, 1 << 40, 256, 200, 1 << 40, 0, -1, -1)  # an alloc row, written in place
+            core.set_sink(wrong, 100, lambda: None, 0, None, None)  # type: ignore[arg-type]
+    core.set_sink(staging.Arena(), 78, lambda: None, 0, None, None)  # an arena: rows written in place
 
 
 @pytest.mark.parametrize("native", [True, False])

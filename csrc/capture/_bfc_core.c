@@ -273,7 +273,7 @@ static inline void emit(bfc_t *b, int kind, int64_t address, int64_t size, int64
 
 int bfc_split(bfc_t *b, int32_t slot, int64_t rounded, int32_t stack) {
     int64_t size = C(slot).size;
-    if (!(size >= rounded * 2 || size - rounded >= BFC_MAX_INTERNAL_FRAGMENTATION)) return 0;
+    if (!bfc_should_split(size, rounded)) return 0;
     int32_t r = slot_new(b); /* may move the chunk array: index it again below */
     if (r < 0) return -1;
     bfc_chunk *chunk = &C(slot), *rest = &C(r);
@@ -397,22 +397,47 @@ int bfc_release_segment(bfc_t *b, int64_t base, int32_t stack) {
     return 0;
 }
 
-int bfc_extend(const bfc_t *b, int64_t rounded, int64_t limit, int64_t *next_segment,
-               int (*reserve)(void *ctx, int64_t nbytes, int64_t *base), void *ctx, int64_t *base, int64_t *size) {
-    int64_t available = (limit - b->pool_bytes) & ~(int64_t)255;
+/* TF's Extend: one new segment that can hold rounded bytes, or 0 (-1: out of memory) */
+static int extend(bfc_t *b, int64_t rounded, int64_t limit, int64_t *step, const bfc_upstream *up, int32_t stack) {
+    int64_t available = bfc_available(limit, b->pool_bytes);
     if (rounded > available) return 0;
-    int increased = 0;
-    while (rounded > *next_segment) {
-        *next_segment *= 2;
-        increased = 1;
-    }
-    int64_t nbytes = *next_segment < available ? *next_segment : available;
-    while (reserve(ctx, nbytes, base) < 0) {
-        int64_t smaller = bfc_rounded((int64_t)((float)nbytes * 0.9f)); /* TF's backpedal, in float32 */
-        nbytes = smaller < nbytes ? smaller : nbytes - 256;
+    int64_t before = *step;
+    int increased = bfc_grow_step(rounded, step);
+    int64_t nbytes = bfc_first_try(*step, available), base;
+    while (up->reserve(up->ctx, nbytes, &base) < 0) {
+        nbytes = bfc_backpedal(nbytes);
         if (nbytes < rounded) return 0;
     }
-    if (!increased) *next_segment *= 2;
-    *size = nbytes;
+    if (bfc_add_segment(b, base, nbytes, stack) < 0) { /* as if never made */
+        up->release(up->ctx, base, nbytes);
+        *step = before;
+        return -1;
+    }
+    *step = bfc_step_after(*step, increased);
     return 1;
+}
+
+int bfc_grow(bfc_t *b, int64_t rounded, int64_t limit, int gc, int64_t *step, const bfc_upstream *up, int32_t stack) {
+    if (rounded > limit) return 0;
+    int grown = extend(b, rounded, limit, step, up, stack);
+    if (grown != 0 || !gc) return grown;
+    size_t n = 0;
+    int64_t total = 0;
+    for (size_t i = 0; i < b->segments; i++) {
+        if (!bfc_segment_wholly_free(b, i)) continue;
+        n++;
+        total += b->segment_sizes[i];
+    }
+    if (!bfc_gc_helps(rounded, limit, b->pool_bytes, total)) return 0;
+    if (up->collecting != NULL && up->collecting(up->ctx, n, total, rounded) < 0) return -1;
+    for (size_t i = 0; i < b->segments;) { /* releasing shifts the later segments down */
+        if (!bfc_segment_wholly_free(b, i)) {
+            i++;
+            continue;
+        }
+        int64_t base = b->segment_bases[i], size = b->segment_sizes[i];
+        bfc_release_segment(b, base, stack);
+        up->release(up->ctx, base, size);
+    }
+    return extend(b, rounded, limit, step, up, stack);
 }

@@ -1,10 +1,13 @@
 /* gpuviz's BFC allocator core in plain C (no Python): chunks, segments, the free index.
  *
- * The policy is gpuviz.capture.bfc's (TensorFlow's BFC): best fit over one index of free
- * chunks ordered by (size, address), split when the chunk is >= 2x the rounded request or
- * the remainder is >= 128 MiB, coalesce on free with the next then the previous chunk.
- * Growth, limits and garbage collection are decided by the caller, which hands segments
- * in with bfc_add_segment and takes them out with bfc_release_segment.
+ * The policy is TensorFlow's BFC, its rules stated once in _bfc_rules.h (rounding, split,
+ * growth, back-off, limit, garbage collection): best fit over one index of free chunks ordered
+ * by (size, address), split by bfc_should_split, coalesce on free with the next then the
+ * previous chunk. bfc_grow is the one C statement of what happens when no free chunk fits
+ * (Extend, then DeallocateFreeRegions and Extend again), over the caller's upstream; the
+ * native Python-facing allocator (gpuviz.capture.native) decides the same in Python with
+ * gpuviz.capture.bfc_rules, and the what-if replay and PyTorch's pluggable allocator call
+ * bfc_grow.
  *
  * Every decision is reported through the emit callback with the columns of
  * gpuviz.log.schema (kind, address, size, requested, segment, largest_free, tag, stack);
@@ -24,9 +27,7 @@
 #include <stdint.h>
 
 #include "../log/_window.h"
-
-#define BFC_MIN_ALLOCATION 256
-#define BFC_MAX_INTERNAL_FRAGMENTATION ((int64_t)128 << 20)
+#include "_bfc_rules.h"
 
 /* event kinds: gpuviz.log.schema.Kind */
 enum { BFC_SEGMENT_ALLOC = 0, BFC_SEGMENT_FREE = 1, BFC_ALLOC = 2, BFC_FREE = 3, BFC_SPLIT = 4, BFC_MERGE = 5, BFC_OOM = 6 };
@@ -100,16 +101,24 @@ int bfc_segment_wholly_free(const bfc_t *b, size_t i);
 /* Take out the wholly free segment at base (emits segment_free); -1 when it is not one. */
 int bfc_release_segment(bfc_t *b, int64_t base, int32_t stack);
 
-/* Bytes a request takes: rounded up to a multiple of 256, at least 256 (TF's RoundedBytes). */
-static inline int64_t bfc_rounded(int64_t n) { return n <= 256 ? 256 : (n + 255) & ~(int64_t)255; }
+/* Where segments come from: reserve(ctx, nbytes, &base) < 0 when the device refuses; release
+ * gives a segment back; collecting (may be NULL) hears of a garbage collection before it
+ * happens (count segments, bytes in all, the request) and aborts it by returning < 0. */
+typedef struct {
+    int (*reserve)(void *ctx, int64_t nbytes, int64_t *base);
+    void (*release)(void *ctx, int64_t base, int64_t size);
+    int (*collecting)(void *ctx, size_t count, int64_t bytes, int64_t rounded);
+    void *ctx;
+} bfc_upstream;
 
-/* TF's Extend sizing for a request of ``rounded`` bytes under ``limit`` bytes reserved in all:
- * the segment step *next_segment doubles until the request fits, is capped by what the limit
- * leaves, and backs off by 10 % (in float32) while reserve(ctx, nbytes, &base) refuses (< 0);
- * the step doubles after a segment made without raising it. 1 with the segment's *base and
- * *size (not yet added: the caller adds it with bfc_add_segment), or 0 when nothing fits. */
-int bfc_extend(const bfc_t *b, int64_t rounded, int64_t limit, int64_t *next_segment,
-               int (*reserve)(void *ctx, int64_t nbytes, int64_t *base), void *ctx, int64_t *base, int64_t *size);
+/* No free chunk holds ``rounded`` bytes (TF's AllocateRawInternal after FindChunkPtr fails):
+ * Extend (a segment sized by the growth step, the limit and the back-off, *step updated),
+ * else, with gc, DeallocateFreeRegions (every wholly free segment back upstream, in the order
+ * they were added, when that makes the request fit) and Extend again. 1 when a segment was
+ * added (emits segment_free rows, then segment_alloc), 0 when nothing fits under ``limit``, -1
+ * when the core ran out of memory (the reservation is given back and *step restored) or the
+ * collecting callback aborted. */
+int bfc_grow(bfc_t *b, int64_t rounded, int64_t limit, int gc, int64_t *step, const bfc_upstream *up, int32_t stack);
 
 /* Free chunks in index order: calls visit(ctx, chunk) for each; stops when it returns nonzero. */
 int bfc_visit_free(const bfc_t *b, int (*visit)(void *ctx, const bfc_chunk *chunk), void *ctx);

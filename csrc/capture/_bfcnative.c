@@ -5,7 +5,9 @@
  * a row of gpuviz.log.schema.ROW_STRUCT, byte for byte what gpuviz.capture.recorder writes.
  * gpuviz.capture.native.NativeBFCAllocator wraps it with BFCAllocator's public API; growth,
  * garbage collection and out-of-memory errors (rare) are decided there, in Python, through
- * the ``grow`` callback.
+ * the ``grow`` callback (gpuviz.capture.bfc_pool, on the rules of gpuviz.capture.bfc_rules;
+ * this file's rounding and the core's split rule are _bfc_rules.h's). The parts of this
+ * extension are listed in _bfcnative.h.
  *
  * Locking: one owner at a time per Core (``owner``, ``depth``), taken by every operation and
  * changed only while holding the GIL, so taking a free allocator costs no lock call (the
@@ -14,42 +16,11 @@
  * interning, the Python-side locked regions); around those it closes ``gate``, a real
  * lock, and a thread that finds the allocator owned waits on the gate with the GIL
  * released, then looks again. A free arriving on the owner's thread meanwhile (a
- * finalizer) is deferred to the end of the operation, as in the Python allocator. Like the
- * row writer, this relies on the GIL and a little-endian host; other builds use the
- * Python allocator.
+ * finalizer) is deferred to the end of the operation, as in the Python allocator. This
+ * relies on the GIL and a little-endian host; other builds use the Python allocator.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <pythread.h>
-#include <string.h>
-
-#include "_bfc_core.h"
+#include "_bfcnative.h"
 #include "_clock.h"
-#include "../log/_rows.h"
-#include "../log/_rowsink.h"
-
-#ifdef Py_GIL_DISABLED
-#error "the native allocator relies on the GIL; the Python allocator is used instead"
-#endif
-
-typedef struct {
-    PyObject_HEAD
-    bfc_t bfc;
-    /* recording sink: sink.obj is None when recording is off */
-    row_sink sink;
-    PyObject *flush, *tag_fn, *stack_fn;
-    Py_ssize_t limit;
-    int16_t device_index;
-    int need_flush, emit_failed;
-    /* callbacks and names */
-    PyObject *device, *grow, *validate_size, *report, *invalid_free_error;
-    /* ownership (see the top of this file) */
-    PyThread_type_lock gate;
-    unsigned long owner;
-    int depth, gate_depth;
-    PyObject *pending; /* list of deferred free addresses */
-} Core;
-
 
 /* ------------------------------------------------------------------ rows */
 
@@ -111,135 +82,6 @@ static void emit_cb(void *ctx, int kind, int64_t address, int64_t size, int64_t 
     write_row((Core *)ctx, kind, address, size, requested, segment, largest, tag, stack);
 }
 
-/* ------------------------------------------------------------------ lock */
-static int held_here(Core *self) { return self->depth > 0 && self->owner == PyThread_get_thread_ident(); }
-
-static void enter(Core *self) {
-    if (held_here(self)) {
-        self->depth++;
-        return;
-    }
-    while (self->depth > 0) { /* another thread owns it and is calling into Python: wait */
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(self->gate, WAIT_LOCK);
-        PyThread_release_lock(self->gate);
-        Py_END_ALLOW_THREADS
-    }
-    self->owner = PyThread_get_thread_ident();
-    self->depth = 1;
-}
-
-/* around code that may let go of the GIL while this thread owns the allocator */
-static void gate_close(Core *self) {
-    if (self->gate_depth++ == 0 && !PyThread_acquire_lock(self->gate, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS /* a waiter holds it for an instant */
-        PyThread_acquire_lock(self->gate, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
-}
-
-static void gate_open(Core *self) {
-    if (--self->gate_depth == 0) PyThread_release_lock(self->gate);
-}
-
-static PyObject *call_out(Core *self, PyObject *fn, PyObject *arg) {
-    gate_close(self);
-    PyObject *r = arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
-    gate_open(self);
-    return r;
-}
-
-static int do_free(Core *self, PyObject *address);
-
-/* Report what went wrong after an operation was decided (``report(what, error)``, logged by
- * gpuviz.capture.native): the exception set now, or a MemoryError with ``what`` when none is.
- * 0, or -1 with the report callback's own error set. */
-static __attribute__((cold, noinline)) int report_after(Core *self, const char *what) {
-    PyObject *t = NULL, *v = NULL, *tb = NULL;
-    PyObject *text = PyUnicode_FromString(what);
-    if (text == NULL) return -1;
-    if (PyErr_Occurred()) {
-        PyErr_Fetch(&t, &v, &tb);
-        PyErr_NormalizeException(&t, &v, &tb);
-    } else {
-        v = PyObject_CallOneArg(PyExc_MemoryError, text);
-    }
-    PyObject *args = v != NULL ? PyTuple_Pack(2, text, v) : NULL;
-    Py_DECREF(text);
-    Py_XDECREF(t);
-    Py_XDECREF(v);
-    Py_XDECREF(tb);
-    if (args == NULL) return -1;
-    gate_close(self);
-    PyObject *r = PyObject_Call(self->report, args, NULL);
-    gate_open(self);
-    Py_DECREF(args);
-    if (r == NULL) return -1;
-    Py_DECREF(r);
-    return 0;
-}
-
-/* End of an operation: apply deferred frees, flush, drop the lock. Whatever fails here comes
- * after the operation was decided, so it never takes the operation's place (an allocation
- * made and then reported as an error would lose its address): a deferred free that could not
- * be made (no room for its rows) stays due, for the next operation; an invalid one, a failed
- * flush (tried again once rows reach the limit) and rows that could not be staged are
- * reported. The caller then sees its operation's own outcome. -1 only when reporting failed. */
-static int leave(Core *self) {
-    int status = 0;
-    if (self->depth == 1) {
-        PyObject *exc_type, *exc_value, *exc_tb;
-        PyErr_Fetch(&exc_type, &exc_value, &exc_tb); /* the operation's own error, if any */
-        int frees = 1;
-        while (status == 0) {
-            Py_ssize_t n = frees ? PyList_GET_SIZE(self->pending) : 0;
-            if (n) {
-                PyObject *address = PyList_GET_ITEM(self->pending, n - 1);
-                Py_INCREF(address);
-                PyList_SetSlice(self->pending, n - 1, n, NULL);
-                if (do_free(self, address) < 0) {
-                    const char *what = "a deferred free failed";
-                    if (!PyErr_ExceptionMatches(self->invalid_free_error)) { /* not made: nothing changed */
-                        what = "a deferred free could not be made now; it stays due, for the next operation";
-                        if (PyList_Append(self->pending, address) < 0) what = "a deferred free was lost";
-                        frees = 0; /* the others wait too */
-                    }
-                    status = report_after(self, what);
-                }
-                Py_DECREF(address);
-                continue;
-            }
-            if (self->need_flush) {
-                self->need_flush = 0;
-                PyObject *r = call_out(self, self->flush, NULL);
-                if (r == NULL) status = report_after(self, "flushing the event log failed");
-                Py_XDECREF(r);
-                continue;
-            }
-            break;
-        }
-        if (self->bfc.rows_failed) { /* a row the core refused to write (too little reserved): never, but said */
-            self->bfc.rows_failed = 0;
-            self->emit_failed = 1;
-        }
-        if (self->emit_failed && status == 0) {
-            self->emit_failed = 0;
-            status = report_after(self, "could not stage an event row: the log misses events of this operation");
-        }
-        if (exc_type != NULL) { /* a call per operation otherwise, for nothing */
-            if (status == 0) {
-                PyErr_Restore(exc_type, exc_value, exc_tb);
-            } else {
-                Py_XDECREF(exc_type);
-                Py_XDECREF(exc_value);
-                Py_XDECREF(exc_tb);
-            }
-        }
-    }
-    if (--self->depth == 0) self->owner = 0;
-    return status;
-}
-
 /* ------------------------------------------------------------- helpers */
 static int call_index(Core *self, PyObject *fn, PyObject *arg, int32_t *out) {
     PyObject *r = call_out(self, fn, arg);
@@ -261,81 +103,12 @@ static int stack_id(Core *self, int32_t *stack) {
 }
 
 /* address as int64; 0 with *ok = 0 when it is not an int that fits */
-static int64_t as_address(PyObject *obj, int *ok) {
-    /* as the Python allocator's dict lookup: ints and integers that say so (NumPy's) */
-    *ok = 0;
-    PyObject *index = PyLong_Check(obj) ? Py_NewRef(obj) : PyIndex_Check(obj) ? PyNumber_Index(obj) : NULL;
-    if (index == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (overflow || (v == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    *ok = 1;
-    return (int64_t)v;
-}
-
-
-static PyObject *hex_of(PyObject *obj) {
-    PyObject *spec = PyUnicode_FromString("#x");
-    if (spec == NULL) return NULL;
-    PyObject *text = PyObject_Format(obj, spec);
-    Py_DECREF(spec);
-    return text;
-}
-
-/* InvalidFreeError with the Python allocator's words */
-static void bad_free(Core *self, PyObject *address, int32_t slot) {
-    PyObject *where = hex_of(address);
-    if (where == NULL) return;
-    PyObject *message = NULL;
-    if (slot >= 0) {
-        message = PyUnicode_FromFormat("%U: cannot free %U: it is not allocated (freed twice?)", self->device, where);
-    } else {
-        int ok;
-        int64_t a = as_address(address, &ok);
-        bfc_t *b = &self->bfc;
-        for (size_t i = 0; ok && message == NULL && i < b->hash_capacity; i++) {
-            if (b->hash_keys[i] == INT64_MIN) continue;
-            bfc_chunk *other = bfc_at(b, b->hash_values[i]);
-            if (other->address < a && a < other->address + other->size) {
-                PyObject *start = PyLong_FromLongLong(other->address);
-                PyObject *start_hex = start ? hex_of(start) : NULL;
-                Py_XDECREF(start);
-                if (start_hex == NULL) {
-                    Py_DECREF(where);
-                    return;
-                }
-                message = PyUnicode_FromFormat("%U: cannot free %U: it points inside the chunk at %U, not to its start",
-                                               self->device, where, start_hex);
-                Py_DECREF(start_hex);
-                if (message == NULL) {
-                    Py_DECREF(where);
-                    return;
-                }
-            }
-        }
-        if (message == NULL)
-            message = PyUnicode_FromFormat("%U: cannot free %U: this allocator never allocated it", self->device, where);
-    }
-    Py_DECREF(where);
-    if (message == NULL) return;
-    PyErr_SetObject(self->invalid_free_error, message);
-    Py_DECREF(message);
-}
-
-/* free with the lock held; -1 with an exception set on error */
-static int do_free(Core *self, PyObject *address) {
+int bfcn_do_free(Core *self, PyObject *address) {
     int ok;
-    int64_t a = as_address(address, &ok);
+    int64_t a = bfcn_as_address(address, &ok);
     int32_t slot = ok ? bfc_find(&self->bfc, a) : -1;
     if (slot < 0 || !bfc_at(&self->bfc, slot)->in_use) {
-        bad_free(self, address, slot);
+        bfcn_bad_free(self, address, slot);
         return -1;
     }
     int32_t stack;
@@ -382,8 +155,8 @@ static PyObject *Core_free(Core *self, PyObject *address) {
         Py_RETURN_NONE;
     }
     enter(self);
-    int failed = do_free(self, address);
-    if (leave(self) < 0 || failed) return NULL;
+    int failed = bfcn_do_free(self, address);
+    if (bfcn_leave(self) < 0 || failed) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -428,7 +201,7 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
     }
     /* a request whose rounded size is beyond int64 cannot fit: the grow callback raises the OOM */
     if (!overflow && requested > INT64_MAX - 255) overflow = 1;
-    int64_t rounded = overflow ? INT64_MAX : requested <= 256 ? 256 : (int64_t)((requested + 255) & ~(long long)255);
+    int64_t rounded = overflow ? INT64_MAX : bfc_rounded(requested);
     PyObject *result = NULL;
     enter(self);
     int32_t stack, tag_id = -1;
@@ -472,7 +245,7 @@ static PyObject *Core_allocate(Core *self, PyObject *const *args, Py_ssize_t nar
     result = PyLong_FromLongLong(bfc_at(&self->bfc, slot)->address);
 done:
     Py_DECREF(nbytes);
-    if (leave(self) < 0) Py_CLEAR(result);
+    if (bfcn_leave(self) < 0) Py_CLEAR(result);
     return result;
 }
 
@@ -541,179 +314,6 @@ static PyObject *Core_release_segment(Core *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "no wholly free segment at %lld", base);
         return NULL;
     }
-    Py_RETURN_NONE;
-}
-
-static PyObject *Core_segments(Core *self, PyObject *unused) {
-    /* [(base, size, wholly_free)] in the order the segments were added */
-    bfc_t *b = &self->bfc;
-    PyObject *list = PyList_New((Py_ssize_t)b->segments);
-    if (list == NULL) return NULL;
-    for (size_t i = 0; i < b->segments; i++) {
-        PyObject *item = Py_BuildValue("(LLO)", (long long)b->segment_bases[i], (long long)b->segment_sizes[i],
-                                       bfc_segment_wholly_free(b, i) ? Py_True : Py_False);
-        if (item == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
-    return list;
-}
-
-static PyObject *chunk_tuple(const bfc_chunk *c) {
-    return Py_BuildValue("(LLLOOi)", (long long)c->address, (long long)c->size, (long long)c->requested,
-                         c->in_use ? Py_True : Py_False, c->tag ? (PyObject *)c->tag : Py_None, (int)c->tag_id);
-}
-
-static PyObject *Core_chunks(Core *self, PyObject *base_obj) {
-    /* the chunks of the segment at base, in address order: (address, size, requested, in_use, tag, tag_id) */
-    long long base = PyLong_AsLongLong(base_obj);
-    if (base == -1 && PyErr_Occurred()) return NULL;
-    bfc_t *b = &self->bfc;
-    int32_t slot = bfc_find(b, base);
-    if (slot < 0) {
-        PyErr_Format(PyExc_KeyError, "no chunk at %lld", base);
-        return NULL;
-    }
-    PyObject *list = PyList_New(0);
-    if (list == NULL) return NULL;
-    for (; slot >= 0; slot = bfc_at(b, slot)->next) {
-        PyObject *item = chunk_tuple(bfc_at(b, slot));
-        if (item == NULL || PyList_Append(list, item) < 0) {
-            Py_XDECREF(item);
-            Py_DECREF(list);
-            return NULL;
-        }
-        Py_DECREF(item);
-    }
-    return list;
-}
-
-static PyObject *Core_lookup(Core *self, PyObject *address) {
-    /* the chunk starting at address as a chunk tuple, or None */
-    int ok;
-    int64_t a = as_address(address, &ok);
-    int32_t slot = ok ? bfc_find(&self->bfc, a) : -1;
-    if (slot < 0) Py_RETURN_NONE;
-    return chunk_tuple(bfc_at(&self->bfc, slot));
-}
-
-static PyObject *Core_set_tag_id(Core *self, PyObject *args) {
-    long long address;
-    int tag_id;
-    if (!PyArg_ParseTuple(args, "Li", &address, &tag_id)) return NULL;
-    int32_t slot = bfc_find(&self->bfc, address);
-    if (slot < 0) {
-        PyErr_Format(PyExc_KeyError, "no chunk at %lld", address);
-        return NULL;
-    }
-    bfc_at(&self->bfc, slot)->tag_id = tag_id;
-    Py_RETURN_NONE;
-}
-
-static int append_free(void *ctx, const bfc_chunk *c) {
-    PyObject *item = Py_BuildValue("(LL)", (long long)c->size, (long long)c->address);
-    if (item == NULL) return -1;
-    int r = PyList_Append((PyObject *)ctx, item);
-    Py_DECREF(item);
-    return r;
-}
-
-static PyObject *Core_free_chunks(Core *self, PyObject *unused) {
-    /* (size, address) of every free chunk, in index order */
-    PyObject *list = PyList_New(0);
-    if (list == NULL) return NULL;
-    if (bfc_visit_free(&self->bfc, append_free, list)) {
-        Py_DECREF(list);
-        return NULL;
-    }
-    return list;
-}
-
-static PyObject *Core_stats(Core *self, PyObject *unused) {
-    bfc_t *b = &self->bfc;
-    return Py_BuildValue("(LLLLLLL)", (long long)b->num_allocs, (long long)b->bytes_in_use,
-                         (long long)b->peak_bytes_in_use, (long long)b->largest_alloc_size, (long long)b->pool_bytes,
-                         (long long)b->peak_pool_bytes, (long long)bfc_largest_free(b));
-}
-
-static PyObject *Core_clear_stats(Core *self, PyObject *unused) {
-    self->bfc.num_allocs = 0;
-    self->bfc.peak_bytes_in_use = self->bfc.bytes_in_use;
-    self->bfc.largest_alloc_size = 0;
-    Py_RETURN_NONE;
-}
-
-static PyObject *Core_largest_free(Core *self, PyObject *unused) {
-    return PyLong_FromLongLong(bfc_largest_free(&self->bfc));
-}
-
-typedef struct {
-    const bfc_t *b;
-    const bfc_chunk *last;
-    int32_t count;
-    const char *error;
-} index_check;
-
-static int check_free(void *ctx, const bfc_chunk *c) {
-    index_check *k = ctx;
-    if (c->in_use) k->error = "an allocated chunk is in the free index";
-    else if (k->last && !(k->last->size < c->size || (k->last->size == c->size && k->last->address < c->address)))
-        k->error = "the free index is out of order";
-    else if ((c->left >= 0 && k->b->chunks[c->left].priority > c->priority) ||
-             (c->right >= 0 && k->b->chunks[c->right].priority > c->priority))
-        k->error = "the free index breaks its heap order";
-    k->last = c;
-    k->count++;
-    return k->error != NULL;
-}
-
-static PyObject *Core_check_links(Core *self, PyObject *unused) {
-    /* None, or a description of the first broken link, order or count of the core's structures */
-    bfc_t *b = &self->bfc;
-    int32_t chunks = 0, free_chunks = 0;
-    for (size_t i = 0; i < b->segments; i++) {
-        int32_t slot = bfc_find(b, b->segment_bases[i]), previous = -1;
-        if (slot < 0 || bfc_at(b, slot)->prev != -1) return PyUnicode_FromString("a segment does not start with a chunk");
-        for (; slot >= 0; previous = slot, slot = bfc_at(b, slot)->next) {
-            const bfc_chunk *c = bfc_at(b, slot);
-            chunks++;
-            free_chunks += !c->in_use;
-            if (c->prev != previous || c->segment != b->segment_bases[i] || bfc_find(b, c->address) != slot)
-                return PyUnicode_FromFormat("the chunk list of segment %lld is broken at %lld",
-                                            (long long)b->segment_bases[i], (long long)c->address);
-        }
-    }
-    if (chunks != b->live || (size_t)chunks != b->hash_count)
-        return PyUnicode_FromFormat("%d chunks in segments, %d slots, %zu addresses", chunks, b->live, b->hash_count);
-    index_check k = {b, NULL, 0, NULL};
-    bfc_visit_free(b, check_free, &k);
-    if (k.error) return PyUnicode_FromString(k.error);
-    if (k.count != free_chunks || k.count != b->free_count)
-        return PyUnicode_FromFormat("%d free chunks, %d in the free index", free_chunks, k.count);
-    if (k.last != (b->largest < 0 ? NULL : bfc_at(b, b->largest))) /* the cached largest: the index's last */
-        return PyUnicode_FromString("the free index's largest chunk is not its last");
-    if (b->largest_size != (b->largest < 0 ? 0 : bfc_at(b, b->largest)->size))
-        return PyUnicode_FromString("the free index's largest size is not its largest chunk's");
-    if (PyList_GET_SIZE(self->pending))
-        return PyUnicode_FromFormat("%zd deferred frees were never applied", PyList_GET_SIZE(self->pending));
-    Py_RETURN_NONE;
-}
-
-static PyObject *Core_lock(Core *self, PyObject *unused) {
-    enter(self);
-    gate_close(self); /* the caller runs Python code while it owns the allocator */
-    Py_RETURN_NONE;
-}
-
-static PyObject *Core_unlock(Core *self, PyObject *unused) {
-    if (!held_here(self)) {
-        PyErr_SetString(PyExc_RuntimeError, "unlock() of a lock this thread does not hold");
-        return NULL;
-    }
-    gate_open(self);
-    if (leave(self) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -846,6 +446,10 @@ PyMODINIT_FUNC PyInit__bfcnative(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    if (PyModule_AddFunctions(m, bfcn_rule_functions) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);

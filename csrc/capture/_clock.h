@@ -1,6 +1,6 @@
 /* clock_ns(): the time of an event row, in ns on time.perf_counter_ns()'s clock (CLOCK_MONOTONIC
  * on Linux), which every other row of a log is stamped with, for the C recorders
- * (_rowwriter.c, _bfcnative.c), which call it with the GIL held (it guards the state below).
+ * (_bfcnative.c), which call it with the GIL held (it guards the state below).
  *
  * Reading CLOCK_MONOTONIC costs 50-60 ns on this project's machines (a VM), the time stamp
  * counter 16-25 ns; a recorded allocate+free pair reads the clock twice against ~350 ns of

@@ -5,7 +5,8 @@
  *   void gpuviz_free(void *ptr, ssize_t size, int device, cudaStream_t stream);
  *
  * Each device has its own BFC allocator (the core of _bfc_core.c) with TensorFlow's growth
- * (2 MiB, doubling, 10 % float32 backpedal), memory limit and optional garbage collection,
+ * (2 MiB, doubling, 10 % float32 backpedal), memory limit and optional garbage collection
+ * (bfc_grow; the rules are _bfc_rules.h's),
  * over cudaMalloc/cudaFree (libcudart, found with dlopen at the first growth, so building
  * needs no CUDA) or, for tests and machines without a GPU, a simulated device placed
  * first-fit like gpuviz.SimUpstream. Every decision becomes a row of
@@ -28,7 +29,6 @@
 #include "../log/_rows.h"
 
 #define MAX_DEVICES 64
-#define MIB ((int64_t)1 << 20)
 
 typedef int (*cuda_malloc_fn)(void **, size_t);
 typedef int (*cuda_free_fn)(void *);
@@ -159,40 +159,12 @@ static void upstream_free(device_t *d, int64_t base) {
     if (cuda_free) cuda_free((void *)(uintptr_t)base);
 }
 
-/* ------------------------------------------------- growth (gpuviz.capture.bfc's rules) */
+/* ------------------------------------- the device as the BFC core's upstream (bfc_grow) */
 static int reserve_upstream(void *ctx, int64_t nbytes, int64_t *base) { return upstream_allocate(ctx, nbytes, base); }
 
-static int extend(device_t *d, int64_t rounded) {
-    int64_t base, nbytes;
-    if (!bfc_extend(&d->bfc, rounded, d->memory_limit, &d->next_segment_bytes, reserve_upstream, d, &base, &nbytes))
-        return 0;
-    if (bfc_add_segment(&d->bfc, base, nbytes, -1) < 0) {
-        upstream_free(d, base);
-        return 0;
-    }
-    return 1;
-}
-
-static int collect(device_t *d, int64_t rounded) {
-    int64_t total = 0;
-    size_t n = 0;
-    int64_t *bases = malloc((d->bfc.segments + 1) * sizeof(int64_t));
-    if (bases == NULL) return 0;
-    for (size_t i = 0; i < d->bfc.segments; i++) {
-        if (!bfc_segment_wholly_free(&d->bfc, i)) continue;
-        bases[n++] = d->bfc.segment_bases[i];
-        total += d->bfc.segment_sizes[i];
-    }
-    if (total == 0 || rounded > d->memory_limit - d->bfc.pool_bytes + total) {
-        free(bases);
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        bfc_release_segment(&d->bfc, bases[i], -1);
-        upstream_free(d, bases[i]);
-    }
-    free(bases);
-    return extend(d, rounded);
+static void release_upstream(void *ctx, int64_t base, int64_t size) {
+    (void)size;
+    upstream_free(ctx, base);
 }
 
 /* ------------------------------------------------------------ entry points */
@@ -223,7 +195,7 @@ static int configure_device(int device, int16_t log_device, int64_t memory_limit
     d->memory_limit = memory_limit;
     d->growth = growth;
     d->garbage_collection = garbage_collection;
-    d->next_segment_bytes = growth ? 2 * MIB : bfc_rounded(memory_limit);
+    d->next_segment_bytes = bfc_first_segment(growth, memory_limit);
     d->configured = 1;
     return 0;
 }
@@ -242,8 +214,10 @@ void *gpuviz_malloc(ssize_t size, int device, void *stream) {
     pthread_mutex_lock(&d->mutex);
     int32_t slot = bfc_take_best_fit(&d->bfc, rounded);
     if (slot < 0) {
-        int grown = rounded <= d->memory_limit && (extend(d, rounded) || (d->garbage_collection && collect(d, rounded)));
-        slot = grown ? bfc_take_best_fit(&d->bfc, rounded) : -1;
+        /* TF's growth, limit and garbage collection: the core's one statement of them */
+        const bfc_upstream up = {reserve_upstream, release_upstream, NULL, d};
+        int grown = bfc_grow(&d->bfc, rounded, d->memory_limit, d->garbage_collection, &d->next_segment_bytes, &up, -1);
+        slot = grown > 0 ? bfc_take_best_fit(&d->bfc, rounded) : -1;
         if (slot < 0) {
             emit_row(d, BFC_OOM, 0, rounded, nbytes, -1, bfc_largest_free(&d->bfc), -1, -1);
             pthread_mutex_unlock(&d->mutex);

@@ -1,6 +1,6 @@
 /* One event row as gpuviz.log.schema.ROW_STRUCT lays it out ("<qBbhhqqqqqqqii": 78 bytes,
- * little-endian, packed), written by every C recorder (csrc/capture/_rowwriter.c,
- * _bfcnative.c, _pluggable.c, csrc/log/_heapcore.c) through pack_row and read back into
+ * little-endian, packed), written by every C recorder (csrc/capture/_bfcnative.c,
+ * _pluggable.c, csrc/log/_heapcore.c) through pack_row and read back into
  * columns by csrc/log/_staging.c through unpack_row, so the layout is written down once on
  * the C side: the field order of ROW_FIELDS. Where the rows go (an EventLog's staging arena or
  * bytearray) is csrc/log/_rowsink.h.

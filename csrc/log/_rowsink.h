@@ -1,5 +1,5 @@
 /* Where a C recorder puts an EventLog's rows: the log's staging object, EventLog.row_sink(),
- * for _bfcnative.c, _rowwriter.c and _heapcore.c. It is one of
+ * for _bfcnative.c and _heapcore.c. It is one of
  *
  *   - a gpuviz.log._staging.Arena (a log with the arena, the default): a row is written in
  *     place, straight into the chunk that keeps it, where the arena's window (_window.h) says,

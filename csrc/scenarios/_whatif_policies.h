@@ -1,5 +1,6 @@
 /* _whatif_policies.h: the what-if replay's policies: torch (PyTorch's caching allocator),
- * rmm-pool, no-pool and tf-bfc (the BFC core with TensorFlow's growth and garbage collection).
+ * rmm-pool, no-pool and tf-bfc (the BFC core, _bfc_core.c, with its growth, limit and garbage
+ * collection: bfc_grow over the simulated device).
  *
  * Part of _whatifcore.c, which includes it (one translation unit: static functions over its
  * ctx_t, in the order they are used); not a header of its own.
@@ -302,50 +303,24 @@ static void bfc_row(void *ctx, int kind, int64_t address, int64_t size, int64_t 
     put_row(c, kind, address, size, requested, segment, largest, tag, stack, c->thread);
 }
 
+/* the simulated device as the BFC core's upstream */
 static int reserve_device(void *ctx, int64_t nbytes, int64_t *base) {
     *base = device_allocate(ctx, nbytes);
     return *base < 0 ? -1 : 0;
 }
 
-/* TF's Extend (BFCAllocator._reserve_segment, NativeBFCAllocator._extend_pool): bfc_extend's
- * sizing over the simulated device */
-static int bfc_grow(ctx_t *c, int64_t rounded) {
-    int64_t base, nbytes;
-    if (!bfc_extend(&c->bfc, rounded, c->maximum, &c->next_segment, reserve_device, c, &base, &nbytes)) return 0;
-    if (bfc_add_segment(&c->bfc, base, nbytes, -1) < 0) longjmp(c->fail, 1);
-    return 1;
-}
+static void release_device(void *ctx, int64_t base, int64_t size) { device_free(ctx, base, size); }
 
-/* garbage collection (NativeBFCAllocator._collect): if returning the wholly free segments
- * makes rounded fit, return them (in the order they were added) and extend */
-static int bfc_collect(ctx_t *c, int64_t rounded) {
-    size_t n = 0;
-    int64_t total = 0;
-    int64_t *bases = grow_array(c, NULL, c->bfc.segments + 1, 2 * sizeof(int64_t));
-    for (size_t i = 0; i < c->bfc.segments; i++) {
-        if (!bfc_segment_wholly_free(&c->bfc, i)) continue;
-        bases[2 * n] = c->bfc.segment_bases[i];
-        bases[2 * n + 1] = c->bfc.segment_sizes[i];
-        total += bases[2 * n + 1];
-        n++;
-    }
-    if (total == 0 || rounded > c->maximum - c->bfc.pool_bytes + total) {
-        free(bases);
-        return 0;
-    }
-    PyObject *r = PyObject_CallFunction(c->warn, "nLL", (Py_ssize_t)n, (long long)total, (long long)rounded);
+/* a garbage collection is about to run: the allocator's warning, in its words */
+static int collecting(void *ctx, size_t count, int64_t bytes, int64_t rounded) {
+    ctx_t *c = ctx;
+    PyObject *r = PyObject_CallFunction(c->warn, "nLL", (Py_ssize_t)count, (long long)bytes, (long long)rounded);
     if (r == NULL) {
-        free(bases);
         c->failed_python = 1;
-        longjmp(c->fail, 1);
+        return -1;
     }
     Py_DECREF(r);
-    for (size_t i = 0; i < n; i++) {
-        bfc_release_segment(&c->bfc, bases[2 * i], -1);
-        device_free(c, bases[2 * i], bases[2 * i + 1]);
-    }
-    free(bases);
-    return bfc_grow(c, rounded);
+    return 0;
 }
 
 /* NativeBFCAllocator.allocate(nbytes, tag=...) with recording on and stacks off: 0 for 0 bytes
@@ -355,7 +330,10 @@ static int64_t bfc_allocate(ctx_t *c, int64_t nbytes, int64_t source_tag) {
     int64_t rounded = bfc_rounded(nbytes);
     int32_t slot = bfc_take_best_fit(&c->bfc, rounded);
     if (slot < 0) {
-        int grown = rounded <= c->maximum && (bfc_grow(c, rounded) || (c->bfc_gc && bfc_collect(c, rounded)));
+        /* TF's growth, limit and garbage collection: the core's one statement of them */
+        const bfc_upstream up = {reserve_device, release_device, collecting, c};
+        int grown = bfc_grow(&c->bfc, rounded, c->maximum, c->bfc_gc, &c->next_segment, &up, -1);
+        if (grown < 0) longjmp(c->fail, 1);
         if (!grown) {
             bfc_row(c, OOM, 0, rounded, nbytes, -1, bfc_largest_free(&c->bfc), -1, -1);
             return -1;

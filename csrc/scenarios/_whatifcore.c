@@ -8,8 +8,9 @@
  *   kind 1  torch     gpuviz.scenarios.torch_caching.TorchCachingAllocator (no expandable segments)
  *   kind 2  rmm-pool  gpuviz.scenarios.pools.RmmPoolAllocator
  *   kind 3  no-pool   gpuviz.scenarios.pools.NoPoolAllocator
- *   kind 4  tf-bfc    gpuviz.capture.native.NativeBFCAllocator: the BFC core (_bfc_core.c) with
- *                     the growth, limit and garbage collection of native.py/bfc.py restated
+ *   kind 4  tf-bfc    gpuviz.capture.native.NativeBFCAllocator: the same BFC core (_bfc_core.c),
+ *                     growth, limit and garbage collection included (bfc_grow, whose rules are
+ *                     _bfc_rules.h's), over the simulated device
  *
  * over gpuviz.capture.upstream.SimUpstream (first fit by address), recording what
  * gpuviz.log.heapbuilder.HeapBuilder records for each decision (split, alloc, free, merge,

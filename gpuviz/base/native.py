@@ -65,7 +65,6 @@ class NativeModule:
 
 
 MODULES: tuple[NativeModule, ...] = (
-    NativeModule("gpuviz.capture._rowwriter", "recording: allocator events written as rows (the event recorder)"),
     NativeModule("gpuviz.capture._bfcnative", "the BFC allocator's hot path (gpuviz.BFCAllocator)"),
     NativeModule("gpuviz.capture._pluggable", "PyTorch on gpuviz's BFC (gpuviz.torch.pluggable)"),
     NativeModule(

@@ -1,6 +1,6 @@
 """The BFC allocator's building blocks: Chunk, Segment and the free-chunk index (bins).
 
-Constants (TensorFlow's BFC):
+Rounding and bins are TensorFlow's rules (``gpuviz.capture.bfc_rules``, re-exported here):
     MIN_ALLOCATION_SIZE = 256          every chunk size is a multiple of 256
     NUM_BINS = 21                      bin b holds free chunks of size in [256·2^b, 256·2^(b+1)),
                                        the last bin (20) every size >= 256 MiB
@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from gpuviz.capture.bfc_rules import MIN_ALLOCATION_SIZE, NUM_BINS, bin_for_size, bin_size, rounded_bytes
+
 __all__ = [
     "MIN_ALLOCATION_SIZE",
     "NUM_BINS",
@@ -39,25 +41,8 @@ __all__ = [
     "rounded_bytes",
 ]
 
-MIN_ALLOCATION_SIZE = 256
-NUM_BINS = 21
 _SHIFT = 64
 _MASK = (1 << _SHIFT) - 1
-
-
-def rounded_bytes(nbytes: int) -> int:
-    """``nbytes`` rounded up to a multiple of 256, at least 256."""
-    return 256 if nbytes <= 256 else (nbytes + 255) & ~255
-
-
-def bin_size(index: int) -> int:
-    """Smallest chunk size of bin ``index``: 256·2^index bytes."""
-    return MIN_ALLOCATION_SIZE << index
-
-
-def bin_for_size(nbytes: int) -> int:
-    """Bin index of a chunk size: ``min(20, floor(log2(max(nbytes, 256) >> 8)))``."""
-    return min(NUM_BINS - 1, (max(nbytes, 256) >> 8).bit_length() - 1)
 
 
 class Segment:

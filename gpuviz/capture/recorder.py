@@ -5,11 +5,12 @@ event with time, thread and optionally the caller's stack and appends it to an E
 a ``NullRecorder`` drops it. Recording on or off is the choice of observer, not a flag
 inside the policy.
 
-A recorded event costs one timestamp, one thread id and one packed row. In CPython that
-is ~0.3-0.5 us per event when written in Python (``_make_emit``); the optional C row
-writer (``gpuviz.capture._rowwriter``, built at install time where a C compiler exists)
-writes the same bytes for a small fraction of that. ``Recorder`` uses it unless told
-otherwise (``native=False`` or the environment variable ``GPUVIZ_NATIVE=0``).
+A recorded event costs one timestamp, one thread id and one packed row, ~0.3-0.5 us in
+CPython (``_make_emit``). Only the Python reference allocator records through a ``Recorder``'s
+``emit``: the native allocator (``gpuviz.capture.native``, the default) writes its rows itself,
+in C, into the same staging arena, and takes only the recorder's log, device, tag and stack
+interning. (A C row writer for this class existed; it sped up only the Python reference, which
+runs where the native allocator does not, and was removed: benchmarks/native/capture.py.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from types import FrameType
 from typing import Protocol
 
 from gpuviz.base import native as registry
-from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame, RowStaging
+from gpuviz.log.eventlog import NO_INDEX, EventLog, Frame
 from gpuviz.log.schema import ROW_STRUCT
 
 __all__ = [
@@ -32,7 +33,6 @@ __all__ = [
     "Observer",
     "Recorder",
     "capture_stack",
-    "native_available",
     "recorder_description",
 ]
 
@@ -43,19 +43,6 @@ EmitFn = Callable[[int, int, int, int, int, int, int, int], None]
 _now = time.perf_counter_ns
 _thread = threading.get_ident
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-class _NativeWriter(Protocol):
-    def emit(
-        self, kind: int, address: int, size: int, requested: int, segment: int, largest_free: int, tag: int, stack: int
-    ) -> None: ...
-
-
-_MODULE = "gpuviz.capture._rowwriter"
-_rowwriter_module = registry.load(_MODULE)  # None where it was not built: the Python recorder is used
-_RowWriter: Callable[[RowStaging, int, Callable[[], object], int], _NativeWriter] | None = (
-    None if _rowwriter_module is None else _rowwriter_module.RowWriter
-)
 
 
 class Observer(Protocol):
@@ -84,16 +71,13 @@ def capture_stack(log: EventLog, *, depth: int = STACK_DEPTH, skip: tuple[str, .
     return log.intern_stack(tuple(frames))
 
 
-def native_available() -> bool:
-    """Whether the C row writer is built, loaded and not switched off (``gpuviz.base.native``)."""
-    return _RowWriter is not None and registry.available(_MODULE)
-
-
 def recorder_description() -> str:
-    """Which recorder new allocators use, in words (for ``gpuviz info``)."""
-    if native_available():
-        return "C row writer"
-    return f"Python ({registry.why_not(_MODULE) or 'the C row writer is not loaded'})"
+    """How allocator events are recorded, in words (for ``gpuviz info``): in C by the native
+    allocator where it is in use, else by this module's Python recorder."""
+    core = "gpuviz.capture._bfcnative"
+    if registry.available(core):
+        return "C (the native allocator writes its rows)"
+    return f"Python ({registry.why_not(core) or 'the native allocator is not loaded'})"
 
 
 def _make_emit(log: EventLog, device: int) -> EmitFn:
@@ -133,10 +117,6 @@ class Recorder:
 
     Each event is stamped with ``time.perf_counter_ns()`` and the recording thread, packed
     with ``ROW_STRUCT`` and added to the log's staging buffer in one call.
-
-    Args:
-        native: write rows with the C row writer (the default when it is available) or
-            with Python (``False``); both write identical rows.
     """
 
     def __init__(
@@ -146,21 +126,12 @@ class Recorder:
         *,
         stacks: bool = False,
         skip: tuple[str, ...] = (),
-        native: bool | None = None,
     ) -> None:
-        if native and _RowWriter is None:
-            raise RuntimeError("the C row writer is not built (gpuviz was installed without a C compiler)")
         self.log = log
         self.device = device
         self.stacks = stacks
         self.skip = skip
-        self.native = native_available() if native is None else native
-        self.emit: EmitFn
-        if self.native and _RowWriter is not None:
-            staged, limit = log.row_sink()
-            self.emit = _RowWriter(staged, limit, log.flush_staged, device).emit
-        else:
-            self.emit = _make_emit(log, device)  # a closure: no attribute lookups per event
+        self.emit: EmitFn = _make_emit(log, device)  # a closure: no attribute lookups per event
 
     def tag_id(self, tag: str | None) -> int:
         return NO_INDEX if tag is None else self.log.intern_string(tag)

@@ -2,8 +2,9 @@
 
 ``replay_native`` serves a request stream exactly as ``whatif.replay_policy`` does with the
 Python models (``TorchCachingAllocator`` without expandable segments, ``RmmPoolAllocator``,
-``NoPoolAllocator``, and ``NativeBFCAllocator``, whose core, ``_bfc_core.c``, is compiled in
-with its growth, limit and garbage collection restated) over a fresh ``SimUpstream``, and
+``NoPoolAllocator``, and ``NativeBFCAllocator``, whose core, ``_bfc_core.c``, is compiled in,
+its growth, limit and garbage collection included: ``bfc_grow``, on the rules of
+``_bfc_rules.h``) over a fresh ``SimUpstream``, and
 returns the same log (the same rows, string and stack tables, devices) and the same count of
 served requests. The policy, the simulated device, the events and the loop run in
 ``gpuviz.scenarios._whatifcore`` (built at install time where a C compiler exists); the Python
@@ -24,8 +25,8 @@ import numpy as np
 from gpuviz.analysis.requests import RequestStream
 from gpuviz.base import native as registry
 from gpuviz.base.torch_rules import NO_MAX_SPLIT
-from gpuviz.capture.bfc import INITIAL_SEGMENT_BYTES, ReferenceBFCAllocator
-from gpuviz.capture.chunks import rounded_bytes
+from gpuviz.capture.bfc import ReferenceBFCAllocator
+from gpuviz.capture.bfc_rules import first_segment_bytes
 from gpuviz.capture.native import NativeBFCAllocator
 from gpuviz.capture.upstream import SimUpstream, Upstream
 from gpuviz.log.eventlog import EventLog
@@ -103,10 +104,10 @@ def replay_native(
         requested = stream.requested[stream.is_alloc]
         if len(requested) and not 0 <= int(requested.min()) <= int(requested.max()) < _REQUEST_MAX:
             return None
-        first = INITIAL_SEGMENT_BYTES if alloc.growth else rounded_bytes(alloc.memory_limit)
+        first = first_segment_bytes(alloc.growth, alloc.memory_limit)
         device_name = alloc.device
 
-        def warn(count: int, total: int, rounded: int) -> None:  # NativeBFCAllocator._collect's words
+        def warn(count: int, total: int, rounded: int) -> None:  # SegmentPool._collect's words
             logger.warning(
                 "%s: garbage collection returns %d free segments (%d bytes) upstream to fit %d bytes",
                 device_name, count, total, rounded,
