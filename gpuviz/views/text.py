@@ -28,18 +28,18 @@ def summary_text(log: EventLog, *, user_code: str | None = None) -> str:
     for device in gpus_first(heap.devices):
         summary = extremes(log, device)  # the timeline's extremes, without keeping the timeline
         top, waste = summary.peak, summary.waste
-        state = heap.state_at(-1, device=device)
+        state = heap.columns_at(-1, device=device)  # arrays: no Python object per chunk
         ooms = oom_indices(log, device)
         lines.append(f"{device}:")
         lines.append(f"  peak in use      {format_size(top.bytes)} at event {top.seq}")
         most = format_size(summary.pool_bytes)
         lines.append(f"  pool (reserved)  {most} at most, {format_size(state.pool_bytes)} at the end")
-        lines.append(
-            f"  in use at end    {format_size(state.bytes_in_use)} in {sum(c.in_use for c in state.chunks())} chunks"
-        )
+        lines.append(f"  in use at end    {format_size(state.bytes_in_use)} in {int(state.in_use.sum())} chunks")
         lines.append(f"  internal waste   {format_size(waste.at_peak)} at the peak")
         largest = format_size(state.largest_free_chunk)
-        lines.append(f"  fragmentation    {state.fragmentation:.1%} at the end (largest free chunk {largest})")
+        free = state.pool_bytes - state.bytes_in_use
+        fragmentation = (free - state.largest_free_chunk) / free if free else 0.0  # HeapState.fragmentation
+        lines.append(f"  fragmentation    {fragmentation:.1%} at the end (largest free chunk {largest})")
         lines.append(f"  out-of-memory    {len(ooms)} event(s)")
         if len(ooms):
             first = int(ooms[0])
