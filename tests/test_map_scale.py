@@ -81,7 +81,10 @@ def test_the_reports_embedded_rows_are_bounded_by_detail_rows(many: Profile, mon
     assert sum("groups" in m for m in metas) > 10
     bars = json.loads(re.search(r'id="map0-bars">(.*?)</script>', document).group(1))  # type: ignore[union-attr]
     assert len(base64.b64decode(bars["y"]["data"])) // 4 <= 3 * SEGMENTS  # Int32Array rows: one map's bars
-    assert '"bases"' in first  # the opening stop, drawn at load, has its segments
+    # drawn at load: the opening stop's overview (its segments wait in the frames' JSON)
+    opening = json.loads(first)
+    assert opening["data"] == [] and opening["layout"]["meta"]["lazy"] is True
+    assert [len(g["rows"]) for g in opening["layout"]["meta"]["groups"]] == [SEGMENTS]
 
 
 def test_each_segment_names_its_largest_allocation_and_its_call_site(many: Profile) -> None:

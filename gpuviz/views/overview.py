@@ -34,7 +34,7 @@ from gpuviz.views.mapstyle import COLORS, label
 
 __all__ = ["MAX_LABELS", "OVERVIEW_ABOVE", "PREEXISTING", "labelled_rows", "size_class", "SegmentGroup"]
 __all__ += ["segment_groups", "lane_label", "row_ticks", "map_meta", "OVERVIEW_JS", "state_lanes", "column_lanes"]
-__all__ += ["column_in_use", "column_groups", "DETAIL_ROWS", "DENSE_ROWS", "top_allocations"]
+__all__ += ["column_in_use", "column_groups", "array_groups", "DETAIL_ROWS", "DENSE_ROWS", "top_allocations"]
 
 MAX_LABELS = 40
 """The most y-axis labels a map draws (about one per 20 px of its tallest height, 900 px)."""
@@ -168,7 +168,7 @@ function gpuvizOverview(frame) {
   var names = groups.map(function (g) {
     return g.name + ' \u00b7 ' + gpuvizCount(g) + ' segment' + (gpuvizCount(g) === 1 ? '' : 's');
   });
-  var click = meta.bases ? '<br>click: its segments' : '';
+  var click = meta.bases || meta.lazy ? '<br>click: its segments' : '';
   var hover = groups.map(function (g) {
     return '<b>' + gpuvizCount(g) + ' segments of ' + g.name + '</b><br>reserved ' + gpuvizSize(g.reserved) +
       '<br>in use ' + gpuvizSize(g.inUse) + '<br>unused ' + gpuvizSize(g.reserved - g.inUse) + click;
@@ -181,14 +181,15 @@ function gpuvizOverview(frame) {
   var used = groups.map(function (g) { return g.inUse; });
   var data = [bar('in use', COLORS.used, used, groups.map(function () { return 0; })),
               bar('reserved, unused', COLORS.free, groups.map(function (g) { return g.reserved - g.inUse; }), used)];
-  var how = meta.bases ? ' (click a row)' : ' (totals only at this stop: segments at the stops nearest the opening)';
+  var how = meta.bases || meta.lazy ? ' (click a row)' :
+    ' (totals only at this stop: segments at the stops nearest the opening)';
   var layout = {
     title: {text: frame.layout.title.text.replace('<br>', ' \u00b7 overview by segment size' + how + '<br>')},
     barmode: 'overlay', height: Math.min(900, 200 + 36 * groups.length), hovermode: 'closest',
     xaxis: {title: {text: 'bytes'}}, yaxis: {title: {text: 'segment size'}, tickvals: rows, ticktext: names,
       range: [groups.length - 0.5, -0.5], type: 'linear', automargin: true},
     legend: {orientation: 'h', yref: 'container', y: 0, yanchor: 'bottom'}, margin: {l: 160, r: 20, t: 80, b: 80},
-    meta: {overview: meta.bases ? groups : []}
+    meta: {overview: meta.bases || meta.lazy ? groups : []}
   };
   var top = Math.max.apply(null, groups.map(function (g) { return g.reserved; }).concat([1])), tick = 1, values = [];
   while (tick * 2 <= top / 5) { tick *= 2; }
@@ -260,7 +261,7 @@ function gpuvizSubset(frame, rows, heading) {
   if (!layout.xaxis.range || layout.xaxis.range[1] > widest || rows.length === 1) { layout.xaxis.range = [0, widest]; }
   layout.title = {text: layout.title.text.replace('<br>', ' \\u00b7 ' + gpuvizEscape(heading) + '<br>')};
   layout.uirevision = 'map:' + heading;
-  if (dense) { data = gpuvizDense(frame, rows, layout); layout.meta.dense = true; }
+  if (dense) { data = gpuvizDense(frame, rows, layout); layout.meta.dense = true; layout.yaxis.ticks = ''; }
   return {data: data, layout: layout};
 }
 function gpuvizMapView(frame, view) {
@@ -329,22 +330,30 @@ def column_in_use(heap: HeapColumns) -> list[int]:
 def column_groups(heap: HeapColumns, lanes: Sequence[int] = ()) -> list[dict[str, Any]]:
     """``segment_groups`` of a heap given as arrays, as the page's overview reads them:
     ``{"name", "count", "reserved", "inUse"}`` per group (bytes), lanes first, then by size class."""
-    sizes = heap.sizes
-    used = np.bincount(heap.owner, weights=np.where(heap.in_use, heap.size, 0), minlength=len(sizes))
+    used = np.bincount(heap.owner, weights=np.where(heap.in_use, heap.size, 0), minlength=len(heap.sizes))
+    return array_groups(heap.sizes, np.rint(used).astype(np.int64), lanes)
+
+
+def array_groups(
+    sizes: np.ndarray, in_use: np.ndarray, lanes: Sequence[int] = (), *, rows: bool = False
+) -> list[dict[str, Any]]:
+    """``segment_groups`` from per-segment arrays (bytes): ``{"name", "count", "reserved",
+    "inUse"}`` per group, and its ``rows`` when ``rows``."""
+    sizes, in_use = np.asarray(sizes, dtype=np.int64), np.asarray(in_use, dtype=np.int64)
     # size_class's key: 0 up to 2 MiB, else (size - 1).bit_length() (exact below 2**53 bytes)
     keys = np.where(sizes <= _SMALL, 0, np.frexp(np.maximum(sizes - 1, 1).astype(np.float64))[1])
     lane = np.zeros(len(sizes), dtype=bool)
     lane[list(lanes)] = True
-    groups = []
-
-    def group(name: str, pick: np.ndarray) -> dict[str, Any]:
-        return {"name": name, "count": int(pick.sum()), "reserved": int(sizes[pick].sum()),
-                "inUse": round(float(used[pick].sum()))}  # fmt: skip
-
-    if lane.any():
-        groups.append(group(f"{PREEXISTING} (inferred)", lane))
+    picks = [(f"{PREEXISTING} (inferred)", lane)] if lane.any() else []
     for key in np.unique(keys[~lane]).tolist():
-        groups.append(group(size_class(1 if key == 0 else 1 << (int(key) - 1) | 1)[1], (keys == key) & ~lane))
+        picks.append((size_class(1 if key == 0 else 1 << (int(key) - 1) | 1)[1], (keys == key) & ~lane))
+    groups = []
+    for name, pick in picks:
+        group: dict[str, Any] = {"name": name, "count": int(pick.sum()), "reserved": int(sizes[pick].sum()),
+                                 "inUse": int(in_use[pick].sum())}  # fmt: skip
+        if rows:
+            group["rows"] = np.flatnonzero(pick).tolist()
+        groups.append(group)
     return groups
 
 
