@@ -358,14 +358,18 @@ def array_groups(
 
 
 def top_allocations(heap: HeapColumns, site_of: Any) -> dict[str, list[Any]]:
-    """Per segment of ``heap``, its largest allocation in use (what a dense map's hover names):
+    """Per segment of ``heap``, its largest allocation in use (the lowest-addressed of equals;
+    what a dense map's hover names):
     ``top``: ``[tag, site, bytes]`` per row (indices into ``strings``, -1 none; bytes 0 when the
     segment holds none). ``site_of(stack)``: the call site of a stack id, or None."""
     rows = len(heap.bases)
-    picked = np.flatnonzero(heap.in_use)
-    order = picked[np.lexsort((heap.size[picked], heap.owner[picked]))]
-    owners = heap.owner[order]
-    last = order[np.r_[owners[1:] != owners[:-1], True]] if len(order) else order  # largest per segment
+    picked = np.flatnonzero(heap.in_use)  # by address: their owners ascending
+    owners, sizes = heap.owner[picked], heap.size[picked]
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]]) if len(picked) else picked
+    largest = np.maximum.reduceat(sizes, starts) if len(picked) else sizes
+    # the first (lowest-addressed) chunk of each segment whose size is its segment's largest
+    ties = picked[sizes == np.repeat(largest, np.diff(np.r_[starts, len(picked)]))]
+    last = ties[np.r_[True, heap.owner[ties][1:] != heap.owner[ties][:-1]]] if len(ties) else ties
     tag = np.full(rows, -1, dtype=np.int64)
     site = np.full(rows, -1, dtype=np.int64)
     size = np.zeros(rows, dtype=np.int64)
