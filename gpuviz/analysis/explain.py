@@ -193,7 +193,7 @@ def explain(
         reserved = int(state.sizes.sum())
         used_segments = np.unique(state.owner[state.in_use])
         free_in_used = ~state.in_use & np.isin(state.owner, used_segments)
-        holders, by_site = _holders(log, live, cats[alive], preexisting(log, table)[alive], user_code)
+        holders, by_site = _holders(log, live, cats[alive], preexisting(log, live), user_code)
         answer = Answer(
             device=name, moment="OOM" if len(ooms) else "peak", index=index, in_use=in_use, reserved=reserved,
             segments=len(state.bases), inactive_split=int(state.size[free_in_used].sum()),
