@@ -19,7 +19,8 @@ def summary_text(log: EventLog, *, user_code: str | None = None) -> str:
     """The answer first (what held each device's memory at its peak or OOM, ``explain``), then a
     few lines per device: events, peak, pool, fragmentation at the end, OOMs. ``user_code``: a
     regular expression naming the user's files (``callsites.call_sites``)."""
-    heap = replay(log)
+    # a few states per device: a few checkpoints (each copies the whole heap) serve them best
+    heap = replay(log, checkpoint_every=max(8192, len(log) // 8))
     lines = [answer.text for answer in explain(log, user_code=user_code, heap=heap)]
     lines.append(f"{len(log)} events, devices: {', '.join(devices_present(log)) or 'none'}")
     cols = log.columns
