@@ -96,8 +96,11 @@ def join_sites(sites: list[str]) -> str:
 def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.ndarray,
              user_code: str | None) -> tuple[list[Holder], pd.DataFrame]:  # fmt: skip
     sites = call_sites(log, user_code=user_code)
-    short = sites.named_of(live["stack"].to_numpy())
-    full = np.array([sites.label(int(s)) for s in live["stack"].tolist()], dtype=object)
+    stacks = live["stack"].to_numpy()
+    short = sites.named_of(stacks)
+    # one label per distinct stack (a million live rows share a few thousand stacks)
+    unique, inverse = np.unique(stacks, return_inverse=True)
+    full = np.array([sites.label(int(s)) for s in unique.tolist()] + [None], dtype=object)[:-1][inverse.reshape(-1)]
     sizes = live["size"].to_numpy()
     frame = pd.DataFrame({
         "category": cats["category"].to_numpy(), "inferred": cats["inferred"].to_numpy(), "short": short,
@@ -190,7 +193,7 @@ def explain(
         reserved = int(state.sizes.sum())
         used_segments = np.unique(state.owner[state.in_use])
         free_in_used = ~state.in_use & np.isin(state.owner, used_segments)
-        holders, by_site = _holders(log, live, cats[alive], preexisting(log, table)[alive], user_code)
+        holders, by_site = _holders(log, live, cats[alive], preexisting(log, live), user_code)
         answer = Answer(
             device=name, moment="OOM" if len(ooms) else "peak", index=index, in_use=in_use, reserved=reserved,
             segments=len(state.bases), inactive_split=int(state.size[free_in_used].sum()),

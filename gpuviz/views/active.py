@@ -81,8 +81,10 @@ def group_keys(log: EventLog, allocations: pd.DataFrame, group_by: GroupBy) -> l
         return [str(k) for k in group_by(allocations)]
     if group_by == "call site":
         stacks = allocations["stack"].to_numpy()
-        names = {int(s): call_site(log, int(s)) or "(no stack recorded)" for s in np.unique(stacks)}
-        return [names[int(s)] for s in stacks]
+        unique, inverse = np.unique(stacks, return_inverse=True)
+        labels = [call_site(log, int(s)) or "(no stack recorded)" for s in unique.tolist()]
+        named: list[str] = np.array([*labels, ""], dtype=object)[:-1][inverse.reshape(-1)].tolist()
+        return named
     if group_by == "category":
         from gpuviz.analysis.categories import categories
 
@@ -123,7 +125,7 @@ def active_series(
     positions = np.unique(np.concatenate((np.linspace(int(alloc.min()), last, points).astype(np.int64),
                                           [dp.peak.index] if dp.peak.index >= 0 else [])))  # fmt: skip
     peak = dp.peak.index if dp.peak.index >= 0 else last
-    names, inverse = np.unique(keys, return_inverse=True)
+    inverse, names = pd.factorize(keys)  # (by hashing: sorting a million strings costs more)
     live_at_peak = (alloc <= peak) & ((free < 0) | (free > peak))
     at_peak = np.bincount(inverse, weights=np.where(live_at_peak, size, 0), minlength=len(names))
     total = np.bincount(inverse, weights=size, minlength=len(names))

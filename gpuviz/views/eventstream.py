@@ -35,6 +35,7 @@ import numpy as np
 
 from gpuviz.analysis.profile import Profile
 from gpuviz.analysis.replay import HEAP_KINDS, heap_mask
+from gpuviz.analysis.tables import alive_at
 from gpuviz.analysis.timeline import times_inferred
 from gpuviz.log.schema import Kind
 from gpuviz.views.buckets import LEAN_AGGREGATED
@@ -124,18 +125,7 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         tag_col[i] = tag_id(log.strings[tag] if tag >= 0 else None)
         site_col[i] = site_id(int(cols["stack"][at]))
     before = int(positions[0]) - 1 if len(positions) else len(log) - 1
-    state = dp.state_at(before) if before >= 0 else None
-    chunks = state.chunks() if state is not None else []
-    allocated = dp.allocated(before, p.t0_ns) if before >= 0 else {}
-    when = [allocated.get(c.address, (-1, -1)) if c.in_use else (-1, -1) for c in chunks]
-    snapshot = {
-        "address": [c.address for c in chunks], "size": [c.size for c in chunks],
-        "requested": [c.requested for c in chunks],
-        "tag": [tag_id(c.tag) if c.in_use else -1 for c in chunks],
-        "site": [site_id(c.stack) if c.in_use else -1 for c in chunks],
-        "event": [w[0] for w in when], "ns": [w[1] for w in when],
-    }  # fmt: skip
-    segments = state.segments if state is not None else ()
+    snapshot, segments = _snapshot(p, device, before, tag_id, site_id)
     events = {
         "position": positions, "kind": kinds, "address": cols["address"][positions], "size": cols["size"][positions],
         "requested": cols["requested"][positions], "tag": tag_col, "site": site_col,
@@ -145,14 +135,48 @@ def event_stream(p: Profile, device: str, *, max_rectangles: int, window: int | 
         "format": FORMAT, "version": VERSION, "device": device, "peak": dp.peak.index,
         "kinds": {k.name.lower(): int(k) for k in HEAP_KINDS},
         "columns": encode_columns(EVENT_COLUMNS, events), "chunks": encode_columns(CHUNK_COLUMNS, snapshot),
-        "segments": encode_columns(
-            SEGMENT_COLUMNS, {"base": [s.base for s in segments], "size": [s.size for s in segments]}
-        ),
+        "segments": encode_columns(SEGMENT_COLUMNS, segments),
         "tags": [list(t) for t in tags.ids], "sites": list(sites.ids),
         "colors": {**COLORS, **OOM_COLORS}, "palette": PALETTE, "zoomBelow": ZOOM_BELOW, "minWidth": MIN_WIDTH,
         "maxRectangles": max_rectangles, "aggregatedHover": LEAN_AGGREGATED,
         "complete": len(positions) == len(heap), "timesInferred": times_inferred(log),
     }  # fmt: skip
+
+
+def _snapshot(
+    p: Profile, device: str, before: int, tag_id: Any, site_id: Any
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The heap right after log position ``before`` as the stream's ``chunks`` and ``segments``
+    columns (empty before the first event), from the replay's arrays: one ``tag_id`` (tag text
+    or None) and ``site_id`` (stack) call per distinct value, not per chunk."""
+    empty = np.zeros(0, dtype=np.int64)
+    if before < 0:
+        return {name: empty for name in CHUNK_COLUMNS}, {"base": empty, "size": empty}
+    dp = p.devices[device]
+    heap = dp.columns_at(before)
+    used = heap.in_use
+    tags, tag_of = np.unique(heap.tag, return_inverse=True)
+    strings = p.log.strings
+    tag_ids = np.array([tag_id(strings[t] if t >= 0 else None) for t in tags.tolist()] + [-1], dtype=np.int64)
+    stacks, stack_of = np.unique(heap.stack, return_inverse=True)
+    site_ids = np.array([site_id(k) for k in stacks.tolist()] + [-1], dtype=np.int64)
+    # when each live chunk was allocated: the live allocation at its address (-1 unknown)
+    live = alive_at(dp.allocations, before)
+    addresses = live["address"].to_numpy()
+    order = np.argsort(addresses, kind="stable")
+    ranked = addresses[order]
+    k = np.minimum(np.searchsorted(ranked, heap.address), max(len(ranked) - 1, 0))
+    known = used & (ranked[k] == heap.address) if len(ranked) else np.zeros(len(used), dtype=bool)
+    made = live["alloc_index"].to_numpy()[order] if len(ranked) else empty
+    ns = live["alloc_ns"].to_numpy()[order] - p.t0_ns if len(ranked) else empty
+    chunks = {
+        "address": heap.address, "size": heap.size, "requested": heap.requested,
+        "tag": np.where(used, tag_ids[tag_of.reshape(-1)], -1),
+        "site": np.where(used, site_ids[stack_of.reshape(-1)], -1),
+        "event": np.where(known, made[k] if len(ranked) else -1, -1),
+        "ns": np.where(known, ns[k] if len(ranked) else -1, -1),
+    }  # fmt: skip
+    return chunks, {"base": heap.bases, "size": heap.sizes}
 
 
 STEPPER_TRACE_TYPES = frozenset({"bar"})

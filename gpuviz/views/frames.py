@@ -27,16 +27,25 @@ from gpuviz.views.eventstream import decode_columns, encode_columns
 from gpuviz.views.fragmentation import (
     ZOOM_BELOW,
     aggregated_specs,
+    call_site,
     lean_rows,
     map_spec_and_state,
     metric_text,
     metric_words,
     rows_layout,
 )
-from gpuviz.views.overview import column_in_use, column_lanes, map_meta
+from gpuviz.views.overview import (
+    DETAIL_ROWS,
+    OVERVIEW_ABOVE,
+    column_groups,
+    column_in_use,
+    column_lanes,
+    map_meta,
+    top_allocations,
+)
 
 __all__ = ["Frame", "scrubber_frames", "lean_aggregated_spec", "columns_zoom", "BAR_COLUMNS", "pack_bars"]
-__all__ += ["unpack_bars", "FRAMES_JS"]
+__all__ += ["unpack_bars", "FRAMES_JS", "overview_spec"]
 
 BAR_COLUMNS = ("y", "base", "x", "address", "count", "length")
 """The packed bars' columns: row, base and length of each bar (whole bytes), then its ``customdata``."""
@@ -67,10 +76,11 @@ def columns_zoom(heap: HeapColumns, lanes: Sequence[int] = ()) -> tuple[int, int
     return None if end >= widest or end <= 0 else (0, end)
 
 
-def lean_aggregated_spec(heap: HeapColumns, title: str, max_rectangles: int) -> Frame:
+def lean_aggregated_spec(heap: HeapColumns, title: str, max_rectangles: int, site_of: Any = None) -> Frame:
     """The lean map of ``heap`` (more than ``max_rectangles / 2`` chunks, no OOM) titled ``title``:
     ``trace_specs`` and ``map_layout`` with ``lean=True``, from whole arrays (its bars as NumPy
-    arrays: ``aggregated_specs(arrays=True)``)."""
+    arrays: ``aggregated_specs(arrays=True)``). ``site_of(stack)`` (a call site or None): given,
+    the layout's meta also names each segment's largest allocation (``top_allocations``)."""
     metric = metric_words(heap.bytes_in_use, heap.pool_bytes, heap.largest_free_chunk)
     bases = heap.bases.tolist()
     heading = html.escape(title) + "<br><sub>" + metric + "</sub>"
@@ -78,27 +88,62 @@ def lean_aggregated_spec(heap: HeapColumns, title: str, max_rectangles: int) -> 
     layout = rows_layout(bases, sizes, columns_zoom(heap, lanes), heading, lanes=lanes, lean=True)
     layout["yaxis"] = lean_rows(bases, sizes=sizes, lanes=lanes)
     layout["meta"] = map_meta(bases, sizes, column_in_use(heap), lanes)
+    if site_of is not None:
+        layout["meta"].update(top_allocations(heap, site_of))
     return Frame({"data": aggregated_specs(heap, max_rectangles, arrays=True), "layout": layout}, metric)
 
 
-def scrubber_frames(p: Profile, device: str, positions: Sequence[int], *, max_rectangles: int) -> list[Frame]:
+def overview_spec(heap: HeapColumns, title: str) -> Frame:
+    """A stop of a map of many segments without its segments: the overview's totals only
+    (``layout.meta.groups``: ``column_groups``), what the page draws there."""
+    metric = metric_words(heap.bytes_in_use, heap.pool_bytes, heap.largest_free_chunk)
+    heading = html.escape(title) + "<br><sub>" + metric + "</sub>"
+    meta = {"groups": column_groups(heap, column_lanes(heap)), "segments": len(heap.bases)}
+    return Frame({"data": [], "layout": {"title": {"text": heading}, "meta": meta}}, metric)
+
+
+def _nearest_first(positions: Sequence[int], opening: int) -> list[int]:
+    """Indices of ``positions`` by distance from ``opening`` (the earlier first on ties)."""
+    return sorted(range(len(positions)), key=lambda i: (abs(positions[i] - opening), positions[i]))
+
+
+def scrubber_frames(
+    p: Profile, device: str, positions: Sequence[int], *, max_rectangles: int, detail_rows: int | None = None
+) -> list[Frame]:
     """``device``'s lean map right after each log position of ``positions`` (each >= 0); the
     bars of aggregated maps as NumPy arrays (``pack_bars`` packs them, ``unpack_bars`` makes
-    them lists)."""
+    them lists). A map of more than ``OVERVIEW_ABOVE`` segments gets its segments (the
+    drill-down's detail) at the stops nearest the opening moment while their rows add up to at
+    most ``detail_rows`` (default ``overview.DETAIL_ROWS``; the opening stop always), else the
+    overview's totals (``overview_spec``)."""
+    detail_rows = DETAIL_ROWS if detail_rows is None else detail_rows
     dp = p.devices[device]
     kinds, devices = p.log["kind"], p.log["device"]
     own = p.log.device_index(device)
-    frames = []
-    for at in positions:
+    stacks = p.log.stacks
+
+    def site_of(stack: int) -> str | None:
+        return call_site(stacks, stack)
+
+    frames: list[Frame | None] = [None] * len(positions)
+    budget = detail_rows
+    opening = dp.opening if dp.opening >= 0 else (positions[-1] if len(positions) else 0)
+    for k in _nearest_first(positions, opening):
+        at = positions[k]
         oom = int(kinds[at]) == Kind.OOM and int(devices[at]) == own
         heap = None if oom else dp.columns_at(at)
         if heap is None or len(heap.address) * 2 <= max_rectangles:
             spec, state = map_spec_and_state(p, device, at, lean=True, max_rectangles=max_rectangles)
-            frames.append(Frame(spec, metric_text(state)))
+            frames[k] = Frame(spec, metric_text(state))
             continue
         title = f"{device} after event {at}" + (" (peak)" if at == dp.peak.index else "")
-        frames.append(lean_aggregated_spec(heap, title, max_rectangles))
-    return frames
+        rows = len(heap.bases)
+        if rows > OVERVIEW_ABOVE and rows > budget and budget < detail_rows:
+            frames[k] = overview_spec(heap, title)
+            continue
+        budget -= rows
+        frames[k] = lean_aggregated_spec(heap, title, max_rectangles, site_of if rows > OVERVIEW_ABOVE else None)
+    return [f for f in frames if f is not None]
 
 
 def _column_type(values: np.ndarray) -> str:

@@ -34,12 +34,21 @@ from gpuviz.views.mapstyle import COLORS, label
 
 __all__ = ["MAX_LABELS", "OVERVIEW_ABOVE", "PREEXISTING", "labelled_rows", "size_class", "SegmentGroup"]
 __all__ += ["segment_groups", "lane_label", "row_ticks", "map_meta", "OVERVIEW_JS", "state_lanes", "column_lanes"]
-__all__ += ["column_in_use"]
+__all__ += ["column_in_use", "column_groups", "array_groups", "DETAIL_ROWS", "DENSE_ROWS", "top_allocations"]
 
 MAX_LABELS = 40
 """The most y-axis labels a map draws (about one per 20 px of its tallest height, 900 px)."""
 OVERVIEW_ABOVE = 64
 """Above this many segments the report's map opens as the overview by size class."""
+DETAIL_ROWS = 50_000
+"""The most segment rows a report's scrubber embeds in all (its stops' drill-down detail, nearest
+the opening moment first); the other stops of a map above ``OVERVIEW_ABOVE`` segments carry the
+overview's totals only (``column_groups``), so the report's size follows what it can draw."""
+DENSE_ROWS = 1000
+"""Above this many segments a drill-down group is drawn as an image (a heatmap, one row per
+segment) instead of a rectangle per bar; its hover still names each segment's largest allocation."""
+DENSE_COLUMNS = 48
+"""Cells across a dense group's image (each the share of its bytes in use)."""
 PREEXISTING = "PREEXISTING"
 """The tag of memory an importer inferred to be in use before the trace began."""
 _SMALL = 2 << 20  # segments up to 2 MiB: one class (PyTorch's small pool)
@@ -151,16 +160,18 @@ function gpuvizGroups(meta) {
   keys.sort(byNumber).forEach(function (k) { groups.push(group(classes[k].name, classes[k].rows)); });
   return groups;
 }
+function gpuvizCount(g) { return g.rows ? g.rows.length : g.count; }
 function gpuvizOverview(frame) {
   // the overview figure of a map with many segments: one row per group, in use and unused bytes
-  var meta = frame.layout.meta, groups = gpuvizGroups(meta);
+  // (groups: the frame's own totals where the report embeds no segments at this stop)
+  var meta = frame.layout.meta, groups = meta.groups || gpuvizGroups(meta);
   var names = groups.map(function (g) {
-    return g.name + ' \\u00b7 ' + g.rows.length + ' segment' + (g.rows.length === 1 ? '' : 's');
+    return g.name + ' \u00b7 ' + gpuvizCount(g) + ' segment' + (gpuvizCount(g) === 1 ? '' : 's');
   });
+  var click = meta.bases || meta.lazy ? '<br>click: its segments' : '';
   var hover = groups.map(function (g) {
-    return '<b>' + g.rows.length + ' segments of ' + g.name + '</b><br>reserved ' + gpuvizSize(g.reserved) +
-      '<br>in use ' + gpuvizSize(g.inUse) + '<br>unused ' + gpuvizSize(g.reserved - g.inUse) +
-      '<br>click: its segments';
+    return '<b>' + gpuvizCount(g) + ' segments of ' + g.name + '</b><br>reserved ' + gpuvizSize(g.reserved) +
+      '<br>in use ' + gpuvizSize(g.inUse) + '<br>unused ' + gpuvizSize(g.reserved - g.inUse) + click;
   });
   var rows = groups.map(function (g, i) { return i; });
   function bar(name, color, values, base) {
@@ -170,13 +181,15 @@ function gpuvizOverview(frame) {
   var used = groups.map(function (g) { return g.inUse; });
   var data = [bar('in use', COLORS.used, used, groups.map(function () { return 0; })),
               bar('reserved, unused', COLORS.free, groups.map(function (g) { return g.reserved - g.inUse; }), used)];
+  var how = meta.bases || meta.lazy ? ' (click a row)' :
+    ' (totals only at this stop: segments at the stops nearest the opening)';
   var layout = {
-    title: {text: frame.layout.title.text.replace('<br>', ' \\u00b7 overview by segment size (click a row)<br>')},
+    title: {text: frame.layout.title.text.replace('<br>', ' \u00b7 overview by segment size' + how + '<br>')},
     barmode: 'overlay', height: Math.min(900, 200 + 36 * groups.length), hovermode: 'closest',
     xaxis: {title: {text: 'bytes'}}, yaxis: {title: {text: 'segment size'}, tickvals: rows, ticktext: names,
       range: [groups.length - 0.5, -0.5], type: 'linear', automargin: true},
     legend: {orientation: 'h', yref: 'container', y: 0, yanchor: 'bottom'}, margin: {l: 160, r: 20, t: 80, b: 80},
-    meta: {overview: groups}
+    meta: {overview: meta.bases || meta.lazy ? groups : []}
   };
   var top = Math.max.apply(null, groups.map(function (g) { return g.reserved; }).concat([1])), tick = 1, values = [];
   while (tick * 2 <= top / 5) { tick *= 2; }
@@ -184,16 +197,54 @@ function gpuvizOverview(frame) {
   layout.xaxis.tickvals = values; layout.xaxis.ticktext = values.map(gpuvizSize); layout.xaxis.range = [0, top * 1.02];
   return {data: data, layout: layout};
 }
+function gpuvizTopWords(meta, r) {
+  // a segment's largest allocation (gpuviz.views.overview.top_allocations), for hovers
+  var t = (meta.top || [])[r], s = meta.strings || [];
+  if (!t || t[0] < 0) { return 'no allocation in use'; }
+  return 'largest allocation <b>' + gpuvizEscape(s[t[0]]) + '</b> ' + gpuvizSize(t[2]) +
+    (t[1] >= 0 ? '<br>call site ' + gpuvizEscape(s[t[1]]) : '');
+}
+function gpuvizDense(frame, rows, layout) {
+  // many segments: an image (heatmap), one row per segment, COLUMNS cells over the x axis, each
+  // the share of its bytes in use (in use drawn from the segment's start, as the aggregated bars);
+  // the hover names the segment's largest allocation and its call site
+  var meta = frame.layout.meta, widest = layout.xaxis.range[1], width = widest / DENSE_COLUMNS;
+  var x = [], z = [], text = [];
+  for (var j = 0; j < DENSE_COLUMNS; j++) { x.push((j + 0.5) * width); }
+  rows.forEach(function (r) {
+    var size = meta.sizes[r], used = meta.inUse[r], line = [];
+    for (var j = 0; j < DENSE_COLUMNS; j++) {
+      var lo = j * width, hi = Math.min(lo + width, size);
+      line.push(lo >= size ? null : Math.max(0, Math.min(used, hi) - lo) / (hi - lo));
+    }
+    z.push(line);
+    var words = '<b>segment 0x' + meta.bases[r].toString(16) + '</b> ' + gpuvizSize(size) + ', in use ' +
+      gpuvizSize(used) + '<br>' + gpuvizTopWords(meta, r);
+    text.push(new Array(DENSE_COLUMNS).fill(words));
+  });
+  return [{type: 'heatmap', name: 'segments', x: x, y: rows.map(function (r, i) { return i; }), z: z, text: text,
+           hovertemplate: '%{text}<extra></extra>', zmin: 0, zmax: 1, showscale: false, xgap: 0, ygap: 0,
+           colorscale: [[0, COLORS.free], [1, COLORS.used]]}];
+}
 function gpuvizSubset(frame, rows, heading) {
   // the map of `frame` restricted to `rows` (renumbered by address), labels capped
   var meta = frame.layout.meta, index = new Map(), lanes = [];
   rows.forEach(function (r, i) { index.set(r, i); if ((meta.lanes || []).indexOf(r) >= 0) { lanes.push(i); } });
-  var data = frame.data.map(function (t) {
+  var dense = rows.length > DENSE_ROWS;
+  var data = dense ? [] : frame.data.map(function (t) {
     var out = Object.assign({}, t), keep = [];
     (t.y || []).forEach(function (y, i) { if (index.has(y)) { keep.push(i); } });
     ['base', 'x', 'customdata', 'hovertext'].forEach(function (k) {
       if (Array.isArray(t[k])) { out[k] = keep.map(function (i) { return t[k][i]; }); }
     });
+    if (meta.top && Array.isArray(t.customdata) && !t.meta) {  // aggregated bars: name the largest allocation
+      out.hovertext = keep.map(function (i) {
+        var c = t.customdata[i];
+        return c[1] + ' chunks from 0x' + c[0].toString(16) + ', ' + gpuvizSize(c[2]) + ' ' + t.name + '<br>' +
+          gpuvizTopWords(meta, t.y[i]);
+      });
+      out.hovertemplate = '%{hovertext}<extra></extra>';
+    }
     out.y = keep.map(function (i) { return index.get(t.y[i]); });
     return out;
   });
@@ -210,12 +261,14 @@ function gpuvizSubset(frame, rows, heading) {
   if (!layout.xaxis.range || layout.xaxis.range[1] > widest || rows.length === 1) { layout.xaxis.range = [0, widest]; }
   layout.title = {text: layout.title.text.replace('<br>', ' \\u00b7 ' + gpuvizEscape(heading) + '<br>')};
   layout.uirevision = 'map:' + heading;
+  if (dense) { data = gpuvizDense(frame, rows, layout); layout.meta.dense = true; layout.yaxis.ticks = ''; }
   return {data: data, layout: layout};
 }
 function gpuvizMapView(frame, view) {
   // what the map shows of `frame` at drill-down level `view` ({level, group, base}):
   // the whole map (few segments), the overview, one group's segments or one segment
   var meta = frame.layout.meta;
+  if (meta && meta.groups) { view.level = 'overview'; return gpuvizOverview(frame); }  // totals only
   if (!meta || !meta.bases || meta.bases.length <= OVERVIEW_ABOVE) { view.level = 'map'; return frame; }
   if (view.level === 'segment') {
     var row = meta.bases.indexOf(view.base);
@@ -234,6 +287,8 @@ function gpuvizMapView(frame, view) {
 }
 """.replace("MAX_LABELS", str(MAX_LABELS))
     .replace("OVERVIEW_ABOVE", str(OVERVIEW_ABOVE))
+    .replace("DENSE_ROWS", str(DENSE_ROWS))
+    .replace("DENSE_COLUMNS", str(DENSE_COLUMNS))
     .replace("SMALL", str(_SMALL))
     .replace("COLORS.used", repr(COLORS["used"]))
     .replace("COLORS.free", repr(COLORS["free"]))
@@ -270,3 +325,64 @@ def column_in_use(heap: HeapColumns) -> list[int]:
     """Bytes in use (chunk sizes) of each segment of ``heap``."""
     weights = np.where(heap.in_use, heap.size, 0)
     return [int(b) for b in np.bincount(heap.owner, weights=weights, minlength=len(heap.bases))]
+
+
+def column_groups(heap: HeapColumns, lanes: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """``segment_groups`` of a heap given as arrays, as the page's overview reads them:
+    ``{"name", "count", "reserved", "inUse"}`` per group (bytes), lanes first, then by size class."""
+    used = np.bincount(heap.owner, weights=np.where(heap.in_use, heap.size, 0), minlength=len(heap.sizes))
+    return array_groups(heap.sizes, np.rint(used).astype(np.int64), lanes)
+
+
+def array_groups(
+    sizes: np.ndarray, in_use: np.ndarray, lanes: Sequence[int] = (), *, rows: bool = False
+) -> list[dict[str, Any]]:
+    """``segment_groups`` from per-segment arrays (bytes): ``{"name", "count", "reserved",
+    "inUse"}`` per group, and its ``rows`` when ``rows``."""
+    sizes, in_use = np.asarray(sizes, dtype=np.int64), np.asarray(in_use, dtype=np.int64)
+    # size_class's key: 0 up to 2 MiB, else (size - 1).bit_length() (exact below 2**53 bytes)
+    keys = np.where(sizes <= _SMALL, 0, np.frexp(np.maximum(sizes - 1, 1).astype(np.float64))[1])
+    lane = np.zeros(len(sizes), dtype=bool)
+    lane[list(lanes)] = True
+    picks = [(f"{PREEXISTING} (inferred)", lane)] if lane.any() else []
+    for key in np.unique(keys[~lane]).tolist():
+        picks.append((size_class(1 if key == 0 else 1 << (int(key) - 1) | 1)[1], (keys == key) & ~lane))
+    groups = []
+    for name, pick in picks:
+        group: dict[str, Any] = {"name": name, "count": int(pick.sum()), "reserved": int(sizes[pick].sum()),
+                                 "inUse": int(in_use[pick].sum())}  # fmt: skip
+        if rows:
+            group["rows"] = np.flatnonzero(pick).tolist()
+        groups.append(group)
+    return groups
+
+
+def top_allocations(heap: HeapColumns, site_of: Any) -> dict[str, list[Any]]:
+    """Per segment of ``heap``, its largest allocation in use (the lowest-addressed of equals;
+    what a dense map's hover names):
+    ``top``: ``[tag, site, bytes]`` per row (indices into ``strings``, -1 none; bytes 0 when the
+    segment holds none). ``site_of(stack)``: the call site of a stack id, or None."""
+    rows = len(heap.bases)
+    picked = np.flatnonzero(heap.in_use)  # by address: their owners ascending
+    owners, sizes = heap.owner[picked], heap.size[picked]
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]]) if len(picked) else picked
+    largest = np.maximum.reduceat(sizes, starts) if len(picked) else sizes
+    # the first (lowest-addressed) chunk of each segment whose size is its segment's largest
+    ties = picked[sizes == np.repeat(largest, np.diff(np.r_[starts, len(picked)]))]
+    last = ties[np.r_[True, heap.owner[ties][1:] != heap.owner[ties][:-1]]] if len(ties) else ties
+    tag = np.full(rows, -1, dtype=np.int64)
+    site = np.full(rows, -1, dtype=np.int64)
+    size = np.zeros(rows, dtype=np.int64)
+    owner = heap.owner[last]
+    size[owner] = heap.size[last]
+    # strings numbered in order of first use: the distinct tags, then the distinct call sites
+    tags, tag_of = np.unique(heap.tag[last], return_inverse=True)
+    stacks, stack_of = np.unique(heap.stack[last], return_inverse=True)
+    strings: dict[str, int] = {}
+    tag_ids = [strings.setdefault(heap.strings[t] if t >= 0 else "(untagged)", len(strings)) for t in tags.tolist()]
+    found = [site_of(k) for k in stacks.tolist()]
+    site_ids = [strings.setdefault(w, len(strings)) if w is not None else -1 for w in found]
+    if len(last):
+        tag[owner] = np.asarray(tag_ids, dtype=np.int64)[tag_of.reshape(-1)]
+        site[owner] = np.asarray(site_ids, dtype=np.int64)[stack_of.reshape(-1)]
+    return {"strings": list(strings), "top": np.stack((tag, site, size), axis=1).tolist()}

@@ -14,6 +14,7 @@ import html
 import json
 from typing import Any, NamedTuple
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.utils import PlotlyJSONEncoder
 
@@ -27,7 +28,7 @@ from gpuviz.views.active import active_grouping, active_spec
 from gpuviz.views.advice import advice_html
 from gpuviz.views.eventstream import STEPPER_JS, STEPPER_TRACE_TYPES, event_stream
 from gpuviz.views.frames import FRAMES_JS, pack_bars, scrubber_frames, unpack_bars
-from gpuviz.views.overview import OVERVIEW_JS
+from gpuviz.views.overview import OVERVIEW_ABOVE, OVERVIEW_JS, array_groups
 from gpuviz.views.plotlyjs import Bundle, bundle_for, check_plotlyjs, plotlyjs_script, trace_types
 from gpuviz.views.tables import TABLE_CSS, call_site_html, placement_html, summary_html
 from gpuviz.views.timeline import timeline
@@ -196,7 +197,10 @@ function gpuvizScrubber(id, first, positions) {
     if (!point) { return; }
     if (meta.overview) {
       var g = meta.overview[Math.round(point.y)];
-      if (g) { view.level = 'group'; view.group = g.name; redraw(); }
+      if (!g) { return; }
+      view.level = 'group'; view.group = g.name;
+      // the overview drawn at load has no segments: its stop's frame (parsed now) has them
+      if (((shown.frame.layout || {}).meta || {}).lazy) { go(input.value); } else { redraw(); }
     } else if (meta.bases && view.level !== 'map') {
       var base = meta.bases[Math.round(point.y)];
       if (base !== undefined) { view.level = 'segment'; view.base = base; redraw(); }
@@ -290,7 +294,7 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
     ]
     start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
     types.update(trace_types(frames))
-    first = to_script_json(unpack_bars(frames[start])) if frames else '{"data":[],"layout":{},"label":""}'
+    first = to_script_json(_opening(unpack_bars(frames[start]))) if frames else '{"data":[],"layout":{},"label":""}'
     packed, bars = pack_bars(frames)
     stream = event_stream(p, name, max_rectangles=FRAME_RECTANGLES) if len(device.series) else None
     events = f'<script type="application/json" id="{div_id}-events">{to_script_json(stream)}</script>' if stream else ""
@@ -303,6 +307,20 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
         f'<script type="application/json" id="{div_id}-bars">{to_script_json(bars)}</script>'
         f"{events}<script>gpuvizScrubber('{div_id}', {first}, {to_script_json(positions)});</script>"
     )
+
+
+def _opening(frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame drawn at load: a map of more than ``OVERVIEW_ABOVE`` segments as its overview's
+    totals (``meta.lazy``: its segments are parsed from the frames' JSON on the first drill-down)."""
+    meta = frame["layout"].get("meta") or {}
+    if len(meta.get("bases", ())) <= OVERVIEW_ABOVE:
+        return frame
+    groups = array_groups(np.asarray(meta["sizes"]), np.asarray(meta["inUse"]), meta["lanes"], rows=True)
+    layout = {
+        "title": frame["layout"]["title"],
+        "meta": {"groups": groups, "segments": len(meta["bases"]), "lazy": True},
+    }
+    return {"data": [], "layout": layout, "label": frame["label"]}
 
 
 def _active(div_id: str, map_id: str, p: Profile, device: str) -> str:

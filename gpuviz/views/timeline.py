@@ -36,6 +36,7 @@ __all__ = [
     "DIRECTION_COLORS",
     "MAX_TRANSFER_SPANS",
     "MAX_MARKS",
+    "MAX_SEGMENT_MARKERS",
     "POOL_HIDDEN",
     "MIN_SPAN",
     "LABEL_GAP",
@@ -46,6 +47,9 @@ MAX_TRANSFER_SPANS = 500
 MAX_MARKS = 200
 POOL_HIDDEN = 2.0
 """The pool line starts hidden when the pool's maximum is more than this times the data's."""
+MAX_SEGMENT_MARKERS = 400
+"""The most "segment reserved" markers a timeline draws one by one; beyond, they are grouped
+into that many equal spans of the x axis, one marker per span naming its count and bytes."""
 MIN_SPAN = 0.002
 """Transfer spans are drawn at least this share of the time axis wide."""
 ACTIVITY_SHARE = 0.95
@@ -216,12 +220,15 @@ def timeline(
         grow = segments[segments["kind"].isin(["segment_alloc", "segment_map"])]
         if len(grow):
             words = {"segment_alloc": "segment of {} reserved", "segment_map": "{} mapped into a growing segment"}
+            grow_x, grow_seq = at(grow), grow["seq"].to_numpy()
+            if len(grow) <= MAX_SEGMENT_MARKERS:
+                hover = [words[k].format(format_size(int(s))) for k, s in zip(grow["kind"], grow["size"], strict=True)]
+            else:  # one marker per span of the x axis (the first event in it), its count and bytes
+                grow_x, grow_seq, hover = _grouped_markers(grow_x, grow_seq, grow["size"].to_numpy())
             figure.add_trace(
-                go.Scatter(x=at(grow), y=level(grow["seq"].to_numpy()),
+                go.Scatter(x=grow_x, y=level(grow_seq),
                            name="segment reserved", mode="markers", marker={"symbol": "triangle-up", "size": 8},
-                           hovertext=[words[k].format(format_size(int(s)))
-                                      for k, s in zip(grow["kind"], grow["size"], strict=True)],
-                           hoverinfo="text"),
+                           hovertext=hover, hoverinfo="text"),
                 row=1, col=1, secondary_y=False,
             )  # fmt: skip
     if marks is not None and len(marks):
@@ -288,3 +295,23 @@ def timeline(
             ],
         }])  # fmt: skip
     return figure
+
+
+def _grouped_markers(x: np.ndarray, seq: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Segment markers (x ascending) grouped into ``MAX_SEGMENT_MARKERS`` equal spans of x: the
+    first marker of each non-empty span, and its hover (how many segments, their bytes)."""
+    order = np.argsort(x, kind="stable")
+    x, seq, size = x[order], seq[order], size[order]
+    lo, hi = float(x[0]), float(x[-1])
+    spans = np.minimum(((x - lo) / max(hi - lo, 1e-300) * MAX_SEGMENT_MARKERS).astype(np.int64),
+                       MAX_SEGMENT_MARKERS - 1)  # fmt: skip
+    first = np.flatnonzero(np.r_[True, spans[1:] != spans[:-1]])
+    counts = np.diff(np.r_[first, len(x)])
+    totals = np.add.reduceat(size.astype(np.int64), first)
+    hover = [
+        f"{n} segments reserved here, {format_size(int(b))} in all"
+        if n > 1
+        else f"segment of {format_size(int(b))} reserved"
+        for n, b in zip(counts.tolist(), totals.tolist(), strict=True)
+    ]
+    return x[first], seq[first], hover
