@@ -201,6 +201,7 @@ EXTRA_SOURCES = {
     "gpuviz.capture._bfcnative": ["csrc/capture/_bfc_core.c"],
     "gpuviz.capture._pluggable": ["csrc/capture/_bfc_core.c"],
     "gpuviz.scenarios._whatifcore": ["csrc/capture/_bfc_core.c"],
+    "gpuviz.analysis._replaykernel": ["csrc/analysis/_replayheap.c"],
 }
 LIBRARIES = {"gpuviz.log._batchwriter": ["pthread"], "gpuviz.capture._pluggable": ["dl", "pthread"]}
 
