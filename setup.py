@@ -202,6 +202,7 @@ EXTRA_SOURCES = {
     "gpuviz.capture._pluggable": ["csrc/capture/_bfc_core.c"],
     "gpuviz.scenarios._whatifcore": ["csrc/capture/_bfc_core.c"],
     "gpuviz.analysis._replaykernel": ["csrc/analysis/_replayheap.c"],
+    "gpuviz.importers._snapshotpickle": ["csrc/importers/_snapshotpickle_memo.c", "csrc/importers/_snapshotpickle_entries.c"],
 }
 LIBRARIES = {"gpuviz.log._batchwriter": ["pthread"], "gpuviz.capture._pluggable": ["dl", "pthread"]}
 
