@@ -205,6 +205,12 @@ EXTRA_SOURCES = {
     ],
     "gpuviz.capture._pluggable": ["csrc/capture/_bfc_core.c"],
     "gpuviz.scenarios._whatifcore": ["csrc/capture/_bfc_core.c"],
+    "gpuviz.analysis._replaykernel": ["csrc/analysis/_replayheap.c"],
+    "gpuviz.importers._snapshotpickle": [
+        "csrc/importers/_snapshotpickle_memo.c",
+        "csrc/importers/_snapshotpickle_entries.c",
+    ],
+    "gpuviz.importers._xplanewire": ["csrc/importers/_xplanewire_keys.c"],
 }
 LIBRARIES = {"gpuviz.log._batchwriter": ["pthread"], "gpuviz.capture._pluggable": ["dl", "pthread"]}
 

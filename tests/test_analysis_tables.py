@@ -144,7 +144,7 @@ def test_profile_options() -> None:
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 5)), max_size=60))
 def test_pairing_allocs_with_their_frees(events: list[tuple[bool, int]]) -> None:
     """The free that ends an alloc is the next event at its address when that is a free (else
-    -1), the compiled pass and the NumPy one alike, on streams with repeated allocs and stray
+    -1), on streams with repeated allocs and stray
     frees (imported traces have both)."""
     import gpuviz.analysis.tables as tables
     from gpuviz.log.schema import Kind
@@ -156,12 +156,6 @@ def test_pairing_allocs_with_their_frees(events: list[tuple[bool, int]]) -> None
         later = [j for j in range(i + 1, len(events)) if events[j][1] == address]
         expected.append(later[0] if alloc and later and not events[later[0]][0] else -1)
     assert tables._free_of(kinds, addresses).tolist() == expected
-    kernel = tables._pairing_kernel
-    try:
-        tables._pairing_kernel = lambda: None  # type: ignore[assignment]
-        assert tables._free_of(kinds, addresses).tolist() == expected
-    finally:
-        tables._pairing_kernel = kernel  # type: ignore[assignment]
 
 
 def test_allocated_by_address_index_equals_the_scan() -> None:

@@ -1,8 +1,7 @@
-"""Replay's compiled pass and the vectorised timeline give exactly what the Python rules give."""
+"""Replay's compiled pass and the allocation table's compiled pairing give exactly what the Python
+rules give; the timeline (NumPy) equals its definition."""
 
 from __future__ import annotations
-
-import importlib
 
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ from built import built
 
 from gpuviz import EventLog, SimUpstream, replay, timeline_series
 from gpuviz.analysis import replay as replay_module
-from gpuviz.analysis import timeline as timeline_module
 from gpuviz.capture.native import allocator_class
 from gpuviz.log.schema import Kind
 
@@ -94,11 +92,8 @@ def _timeline_by_the_definition(log: EventLog, device_id: int) -> dict[str, np.n
     return {k: np.array(v) for k, v in out.items()}
 
 
-@pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "NumPy"])
 @pytest.mark.parametrize("devices", [1, 2])
-def test_timeline_series_equal_their_definition(devices: int, native: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if native == "1" and not built("gpuviz.analysis._replaykernel"):
-        pytest.skip("the replay kernel is not built (no C compiler)")
+def test_timeline_series_equal_their_definition(devices: int) -> None:
     if devices == 2:
         log = two_device_log(1500, seed=5)
     else:
@@ -111,8 +106,6 @@ def test_timeline_series_equal_their_definition(devices: int, native: str, monke
                 alloc.free(live.pop(int(rng.integers(len(live)))))
             else:
                 live.append(alloc.allocate(int(2 ** rng.uniform(0, 25))))
-    monkeypatch.setenv("GPUVIZ_NATIVE", native)
-    assert (timeline_module._timeline_kernel() is not None) is (native == "1")
     for device_id in range(devices):
         series = timeline_series(log, device=f"GPU:{device_id}")
         expected = _timeline_by_the_definition(log, device_id)
@@ -123,48 +116,6 @@ def test_timeline_series_equal_their_definition(devices: int, native: str, monke
         assert series.largest_free.tolist() == expected["largest"].tolist()
         assert series.fragmentation.tolist() == expected["frag"].tolist()
         assert series.seq.tolist() == log.columns["seq"][series.index].tolist()
-
-
-@needs_kernel
-@pytest.mark.parametrize("points", [1, 7, 100, 2500, 10**6])
-def test_the_compiled_resample_gives_the_definition(points: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """resample(series, settled_only=True) in one compiled pass equals resampling settled(series)
-    with NumPy, bucket for bucket (times, minima and maxima of every metric), also for the whole
-    series and for times that go back (where the pass hands over to NumPy)."""
-    log = two_device_log(3000, seed=points)
-    series = timeline_series(log, "GPU:0")
-    assert 0 < np.count_nonzero(series.settled) < len(series)
-    backwards = timeline_module.TimelineSeries(
-        **{**series.__dict__, "time_ns": series.time_ns[::-1].copy()}  # every bucket change goes back
-    )
-    for s in (series, backwards):
-        for settled_only in (True, False):
-            monkeypatch.setenv("GPUVIZ_NATIVE", "1")
-            compiled = timeline_module.resample(s, points, settled_only=settled_only)
-            monkeypatch.setenv("GPUVIZ_NATIVE", "0")
-            assert timeline_module._resample_kernel() is None
-            expected = timeline_module.resample(timeline_module.settled(s) if settled_only else s, points)
-            assert np.array_equal(compiled.time_ns, expected.time_ns)
-            for metric in timeline_module.METRICS:
-                assert compiled.minimum[metric].dtype == expected.minimum[metric].dtype
-                assert np.array_equal(compiled.minimum[metric], expected.minimum[metric]), metric
-                assert np.array_equal(compiled.maximum[metric], expected.maximum[metric]), metric
-            assert len(compiled.time_ns) <= max(points, len(s)) and len(compiled.time_ns) >= 1
-
-
-@needs_kernel
-@pytest.mark.parametrize("n", [0, 1, 2, 1000, 50_000])
-def test_the_compiled_address_sort_is_a_stable_sort(n: int) -> None:
-    """by_address (the allocation index behind DeviceProfile.allocated) orders rows exactly as
-    NumPy's stable argsort does, and lists the distinct addresses as np.unique does."""
-    kernel = importlib.import_module("gpuviz.analysis._replaykernel").by_address
-    rng = np.random.default_rng(n)
-    addresses = ((1 << 40) + rng.integers(0, max(n // 7, 1), n) * 512).astype(np.int64)
-    order, distinct = kernel(addresses)
-    np.testing.assert_array_equal(np.frombuffer(order, dtype=np.int64), np.argsort(addresses, kind="stable"))
-    np.testing.assert_array_equal(np.frombuffer(distinct, dtype=np.int64), np.unique(addresses))
-    with pytest.raises(ValueError, match="int64"):
-        kernel(addresses.tobytes() + b"abc")  # not a whole number of int64
 
 
 @needs_kernel

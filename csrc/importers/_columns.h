@@ -15,7 +15,7 @@ typedef struct {
 } Buf;
 
 /* append n bytes; 0, or -1 with MemoryError set */
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+static inline int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap + b->cap / 2 : 1 << 14;
         while (cap < b->len + n) cap += cap / 2;
@@ -33,7 +33,7 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
 }
 
 /* the bytes written (a new reference), leaving b empty */
-static PyObject *buf_take(Buf *b) {
+static inline PyObject *buf_take(Buf *b) {
     if (!b->bytes) return PyBytes_FromStringAndSize("", 0);
     PyObject *out = b->bytes;
     b->bytes = NULL;

@@ -23,231 +23,29 @@
  * is not finite -- raises ``Unsupported``; the caller then decodes with the Python decoder,
  * which gives the same columns or the same error.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_xplanewire.h"
+
 #include <math.h>
-#include <stdint.h>
-#include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include "_columns.h"
 #endif
 
-enum { VARINT = 0, FIXED64 = 1, LEN = 2, FIXED32 = 5 };
-enum { S_ALLOCATOR, S_OP, S_DTYPE, S_SHAPE, S_TENSOR_SHAPE, S_REGION, S_CORE, N_TEXT,
-       S_ADDR = N_TEXT, S_REQUESTED, S_SIZE, S_IN_USE, S_PEAK, S_FRAGMENTATION, S_STEP, N_SLOTS };
 static const char *SLOT_NAMES[] = {"allocator_name", "tf_op", "data_type", "shape", "tensor_shape", "region_type",
                                    "index_on_host",
                                    "addr", "requested_bytes", "allocation_bytes", "bytes_allocated",
                                    "peak_bytes_in_use", "fragmentation", "group_id", NULL};
-enum { C_TIME, C_ADDR, C_REQUESTED, C_SIZE, C_IN_USE, C_PEAK, C_STEP, C_THREAD, C_FLAGS, C_FRAGMENTATION, C_TEXTS,
-       N_COLUMNS };
 static const char *COLUMN_NAMES[] = {"time_ns", "address", "requested", "size", "bytes_in_use", "peak_bytes_in_use",
                                      "step", "thread", "flags", "fragmentation", "texts", NULL};
-enum { V_ABSENT, V_NONE, V_TEXT, V_INT, V_UINT, V_DOUBLE };
 
-static PyObject *Unsupported; /* exception type */
+PyObject *Unsupported; /* exception type */
 
-static int unsupported(const char *why) {
+int unsupported(const char *why) {
     if (!PyErr_Occurred()) PyErr_SetString(Unsupported, why);
     return -1;
 }
 
-/* ---------------------------------------------------------------- the wire format */
-typedef struct {
-    uint64_t number;
-    int wire;
-    uint64_t value;     /* VARINT/FIXED64/FIXED32: the value; LEN: the payload length */
-    const uint8_t *at;  /* LEN: the payload */
-} Field;
-
-static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    uint64_t result = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (*p >= end) return unsupported("varint runs past the end of its message");
-        uint8_t byte = *(*p)++;
-        if (shift == 63 && byte > 1) return unsupported("varint beyond 64 bits");
-        result |= (uint64_t)(byte & 0x7F) << shift;
-        if (byte < 0x80) {
-            *out = result;
-            return 0;
-        }
-    }
-    return unsupported("varint longer than 10 bytes");
-}
-
-/* the next field of [*p, end): 1, or 0 at the end, -1 on a malformed field */
-static int next_field(const uint8_t **p, const uint8_t *end, Field *f) {
-    if (*p >= end) return 0;
-    uint64_t key;
-    if (varint(p, end, &key) < 0) return -1;
-    f->number = key >> 3;
-    f->wire = (int)(key & 7);
-    if (f->number == 0) return unsupported("field number 0");
-    switch (f->wire) {
-    case VARINT:
-        return varint(p, end, &f->value) < 0 ? -1 : 1;
-    case LEN:
-        if (varint(p, end, &f->value) < 0) return -1;
-        if (f->value > (uint64_t)(end - *p)) return unsupported("a field runs past the end of its message");
-        f->at = *p;
-        *p += f->value;
-        return 1;
-    case FIXED64:
-    case FIXED32: {
-        int n = f->wire == FIXED64 ? 8 : 4;
-        if (end - *p < n) return unsupported("a fixed-width field runs past the end of its message");
-        uint64_t v = 0;
-        for (int i = n - 1; i >= 0; i--) v = v << 8 | (*p)[i];
-        f->value = v;
-        *p += n;
-        return 1;
-    }
-    default:
-        return unsupported("unsupported wire type");
-    }
-}
-
-/* ---------------------------------------------------------------- per-plane lookups */
-/* A plane's metadata ids (event and stat metadata) as pairs sorted by id: each event and stat finds
- * its metadata by binary search, so a plane with many metadata costs log(n) per lookup, not n. */
-typedef struct {
-    int64_t id;
-    int value;
-} Pair;
-
-static int pair_order(const void *a, const void *b) {
-    int64_t x = ((const Pair *)a)->id, y = ((const Pair *)b)->id;
-    return (x > y) - (x < y);
-}
-
-typedef struct {
-    Pair *memory, *slots;
-    Py_ssize_t n_memory, n_slots;
-    PyObject *ref_names; /* borrowed */
-} Plane;
-
-static int pairs_of(PyObject *dict, Pair **out, Py_ssize_t *n) {
-    if (!PyDict_Check(dict)) return unsupported("expected a dict");
-    *n = PyDict_Size(dict);
-    *out = PyMem_Malloc(sizeof(Pair) * (*n + 1));
-    if (!*out) return PyErr_NoMemory(), -1;
-    PyObject *k, *v;
-    Py_ssize_t pos = 0, i = 0;
-    while (PyDict_Next(dict, &pos, &k, &v)) {
-        long long id = PyLong_AsLongLong(k);
-        long value = PyLong_AsLong(v);
-        if (PyErr_Occurred()) return -1;
-        (*out)[i].id = id;
-        (*out)[i].value = (int)value;
-        i++;
-    }
-    qsort(*out, (size_t)*n, sizeof(Pair), pair_order); /* the ids are a dict's keys: distinct */
-    return 0;
-}
-
-static int find(const Pair *pairs, Py_ssize_t n, int64_t id) {
-    Py_ssize_t lo = 0, hi = n;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (pairs[mid].id < id) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < n && pairs[lo].id == id ? pairs[lo].value : -1;
-}
-
-/* ---------------------------------------------------------------- text keys */
-typedef struct {
-    uint64_t hash;
-    Py_ssize_t index; /* -1: empty */
-} Slot;
-
-typedef struct {
-    Buf arena;              /* the keys, one after another */
-    Py_ssize_t *offsets;    /* index -> offset in arena (count + 1 of them) */
-    Py_ssize_t count, offsets_cap;
-    Slot *table;
-    Py_ssize_t table_cap;   /* a power of two */
-    char *scratch;
-    Py_ssize_t scratch_len, scratch_cap;
-} Keys;
-
-static uint64_t fnv1a(const char *s, Py_ssize_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ULL;
-    return h;
-}
-
-static int scratch_put(Keys *k, const void *src, Py_ssize_t n) {
-    if (k->scratch_len + n > k->scratch_cap) {
-        Py_ssize_t cap = (k->scratch_len + n) * 2 + 64;
-        char *grown = PyMem_Realloc(k->scratch, cap);
-        if (!grown) return PyErr_NoMemory(), -1;
-        k->scratch = grown;
-        k->scratch_cap = cap;
-    }
-    memcpy(k->scratch + k->scratch_len, src, n);
-    k->scratch_len += n;
-    return 0;
-}
-
-static int table_grow(Keys *k) {
-    Py_ssize_t cap = k->table_cap ? k->table_cap * 2 : 256;
-    Slot *table = PyMem_Malloc(sizeof(Slot) * cap);
-    if (!table) return PyErr_NoMemory(), -1;
-    for (Py_ssize_t i = 0; i < cap; i++) table[i].index = -1;
-    for (Py_ssize_t i = 0; i < k->table_cap; i++) {
-        if (k->table[i].index < 0) continue;
-        Py_ssize_t j = (Py_ssize_t)(k->table[i].hash & (uint64_t)(cap - 1));
-        while (table[j].index >= 0) j = (j + 1) & (cap - 1);
-        table[j] = k->table[i];
-    }
-    PyMem_Free(k->table);
-    k->table = table;
-    k->table_cap = cap;
-    return 0;
-}
-
-/* the index of the key in scratch, adding it if new; -1 on error */
-static Py_ssize_t key_index(Keys *k) {
-    if ((k->count + 1) * 2 > k->table_cap && table_grow(k) < 0) return -1;
-    uint64_t h = fnv1a(k->scratch, k->scratch_len);
-    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(k->table_cap - 1));
-    const char *arena = k->arena.bytes ? PyBytes_AS_STRING(k->arena.bytes) : NULL;
-    while (k->table[j].index >= 0) {
-        Py_ssize_t i = k->table[j].index;
-        if (k->table[j].hash == h && k->offsets[i + 1] - k->offsets[i] == k->scratch_len &&
-            memcmp(arena + k->offsets[i], k->scratch, k->scratch_len) == 0)
-            return i;
-        j = (j + 1) & (k->table_cap - 1);
-    }
-    if (k->count + 2 > k->offsets_cap) {
-        Py_ssize_t cap = k->offsets_cap * 2 + 64;
-        Py_ssize_t *grown = PyMem_Realloc(k->offsets, sizeof(Py_ssize_t) * cap);
-        if (!grown) return PyErr_NoMemory(), -1;
-        k->offsets = grown;
-        k->offsets_cap = cap;
-    }
-    if (k->count == 0) k->offsets[0] = 0;
-    if (buf_put(&k->arena, k->scratch, k->scratch_len) < 0) return -1;
-    k->offsets[k->count + 1] = k->arena.len;
-    k->table[j].hash = h;
-    k->table[j].index = k->count;
-    return k->count++;
-}
-
 /* ---------------------------------------------------------------- decoding */
-typedef struct {
-    int type;
-    int64_t i;
-    uint64_t u;
-    double d;
-    const char *text;
-    Py_ssize_t len;
-} Value;
-
 typedef struct {
     Buf columns[N_COLUMNS];
     Keys keys;
@@ -373,27 +171,6 @@ static int number(const Value *v, int64_t fallback, int64_t *out) {
     }
 }
 
-static int put_text_key(Keys *k, const Value *values) {
-    k->scratch_len = 0;
-    for (int s = 0; s < N_TEXT; s++) {
-        const Value *v = &values[s];
-        uint8_t tag = (uint8_t)v->type;
-        if (scratch_put(k, &tag, 1) < 0) return -1;
-        if (v->type == V_TEXT) {
-            uint32_t n = (uint32_t)v->len;
-            if ((Py_ssize_t)n != v->len) return unsupported("a text over 4 GB");
-            if (scratch_put(k, &n, 4) < 0 || scratch_put(k, v->text, v->len) < 0) return -1;
-        } else if (v->type == V_INT) {
-            if (scratch_put(k, &v->i, 8) < 0) return -1;
-        } else if (v->type == V_UINT) {
-            if (scratch_put(k, &v->u, 8) < 0) return -1;
-        } else if (v->type == V_DOUBLE) {
-            if (scratch_put(k, &v->d, 8) < 0) return -1;
-        }
-    }
-    return 0;
-}
-
 static int emit(D *d, int is_alloc, int64_t time_ns, int64_t thread, const Value *values) {
     int64_t ints[8];
     ints[C_TIME] = time_ns;
@@ -499,45 +276,6 @@ done:
     PyMem_Free(plane.memory);
     PyMem_Free(plane.slots);
     return rc;
-}
-
-/* the tuple of N_TEXT values a key encodes (see put_text_key); texts: str -> the same str */
-static PyObject *key_values(const char *p, PyObject *texts) {
-    PyObject *out = PyTuple_New(N_TEXT);
-    if (!out) return NULL;
-    for (int s = 0; s < N_TEXT; s++) {
-        int type = (uint8_t)*p++;
-        PyObject *v = NULL;
-        if (type == V_ABSENT) {
-            v = Py_NewRef(Py_Ellipsis);
-        } else if (type == V_NONE) {
-            v = Py_NewRef(Py_None);
-        } else if (type == V_TEXT) {
-            uint32_t n;
-            memcpy(&n, p, 4);
-            PyObject *text = PyUnicode_DecodeUTF8(p + 4, n, "replace");
-            p += 4 + n;
-            if (text) {
-                v = PyDict_SetDefault(texts, text, text);
-                Py_XINCREF(v);
-                Py_DECREF(text);
-            }
-        } else {
-            int64_t i;
-            uint64_t u;
-            double x;
-            if (type == V_INT) memcpy(&i, p, 8), v = PyLong_FromLongLong(i);
-            else if (type == V_UINT) memcpy(&u, p, 8), v = PyLong_FromUnsignedLongLong(u);
-            else memcpy(&x, p, 8), v = PyFloat_FromDouble(x);
-            p += 8;
-        }
-        if (!v) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, s, v);
-    }
-    return out;
 }
 
 static void release(D *d) {

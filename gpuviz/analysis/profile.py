@@ -16,7 +16,6 @@ import pandas as pd
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
 from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning, opening_index, pinning, scrub_stops
-from gpuviz.analysis.native import kernel_function
 from gpuviz.analysis.replay import Replay, replay
 from gpuviz.analysis.tables import (
     alive_at,
@@ -116,11 +115,7 @@ class DeviceProfile:
         if self._by_address is None:
             table = self.allocations
             address = np.ascontiguousarray(table["address"].to_numpy(), dtype=np.int64)
-            kernel = kernel_function("by_address")
-            if kernel is not None:  # the same order by a counting sort over the distinct addresses
-                order = np.frombuffer(kernel(address)[0], dtype=np.int64)
-            else:  # rows are in alloc_index order: a stable sort keeps them so per address
-                order = np.argsort(address, kind="stable")
+            order = np.argsort(address, kind="stable")  # rows are in alloc_index order: kept so per address
             by_address = address[order]
             starts = np.ones(len(order), dtype=bool)
             starts[1:] = by_address[1:] != by_address[:-1]

@@ -6,8 +6,6 @@ Sizes in bytes, times in ns (``time_ns`` on the log's monotonic clock).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -82,9 +80,6 @@ def devices_present(log: EventLog) -> list[str]:
 def _free_of(kinds: np.ndarray, addresses: np.ndarray) -> np.ndarray:
     """For one device's alloc/free events in log order: per event, the event number of the free
     that ends it (for an alloc whose next event at its address is a free), else -1."""
-    kernel = _pairing_kernel()
-    if kernel is not None:
-        return np.frombuffer(kernel(np.ascontiguousarray(kinds), np.ascontiguousarray(addresses)), dtype=np.int64)
     n = len(kinds)
     order = np.lexsort((np.arange(n), addresses))  # by address, then time: a free follows its alloc
     a, alloc = addresses[order], kinds[order] == Kind.ALLOC
@@ -95,10 +90,6 @@ def _free_of(kinds: np.ndarray, addresses: np.ndarray) -> np.ndarray:
     out = np.full(n, -1, dtype=np.int64)
     out[order[matched]] = following[matched]
     return out
-
-
-def _pairing_kernel() -> Any:
-    return kernel_function("free_of")
 
 
 def _column(values: np.ndarray) -> pd.Series:

@@ -75,7 +75,7 @@ MODULES: tuple[NativeModule, ...] = (
     NativeModule("gpuviz.importers._snapshotpickle", "reading PyTorch snapshot pickles"),
     NativeModule("gpuviz.importers._xplanewire", "decoding TensorFlow/JAX XPlane memory events"),
     NativeModule("gpuviz.scenarios._whatifcore", "what-if replays under every policy"),
-    NativeModule("gpuviz.analysis._replaykernel", "replay, timelines and views of long logs"),
+    NativeModule("gpuviz.analysis._replaykernel", "replaying long logs: heap maps, scrub frames, allocation tables"),
     NativeModule("gpuviz.analysis._livekernel", "live views following a recording"),
 )
 _BY_NAME = {module.name: module for module in MODULES}
