@@ -96,8 +96,9 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
             alloc = cls(SimUpstream("64GiB"), growth=True, record=record, log=log)
             wall, seconds, own = run_pairs(alloc, ops)
             if log is not None:
-                assert log._writer is not None
-                waits[mode].append((log._writer.waits, log._writer.waited_ns / 1e6))
+                writer = log._recorder.writer if log._recorder is not None else None
+                assert writer is not None
+                waits[mode].append((writer.waits, writer.waited_ns / 1e6))
                 log.close()
             results[mode].append(wall / n_pairs * 1e6)
             cpu[mode].append(seconds / n_pairs * 1e6)

@@ -22,7 +22,7 @@ import gpuviz
 from gpuviz import EventLog, LogFormatError, SimUpstream, load, mark, span
 from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.recorder import native_available
-from gpuviz.log.fileio import ARROW_SCHEMA
+from gpuviz.log.arrowfile import ARROW_SCHEMA
 from gpuviz.log.schema import ROW_DTYPE, MarkPhase
 
 BASE = 1 << 40
@@ -71,7 +71,7 @@ def test_columns_are_numpy_arrays_not_objects() -> None:
 def test_staged_rows_are_flushed_in_batches_when_recording_to_a_file(tmp_path: Path) -> None:
     log = EventLog(tmp_path / "run.arrow", flush_rows=9)  # flushed at a third of flush_rows (the crash bound)
     small_run(log)
-    assert len(log._blocks) == 3 and not log._staged  # 9 events flushed in blocks of 3, nothing staged
+    assert len(log._blocks) == 3 and not log._recorder.staged  # 9 events flushed in blocks of 3, nothing staged
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))
     log.close()
 
@@ -87,9 +87,9 @@ def test_flush_rows_below_three_is_refused() -> None:
 def test_in_memory_the_c_recorders_leave_rows_staged_until_the_chunk_is_nearly_full() -> None:
     log = EventLog(flush_rows=6)
     small_run(log)
-    if log._arena is not None and native_available():
-        assert not log._blocks and len(log._staged) == 9 * ROW_DTYPE.itemsize  # no flush: nothing to bound
-        assert log._arena.due() == (512 << 10) - 128 * ROW_DTYPE.itemsize  # near the first chunk's end
+    if log._recorder.arena is not None and native_available():
+        assert not log._blocks and len(log._recorder.staged) == 9 * ROW_DTYPE.itemsize  # no flush: nothing to bound
+        assert log._recorder.arena.due() == (512 << 10) - 128 * ROW_DTYPE.itemsize  # near the first chunk's end
     assert len(log) == 9 and log["seq"].tolist() == list(range(9))  # a read flushes first
 
 
@@ -121,7 +121,7 @@ def test_rows_since_reads_the_new_rows_from_columns_blocks_and_staging_alike(tmp
         alloc.free(alloc.allocate(512))  # 12 more: 4 blocks of 3, none split
     log.append((7, 9, 0, 0, -1, 1, 4096, 5, 6, -1, -1, 0, -1, -1))  # one staged row
     rows = log.rows_since(4)
-    assert log._n_columns == 9 and len(log._blocks) == 5 and not log._staged  # nothing split, staged flushed
+    assert log._n_columns == 9 and len(log._blocks) == 5 and not log._recorder.staged  # nothing split, staged flushed
     assert len(rows) == len(log) - 4 == 18 and rows.dtype == ROW_DTYPE and not rows.flags.writeable
     assert rows["address"][:5].tolist() == before["address"][4:]  # from the columns
     assert rows["size"][-1] == 5 and rows["address"][-1] == 4096  # the staged row
