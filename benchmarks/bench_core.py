@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import random
 import shutil
@@ -92,6 +93,9 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
     for _ in range(repeats):
         for mode, (cls, record, native, to_file) in modes.items():
             os.environ["GPUVIZ_NATIVE"] = native
+            # the previous run's allocator and log are garbage in a reference cycle (the allocator's
+            # C core holds its bound methods): collected now, not at a random point of this run
+            gc.collect()
             log = EventLog(os.path.join(scratch, "pairs.arrow")) if to_file else None
             alloc = cls(SimUpstream("64GiB"), growth=True, record=record, log=log)
             wall, seconds, own = run_pairs(alloc, ops)
