@@ -254,3 +254,16 @@ def test_a_loaded_log_survives_its_file_being_replaced(tmp_path: Path) -> None:
     link.symlink_to(path)
     log.save(link)  # writing through a symlink replaces its target; the link stays
     assert link.is_symlink() and len(load(path)) == len(log)
+
+
+def test_the_former_file_module_still_answers_with_a_deprecation_warning(tmp_path: Path) -> None:
+    import gpuviz.log.fileio as fileio
+
+    log = EventLog()
+    small_run(log)
+    log.save(tmp_path / "run.arrow")
+    with pytest.warns(DeprecationWarning, match=r"gpuviz\.log\.fileio\.load moved to gpuviz\.log\.files\.load"):
+        loaded = fileio.load(tmp_path / "run.arrow")
+    assert list(loaded) == list(log)
+    with pytest.raises(AttributeError, match="has no attribute 'read_everything'"):
+        fileio.read_everything  # noqa: B018

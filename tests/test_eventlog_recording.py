@@ -203,3 +203,20 @@ def test_a_recorder_killed_at_any_moment_loses_at_most_4096_events(tmp_path: Pat
     finally:
         zygote.stdin.close()
         zygote.wait(timeout=30)
+
+
+def test_a_dropped_log_is_freed_at_once_its_recorder_holding_no_reference_to_it(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        for path in (None, tmp_path / "dropped.arrow"):
+            log = EventLog(path)
+            small_run(log)
+            log.close()  # a log that recorded to a file, finished
+            dropped = weakref.ref(log)
+            del log
+            assert dropped() is None  # no cycle: freed without the garbage collector
+    finally:
+        gc.enable()

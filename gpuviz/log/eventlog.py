@@ -173,6 +173,3 @@ def set_renderer(render: Callable[[EventLog], dict[str, Any]]) -> None:
     """Register how an EventLog displays in notebooks (the views layer does, at import);
     the log layer itself never imports views."""
     _renderers[:] = [render]
-
-
-_ = (DeviceInfo, Event, Frame, MAX_DEVICES)  # importable from here (see the module's doc)
