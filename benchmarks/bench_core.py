@@ -38,7 +38,6 @@ from benchmarks._results import Results, add_json_option
 from gpuviz import EventLog, SimUpstream, replay, timeline_series
 from gpuviz.capture import ReferenceBFCAllocator
 from gpuviz.capture.native import NativeBFCAllocator, native_core_available
-from gpuviz.capture.recorder import native_available
 
 
 def mixed_workload(n_pairs: int, seed: int = 0) -> list[tuple[int, int]]:
@@ -64,7 +63,7 @@ def run_pairs(alloc: ReferenceBFCAllocator, ops: list[tuple[int, int]]) -> tuple
 
 
 def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
-    """Native core and Python allocator, recording off and on (C row writer / Python recorder).
+    """Native core and Python allocator, recording off and on.
 
     Runs are interleaved and repeated; best and median are printed (the machine is shared).
     Ratios compare runs of this one invocation.
@@ -76,13 +75,10 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
         "native core, on": (NativeBFCAllocator, True, "1", False),
         "native core, on, to a file": (NativeBFCAllocator, True, "1", True),
         "Python, off": (ReferenceBFCAllocator, False, "1", False),
-        "Python, on (C row writer)": (ReferenceBFCAllocator, True, "1", False),
         "Python, on (Python recorder)": (ReferenceBFCAllocator, True, "0", False),
     }
     if not native_core_available():
         del modes["native core, off"], modes["native core, on"], modes["native core, on, to a file"]
-    if not native_available():
-        del modes["Python, on (C row writer)"]
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     thread: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -150,9 +146,7 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
             f" {[(count, round(ms, 2)) for count, ms in waits['native core, on, to a file']]}"
         )
     if "native core, on" in best:
-        reference = (
-            "Python, on (C row writer)" if "Python, on (C row writer)" in best else "Python, on (Python recorder)"
-        )
+        reference = "Python, on (Python recorder)"
         if out is not None:
             out.add("native core vs Python allocator, recording on", best[reference] / best["native core, on"], "x")
         print(
