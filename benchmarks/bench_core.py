@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import random
 import shutil
@@ -88,12 +89,16 @@ def bench_pairs(n_pairs: int, repeats: int, out: Results | None = None) -> None:
     for _ in range(repeats):
         for mode, (cls, record, native, to_file) in modes.items():
             os.environ["GPUVIZ_NATIVE"] = native
+            # the previous run's allocator and log are garbage in a reference cycle (the allocator's
+            # C core holds its bound methods): collected now, not at a random point of this run
+            gc.collect()
             log = EventLog(os.path.join(scratch, "pairs.arrow")) if to_file else None
             alloc = cls(SimUpstream("64GiB"), growth=True, record=record, log=log)
             wall, seconds, own = run_pairs(alloc, ops)
             if log is not None:
-                assert log._writer is not None
-                waits[mode].append((log._writer.waits, log._writer.waited_ns / 1e6))
+                writer = log._recorder.writer if log._recorder is not None else None
+                assert writer is not None
+                waits[mode].append((writer.waits, writer.waited_ns / 1e6))
                 log.close()
             results[mode].append(wall / n_pairs * 1e6)
             cpu[mode].append(seconds / n_pairs * 1e6)

@@ -49,7 +49,7 @@ def pages_html(source: Path) -> dict[str, str]:
         pages = {"cartesian": page, "full": page.replace(cartesian, full), "before": eager.replace(cartesian, full)}
     else:
         from gpuviz.analysis.profile import profile
-        from gpuviz.log.fileio import load
+        from gpuviz.log.files import load
         from gpuviz.views.report import report_html
 
         page = report_html(profile(load(source)), source=source.name)

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuviz import EventLog, load
+from gpuviz.log.arrowfile import ARROW_SCHEMA
 from gpuviz.log.checksums import batch_checksum, digest
-from gpuviz.log.fileio import LogWriter
-from gpuviz.log.reader import ARROW_SCHEMA
 from gpuviz.log.rows import ROW_BYTES, split_rows
 from gpuviz.log.schema import DTYPES, ROW_STRUCT
+from gpuviz.log.writer import LogWriter
 
 batchwriter = pytest.importorskip("gpuviz.log._batchwriter", reason="built only where a C compiler exists")
 _NAMES = tuple(DTYPES)

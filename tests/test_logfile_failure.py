@@ -25,8 +25,8 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with
 cls = NativeBFCAllocator if sys.argv[1] == "native" else ReferenceBFCAllocator
 path, saved = sys.argv[2], sys.argv[3]
 if sys.argv[4] == "pyarrow":  # the file's batches written by pyarrow, as without the C batch writer
-    import gpuviz.log.fileio
-    gpuviz.log.fileio._BatchWriter = None
+    import gpuviz.log.writer
+    gpuviz.log.writer._BatchWriter = None
 log = EventLog(path)
 alloc = cls(SimUpstream("64GiB"), growth=True, log=log)
 resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, resource.RLIM_INFINITY))

@@ -15,7 +15,7 @@ import pytest
 
 from gpuviz import EventLog, LogFormatError, SimUpstream, load, mark
 from gpuviz.capture import ReferenceBFCAllocator
-from gpuviz.log.fileio import LogWriter
+from gpuviz.log.writer import LogWriter
 
 
 def run(log: EventLog) -> None:

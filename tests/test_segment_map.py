@@ -16,7 +16,7 @@ from gpuviz.analysis.live import LiveFollower
 from gpuviz.analysis.replay import replay
 from gpuviz.analysis.timeline import operation_ends, timeline_series
 from gpuviz.base.units import MiB
-from gpuviz.log.fileio import load, save
+from gpuviz.log.files import load, save
 from gpuviz.log.heapbuilder import HeapConflict, NativeHeapBuilder, PythonHeapBuilder, native_heap_available
 from gpuviz.log.schema import KIND_NAMES, Kind
 

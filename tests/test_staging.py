@@ -174,12 +174,12 @@ def test_rows_survive_many_flushes_in_place(native: bool, tmp_path: os.PathLike[
 def test_without_the_arena_the_log_keeps_bytes_blocks_with_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pure-Python path (no compiler at install time) and a log built at once (``arena=False``)
     flush into bytes objects: same rows."""
-    from gpuviz.log import eventlog
+    from gpuviz.log import recorder
 
     logs = []
     for arena, built in ((True, False), (False, True), (False, False)):
         if not arena and not built:
-            monkeypatch.setattr(eventlog, "_Arena", None)
+            monkeypatch.setattr(recorder, "_Arena", None)
         log = EventLog(flush_rows=16, arena=not built)  # built: a log made at once (an import) keeps bytes
         alloc = ReferenceBFCAllocator(SimUpstream("1GiB"), growth=True, log=log)
         live = [alloc.allocate(256 * (i % 7 + 1)) for i in range(20)]
@@ -291,12 +291,12 @@ def test_a_log_recording_to_a_file_writes_each_block_from_where_it_was_written(t
         alloc.free(live[i % 100])
         live[i % 100] = alloc.allocate(512 * (i % 5 + 1))
     log.flush()
-    writer = log._writer
+    writer = log._recorder.writer
     assert writer is not None and writer.events == len(log) > 40000
     assert log._n_columns == 0 and sum(len(block) for block in log._blocks) == len(log) * 78  # not split yet
     scratch = getattr(writer._batches, "_scratch", None)  # the pyarrow writer's columns (the C writer's are its own)
     assert scratch is None or len(scratch[0]) == 4096 // 2  # one flush's rows: the batch size, no more
-    assert log._arena.chunk_bytes()[0] > 512 << 10  # the blocks are kept: the arena went on to larger chunks
+    assert log._recorder.arena.chunk_bytes()[0] > 512 << 10  # the blocks are kept: the arena went on to larger chunks
     log.close()
     loaded = load(path)
     for name, column in log.columns.items():

@@ -83,7 +83,7 @@ def _flushes(log: EventLog, pairs: int, monkeypatch: pytest.MonkeyPatch) -> tupl
     original = EventLogClass.flush_staged
 
     def counted(self: EventLog) -> None:
-        calls.append(len(self._staged))
+        calls.append(len(self._recorder.staged))
         original(self)
 
     monkeypatch.setattr(EventLogClass, "flush_staged", counted)
@@ -114,7 +114,7 @@ def test_a_log_in_memory_is_flushed_once_a_chunk_and_one_recording_to_a_file_eve
     assert flushes >= len(to_file) // 1365  # the crash bound: every flush_rows // 3 rows
     to_file.close()
     memory.record_to(os.path.join(tmp_path, "later.arrow"), flush_interval_s=3600)  # from now on: to a file
-    assert memory._arena.due() <= 4096 // 3 * ROW
+    assert memory._recorder.arena.due() <= 4096 // 3 * ROW
     memory.close()
 
 

@@ -1,10 +1,10 @@
-"""gpuviz's own event-log file (an Arrow IPC stream; see ``gpuviz.log.fileio``)."""
+"""gpuviz's own event-log file (an Arrow IPC stream; see ``gpuviz.log.files``)."""
 
 from __future__ import annotations
 
 from gpuviz.importers.source import Progress, Source
 from gpuviz.log.eventlog import EventLog
-from gpuviz.log.fileio import load as load_log
+from gpuviz.log.files import load as load_log
 
 NAME = "gpuviz"
 DESCRIPTION = "a gpuviz event log (Arrow IPC stream, .arrow)"

@@ -21,16 +21,18 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from gpuviz.base.errors import LogFormatError
+from gpuviz.log.arrowfile import ARROW_SCHEMA, NAMES
 from gpuviz.log.checksums import digest, verified_rows
-from gpuviz.log.eventlog import DeviceInfo, EventLog, Frame
-from gpuviz.log.schema import COLUMNS, DTYPES, FORMAT_MAGIC, FORMAT_VERSION
+from gpuviz.log.eventlog import EventLog
+from gpuviz.log.logdata import LogData
+from gpuviz.log.schema import DTYPES, FORMAT_MAGIC, FORMAT_VERSION
+from gpuviz.log.tables import DeviceInfo, Frame
 from gpuviz.log.validate import index_problem
 
 __all__ = ["ARROW_SCHEMA", "READABLE_VERSIONS", "read_log"]
 
-ARROW_SCHEMA = pa.schema([pa.field(name, pa.from_numpy_dtype(np.dtype(dt)), nullable=False) for name, dt in COLUMNS])
 READABLE_VERSIONS = (1, FORMAT_VERSION)
-_NAMES = tuple(name for name, _ in COLUMNS)
+_NAMES = NAMES
 _FILE_MAGIC = b"ARROW1"
 
 
@@ -67,7 +69,7 @@ def _parse_delta(text: bytes | None) -> _Delta:
     return _Delta(strings, stacks, devices, meta)
 
 
-def _apply(log: EventLog, delta: _Delta) -> None:
+def _apply(log: LogData, delta: _Delta) -> None:
     for text in delta.strings:
         log.strings.append(text)
     for frames in delta.stacks:
@@ -153,7 +155,7 @@ def _end(custom: dict[bytes, bytes], walk: _Walk) -> None:
     walk.ended = True
 
 
-def _walk(reader: ipc.RecordBatchStreamReader, log: EventLog, version: int) -> _Walk:
+def _walk(reader: ipc.RecordBatchStreamReader, log: LogData, version: int) -> _Walk:
     walk = _Walk()
     while True:
         try:
@@ -195,7 +197,7 @@ def read_log(buffer: pa.Buffer, name: str) -> EventLog:
     meta = header.get("meta") or {}
     if not isinstance(meta, dict):
         raise LogFormatError(f"{name}: the header's meta is a {type(meta).__name__}, not an object")
-    log = EventLog(meta=meta)
+    log = EventLog._empty(meta=meta)
     _apply(log, _parse_delta(json.dumps({"devices": header.get("devices", [])}).encode()))
     log.header = {k: v for k, v in header.items() if k not in ("devices", "meta")}
     log.header.update(format_version=version, checksums=version >= 2)
