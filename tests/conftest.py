@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from browsing import browser  # noqa: F401 (one headless Chromium per test module: the fixture `browser`)
 from traces import pytest_configure, pytest_runtest_setup  # noqa: F401 (the real traces' hooks)
 
 from gpuviz import SimUpstream

@@ -8,13 +8,12 @@ import gzip
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from browsing import collect_errors, offline
+from browsing import collect_errors, needs_chromium, offline
 from nbformat.v4 import new_code_cell, new_notebook
 
 import gpuviz
@@ -26,25 +25,8 @@ from gpuviz.views.fragmentation import map_spec_and_state, metric_text
 from gpuviz.views.plotlyjs import CARTESIAN, bundle_for
 from gpuviz.views.report import FRAME_RECTANGLES, _frame_label, report_html, scrub_positions, to_script_json
 
-CHROMIUM = "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM) and os.environ.get("CI"):
-    raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium before the tests")
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (apt-get install chromium)"
-)
+pytestmark = needs_chromium
 EVIL = "<script>window.__pwned=1</script>"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield instance
-        instance.close()
 
 
 def make_report(path: Path) -> None:

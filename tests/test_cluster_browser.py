@@ -4,13 +4,11 @@ view in JupyterLab, where clicks open a rank's views."""
 from __future__ import annotations
 
 import nbformat
-import test_browser
-from browsing import collect_errors, offline
+from browsing import collect_errors, needs_chromium, offline
 from nbformat.v4 import new_code_cell, new_notebook
 from runs import write_leaky_run
 
-pytestmark = test_browser.pytestmark  # skipped without Chromium
-chromium = test_browser.browser  # its module-scoped Chromium, as the fixture ``chromium``
+pytestmark = needs_chromium
 
 HEATMAP = ".gpuviz-cluster-view .gpuviz-heatmap"
 ROW_CENTER = """([selector, row]) => {
@@ -21,13 +19,13 @@ ROW_CENTER = """([selector, row]) => {
 }"""
 
 
-def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> None:  # type: ignore[no-untyped-def]
+def test_notebook_cluster_view_opens_the_clicked_rank(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
     base, token, root = lab_server
     write_leaky_run(root / "run")
     book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell("%gpuviz show run")])
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(book, root / "run.ipynb")
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/run.ipynb?token={token}")
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
@@ -70,14 +68,14 @@ def test_notebook_cluster_view_opens_the_clicked_rank(chromium, lab_server) -> N
     page.close()
 
 
-def test_a_click_in_the_run_report_opens_that_ranks_report(chromium, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_click_in_the_run_report_opens_that_ranks_report(browser, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from gpuviz import load_run
     from gpuviz.frontends.run_report import write_run_report
 
     run = write_leaky_run(tmp_path / "run")
     written = write_run_report(load_run(run), tmp_path / "run.html", rank_reports="all")
     assert len(written.rank_reports) == 5
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = collect_errors(page)
     offline(page)  # offline: nothing but the files
     page.goto((tmp_path / "run.html").as_uri())
@@ -112,11 +110,11 @@ def test_a_click_in_the_run_report_opens_that_ranks_report(chromium, tmp_path) -
     page.close()
 
 
-def test_jupyterlab_opens_a_run_manifest_and_a_click_opens_a_rank(chromium, lab_server) -> None:  # type: ignore[no-untyped-def]
+def test_jupyterlab_opens_a_run_manifest_and_a_click_opens_a_rank(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
     base, token, root = lab_server
     write_leaky_run(root / "run1")
     (root / "run1" / "run.gpuviz-run").write_text("")
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = collect_errors(page, console=False)
     page.goto(f"{base}/lab/tree/run1/run.gpuviz-run?reset&token={token}")
     heatmap = ".jp-gpuviz-result .jp-gpuviz-figure[data-name='heatmap:bytes_in_use']"
@@ -147,7 +145,7 @@ def test_jupyterlab_opens_a_run_manifest_and_a_click_opens_a_rank(chromium, lab_
     page.close()
 
 
-def test_the_fragmentation_heatmap_of_a_wide_run_is_drawn_when_scrolled_to(chromium, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_fragmentation_heatmap_of_a_wide_run_is_drawn_when_scrolled_to(browser, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Below a 64-row heatmap the second one costs the page's load nothing: drawn when scrolled
     to, and then a click on its rows opens that rank's page, as on the first."""
     from test_cluster_scale import wide_run
@@ -160,7 +158,7 @@ def test_the_fragmentation_heatmap_of_a_wide_run_is_drawn_when_scrolled_to(chrom
     for i in (0, 40):
         (tmp_path / links[i]).write_text(f"<html><body><h1>rank {i}</h1></body></html>")
     (tmp_path / "run.html").write_text(cluster_report_html(summary, links=links), encoding="utf-8")
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = collect_errors(page)
     offline(page)
     page.goto((tmp_path / "run.html").as_uri())

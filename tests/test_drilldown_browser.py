@@ -11,25 +11,20 @@ as the same overview in both."""
 from __future__ import annotations
 
 # ruff: noqa: RUF001  (the size classes are named with an en dash)
-import os
 import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import nbformat
 import pytest
-from browsing import collect_errors
+from browsing import collect_errors, needs_chromium
 from manysegments import GROUPS, SITES, segments, write_snapshot
 from nbformat.v4 import new_code_cell, new_notebook
 from traces import needs_traces, trace_path
 
-CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
+    needs_chromium,
 ]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
 CS336 = "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
 ROWS = [f"{name} · {count} segment{'s' if count > 1 else ''}" for name, count, _, _ in GROUPS]
 _CENTER = """([selector, name, i]) => {
@@ -38,16 +33,6 @@ _CENTER = """([selector, name, i]) => {
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
   return [box.left + xa._offset + xa.l2p(t.base[i] + t.x[i] / 2), box.top + ya._offset + ya.l2p(ya.d2c(t.y[i]))];
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield instance
-        instance.close()
 
 
 def hover(page: Any, plot: str, trace: str, bar: int) -> str:

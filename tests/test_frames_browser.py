@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from browsing import collect_errors, offline
-from test_browser import browser, pytestmark  # noqa: F401 (the module's Chromium and its skip rule)
+from browsing import collect_errors, needs_chromium, offline
 from test_frames import definition_frame, training_log
 
 from gpuviz.analysis.profile import profile
@@ -16,6 +15,7 @@ from gpuviz.views import fragmentation
 from gpuviz.views.fragmentation import metric_text
 from gpuviz.views.report import FRAME_RECTANGLES, _frame_label, report_html, scrub_positions
 
+pytestmark = needs_chromium
 DRAWN = (
     "id => { const d = document.getElementById(id); return {label: document.getElementById(id + '-label').textContent,"
     " position: d.dataset.position, title: d.layout.title.text, ticks: d.layout.yaxis.ticktext,"
@@ -24,7 +24,7 @@ DRAWN = (
 )
 
 
-def test_scrubbing_draws_the_per_heapstate_map_at_every_stop(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_scrubbing_draws_the_per_heapstate_map_at_every_stop(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     log = training_log()
     p = profile(log)
     dp = p.devices["GPU:0"]

@@ -15,6 +15,8 @@ from types import ModuleType
 import pytest
 from packaging.requirements import Requirement
 
+from gpuviz.base.native import MODULES
+
 try:
     import tomllib
 except ImportError:  # Python 3.10
@@ -51,7 +53,7 @@ def test_the_dry_run_runs_every_step_on_the_simulated_device(tmp_path: Path) -> 
     assert [rows[f"{name}: status"]["value"] for name in STEPS] == ["simulated"] * 7
     sources = (p.read_text(encoding="utf-8") for p in (ROOT / "csrc").glob("*/*.c"))
     native = sum(len(re.findall(r"PyMODINIT_FUNC\s+PyInit_", text)) for text in sources)
-    assert rows["install: native modules loaded"]["value"] == native >= 11  # every C module gpuviz has
+    assert rows["install: native modules loaded"]["value"] == native == len(MODULES)  # every C module gpuviz has
     assert rows["gpu-tests: gpu tests failed"]["value"] == 0
     modules = [p for p in (ROOT / "tests").glob("test_*.py") if "@pytest.mark.gpu" in p.read_text(encoding="utf-8")]
     assert rows["gpu-tests: gpu tests passed"]["value"] == 0

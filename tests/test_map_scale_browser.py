@@ -8,12 +8,11 @@ from __future__ import annotations
 
 # ruff: noqa: RUF001  (the size classes are named with an en dash)
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import collect_errors, offline
+from browsing import collect_errors, needs_chromium, offline
 from traces import REASON
 
 import gpuviz
@@ -23,17 +22,14 @@ from gpuviz.frontends.options import write_report
 from gpuviz.views.fragmentation import call_site
 from gpuviz.views.overview import MAX_LABELS, segment_groups
 
-CHROMIUM = "/usr/bin/chromium"
 TRACES = os.environ.get("GPUVIZ_TEST_TRACES")
 needs_traces = pytest.mark.skipif(not TRACES, reason=REASON)
 pytestmark = [
     pytest.mark.slow,
     needs_traces,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
+    needs_chromium,
 ]
 CS336 = "pt_snapshot_cs336_ctx128_fullstep_2025.pickle"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
 _CENTER = """([id, name, i]) => {
   // the page coordinates of the middle of bar i of trace `name` in plot `id`
   const gd = document.getElementById(id), t = gd._fullData.find((d) => d.name === name);
@@ -53,16 +49,6 @@ def click(page: Any, plot: str, trace: str, bar: int) -> None:
     page.mouse.move(x, y)
     page.wait_for_selector(f"#{plot} .hoverlayer .hovertext")
     page.mouse.click(x, y)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield instance
-        instance.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,12 @@ a row draws that segment; a stop far from the opening shows the overview's total
 
 from __future__ import annotations
 
-import os
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import collect_errors, offline
+from browsing import collect_errors, needs_chromium, offline
 from scale_maps import USER_FILE, many_segments
 
 import gpuviz
@@ -24,13 +22,10 @@ from gpuviz.views import frames
 from gpuviz.views.fragmentation import call_site
 from gpuviz.views.overview import DENSE_ROWS, MAX_LABELS
 
-CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
+    needs_chromium,
 ]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
 SEGMENTS = 1200  # all of 2 MiB: one size class, more than DENSE_ROWS
 _CELL = """([id, row]) => {
   // the page coordinates of the middle of row `row` of the heatmap in plot `id`, a tenth into x
@@ -38,16 +33,6 @@ _CELL = """([id, row]) => {
   const box = gd.getBoundingClientRect(), t = gd._fullData[0];
   return [box.left + xa._offset + xa.l2p(t.x[2]), box.top + ya._offset + ya.l2p(row)];
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield instance
-        instance.close()
 
 
 @pytest.fixture(scope="module")
