@@ -16,7 +16,7 @@ from gpuviz.analysis.callsites import NO_STACK, call_sites
 from gpuviz.analysis.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER, categories, preexisting
 from gpuviz.analysis.explain import Answer, explain
 from gpuviz.analysis.livegroups import LIVE_GROUP_COLUMNS, live_groups
-from gpuviz.analysis.moments import Pinning, call_site, oom_indices, pinning
+from gpuviz.analysis.moments import Pinning, oom_indices, pinning
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
 from gpuviz.analysis.timeline import Peak, TimelineSeries, series_extremes, timeline_series
@@ -97,11 +97,11 @@ def live_table(log: EventLog, allocations: pd.DataFrame, index: int) -> pd.DataF
     frame = pd.DataFrame(
         {
             "tag": live["tag"].to_numpy(),
-            "shape": [None if s is None else "x".join(str(n) for n in s) for s in live["shape"]],
+            "shape": _shape_labels(live["shape"].tolist()),
             "dtype": live["dtype"].to_numpy(),
             "requested": live["requested"].to_numpy(),
             "size": live["size"].to_numpy(),
-            "call_site": [call_site(log, int(s)) for s in live["stack"]],
+            "call_site": call_sites(log).labels_of(live["stack"].to_numpy()),
             "age_ns": now - live["alloc_ns"].to_numpy(),
             "address": live["address"].to_numpy(),
             "alloc_index": live["alloc_index"].to_numpy(),
@@ -109,6 +109,22 @@ def live_table(log: EventLog, allocations: pd.DataFrame, index: int) -> pd.DataF
         columns=LIVE_COLUMNS,
     )
     return frame.sort_values(["size", "alloc_index"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def _shape_labels(shapes: list[object]) -> list[str | None]:
+    """``2x3`` per shape (None for None), each distinct shape joined once."""
+    joined: dict[object, str] = {}
+    labels: list[str | None] = []
+    for shape in shapes:
+        if shape is None:
+            labels.append(None)
+            continue
+        key = tuple(shape) if isinstance(shape, list) else shape
+        label = joined.get(key)
+        if label is None:
+            label = joined[key] = "x".join(str(n) for n in shape)  # type: ignore[attr-defined]
+        labels.append(label)
+    return labels
 
 
 GROUP_BY = ("auto", "tag", "dtype", "call site", "category")
@@ -133,7 +149,8 @@ def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int, *, 
          cats: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     if by == "call site":
         sites = call_sites(log, user_code=user_code)
-        keys = [sites.label(int(s)) or NO_STACK for s in live["stack"]]
+        labels = sites.labels_of(live["stack"].to_numpy())
+        keys = np.where((labels == None) | (labels == ""), NO_STACK, labels).tolist()  # noqa: E711 (elementwise)
     elif by == "category":
         keys = (cats if cats is not None else categories(log, live))["category"].tolist()
     elif by == "dtype":

@@ -98,9 +98,7 @@ def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.n
     sites = call_sites(log, user_code=user_code)
     stacks = live["stack"].to_numpy()
     short = sites.named_of(stacks)
-    # one label per distinct stack (a million live rows share a few thousand stacks)
-    unique, inverse = np.unique(stacks, return_inverse=True)
-    full = np.array([sites.label(int(s)) for s in unique.tolist()] + [None], dtype=object)[:-1][inverse.reshape(-1)]
+    full = sites.labels_of(stacks)
     sizes = live["size"].to_numpy()
     frame = pd.DataFrame({
         "category": cats["category"].to_numpy(), "inferred": cats["inferred"].to_numpy(), "short": short,

@@ -61,25 +61,25 @@ def live_groups(log: EventLog, allocations: pd.DataFrame, index: int, *, user_co
     inferred = cats["inferred"].to_numpy()[rows]
     before = before_all[rows]
     tags = live["tag"].to_numpy()
-    sites = call_sites(log, user_code=user_code)
-    stacks = live["stack"].to_numpy()
-    site = [sites.label(int(s)) for s in stacks.tolist()]
-    labels: dict[tuple[object, str, bool, bool, str | None], str] = {}
-    what = []
-    for key in zip(tags.tolist(), category.tolist(), inferred.tolist(), before.tolist(), site, strict=True):
-        label = labels.get(key)
-        if label is None:
-            label = labels[key] = group_label(*key)
-        what.append(label)
+    site = call_sites(log, user_code=user_code).labels_of(live["stack"].to_numpy())
+    # one label per distinct (tag, category, inferred, before, site), broadcast to the rows
+    parts = [pd.factorize(tags), pd.factorize(category), pd.factorize(site)]
+    keys = np.stack([parts[0][0], parts[1][0], inferred.astype(np.int64), before.astype(np.int64), parts[2][0]], 1)
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    values = [[*np.asarray(uniques, dtype=object).tolist(), None] for _, uniques in parts]  # code -1: None
+    what = np.array(
+        [
+            group_label(values[0][t], str(values[1][c]), bool(i), bool(b), values[2][s])
+            for t, c, i, b, s in distinct.tolist()
+        ],
+        dtype=object,
+    )[inverse.reshape(-1)]
     sizes = live["size"].to_numpy().astype(np.int64)
     frame = pd.DataFrame(
         {
             "what": what,
-            "inferred": [
-                bool(i) and not b and c != UNKNOWN
-                for i, b, c in zip(inferred.tolist(), before.tolist(), category.tolist(), strict=True)
-            ],
-            "call_site": [s if s is not None else "" for s in site],
+            "inferred": inferred.astype(bool) & ~before & (category != UNKNOWN),
+            "call_site": np.where(site == None, "", site).astype(object),  # noqa: E711 (elementwise)
             "size": sizes,
             "alloc_index": live["alloc_index"].to_numpy(),
         }
