@@ -23,12 +23,14 @@ with no stack, no tag and no source category are ``unknown`` (``basis`` ``"none"
 ``categories(log, allocations)`` returns a DataFrame aligned with ``allocations`` (an
 ``allocation_table``): ``category``, ``inferred`` (bool), ``basis`` and ``phase`` (``"step"``,
 ``"backward"``, ``"forward"`` or None: the phase an inferred category came from); cached per log.
+``category_codes`` gives the same as small integer codes (``CategoryCodes``), without a string per row.
 """
 
 from __future__ import annotations
 
 import re
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -47,6 +49,10 @@ __all__ = [
     "INPUT_DATA",
     "UNKNOWN",
     "categories",
+    "category_codes",
+    "CategoryCodes",
+    "BASES",
+    "PHASES",
     "stack_phase",
     "OP_FRAME",
     "preexisting",
@@ -161,20 +167,46 @@ def _python_stacks(log: EventLog) -> bool:
 
 
 # phases as small codes (0: none), so rows are classified per distinct stack and tag, then broadcast
-_PHASES: tuple[str | None, ...] = (None, _STEP, _BACKWARD, _FORWARD, PARAMETER, INPUT_DATA)
-_PHASE_CODE = {p: i for i, p in enumerate(_PHASES)}
-_BASES = ("none", "stack", "op name", "source")
-_NONE, _BY_STACK, _BY_NAME, _BY_SOURCE = range(len(_BASES))
+PHASES: tuple[str | None, ...] = (None, _STEP, _BACKWARD, _FORWARD, PARAMETER, INPUT_DATA)
+_PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
+BASES = ("none", "stack", "op name", "source")
+"""``basis`` values, in code order (``CategoryCodes.basis``); ``PHASES``: ``phase`` values (None: none)."""
+_NONE, _BY_STACK, _BY_NAME, _BY_SOURCE = range(len(BASES))
 _CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 
 
-def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
+@dataclass(frozen=True)
+class CategoryCodes:
+    """``categories`` as small integer codes, one per allocation row (what analyses use: no
+    string per row)."""
+
+    category: np.ndarray  # int8: index into ``CATEGORIES``
+    basis: np.ndarray  # int8: index into ``BASES``
+    phase: np.ndarray  # int8: index into ``PHASES`` (0: none)
+
+    @property
+    def inferred(self) -> np.ndarray:
+        """Whether each row's category was inferred (not said by the source)."""
+        inferred: np.ndarray = self.basis != _BY_SOURCE
+        return inferred
+
+    def names(self) -> np.ndarray:
+        """Each row's category name (object array)."""
+        names: np.ndarray = np.array(CATEGORIES, dtype=object)[self.category]
+        return names
+
+    def take(self, rows: np.ndarray) -> CategoryCodes:
+        """The codes of the rows at positions (or boolean mask) ``rows``."""
+        return CategoryCodes(self.category[rows], self.basis[rows], self.phase[rows])
+
+
+def _compute(log: EventLog, allocations: pd.DataFrame) -> CategoryCodes:
     n = len(allocations)
     tags = allocations["tag"].to_numpy()
     source = log.meta.get("source", {}) if isinstance(log.meta.get("source"), dict) else {}
     if not n:
-        empty = np.full(0, None, dtype=object)
-        return _frame(empty, empty, empty)
+        empty = np.zeros(0, dtype=np.int8)
+        return CategoryCodes(empty, empty, empty)
     category = np.full(n, _CATEGORY_CODE[UNKNOWN], dtype=np.int8)
     basis = np.full(n, _NONE, dtype=np.int8)
     tag_codes, tag_values = pd.factorize(tags)  # -1: a missing tag
@@ -183,7 +215,7 @@ def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
         mapped = np.array([_CATEGORY_CODE[_TIMELINE.get(t, UNKNOWN)] for t in tag_values.tolist()] + [0], dtype=np.int8)
         category[known] = mapped[tag_codes][known]
         basis[known] = _BY_SOURCE
-        return _coded_frame(category, basis, np.zeros(n, dtype=np.int8))
+        return CategoryCodes(category, basis, np.zeros(n, dtype=np.int8))
     # the phase each distinct stack says, then per row (ids outside the table: no frames)
     stacks = allocations["stack"].to_numpy().astype(np.int64)
     count = len(log.stacks)
@@ -233,11 +265,11 @@ def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     cut = np.array([names.get(d, never) for d in devices.tolist()], dtype=np.int64)[device_codes]
     within = (freed >= 0) & (freed < np.minimum(boundary, cut))
     # a phase's category, or a temporary; a category named directly (parameter, input data) as it is
-    lasting = np.array([_CATEGORY_CODE[_PHASE_CATEGORY.get(str(p), str(p))] if p else 0 for p in _PHASES], np.int8)
+    lasting = np.array([_CATEGORY_CODE[_PHASE_CATEGORY.get(str(p), str(p))] if p else 0 for p in PHASES], np.int8)
     phased = np.isin(phase, [_PHASE_CODE[p] for p in _PHASE_CATEGORY])
     category = np.where(phase != 0, lasting[phase], category).astype(np.int8)
     category[phased & within] = _CATEGORY_CODE[TEMPORARY]
-    return _coded_frame(category, basis, phase)
+    return CategoryCodes(category, basis, phase)
 
 
 def _strings(codes: np.ndarray, values: tuple[str | None, ...]) -> object:
@@ -250,36 +282,56 @@ def _strings(codes: np.ndarray, values: tuple[str | None, ...]) -> object:
     return column.take(position[codes])
 
 
-def _coded_frame(category: np.ndarray, basis: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
+def _coded_frame(codes: CategoryCodes) -> pd.DataFrame:
+    if not len(codes.category):  # no rows: columns of no type
+        empty = np.full(0, None, dtype=object)
+        nothing: pd.DataFrame = pd.DataFrame(
+            {"category": empty, "inferred": np.zeros(0, dtype=bool), "basis": empty, "phase": empty}
+        )
+        return nothing
     frame: pd.DataFrame = pd.DataFrame({
-        "category": _strings(category, CATEGORIES), "inferred": basis != _BY_SOURCE,
-        "basis": _strings(basis, _BASES), "phase": _strings(phase, _PHASES),
+        "category": _strings(codes.category, CATEGORIES), "inferred": codes.inferred,
+        "basis": _strings(codes.basis, BASES), "phase": _strings(codes.phase, PHASES),
     })  # fmt: skip
     return frame
 
 
-def _frame(category: np.ndarray, basis: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
-    inferred: np.ndarray = basis != "source"
-    frame: pd.DataFrame = pd.DataFrame({"category": category, "inferred": inferred, "basis": basis, "phase": phase})
-    return frame
+class _Entry:
+    """One cached result: the table it was computed for (its length, first and last
+    allocation), its codes, and its DataFrame once asked for."""
+
+    def __init__(self, key: tuple[int, int, int], codes: CategoryCodes) -> None:
+        self.key, self.codes = key, codes
+        self.frame: pd.DataFrame | None = None
 
 
-_CACHE: weakref.WeakKeyDictionary[EventLog, dict[str, tuple[tuple[int, int, int], pd.DataFrame]]] = (
-    weakref.WeakKeyDictionary()
-)
+_CACHE: weakref.WeakKeyDictionary[EventLog, dict[str, _Entry]] = weakref.WeakKeyDictionary()
+
+
+def _entry(log: EventLog, allocations: pd.DataFrame) -> _Entry:
+    made = allocations["alloc_index"].to_numpy()
+    key = (len(allocations), int(made[0]) if len(made) else -1, int(made[-1]) if len(made) else -1)
+    devices = allocations["device"]
+    slot = ",".join(sorted({str(d) for d in devices.unique().tolist()})) if len(devices) else ""
+    entry = _CACHE.get(log, {}).get(slot)
+    if entry is None or entry.key != key:
+        entry = _Entry(key, _compute(log, allocations))
+        _CACHE.setdefault(log, {})[slot] = entry
+    return entry
+
+
+def category_codes(log: EventLog, allocations: pd.DataFrame) -> CategoryCodes:
+    """``categories`` of the rows of ``allocations`` as ``CategoryCodes``, in its order (cached
+    with ``categories``)."""
+    return _entry(log, allocations).codes
 
 
 def categories(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     """``category``, ``inferred``, ``basis`` and ``phase`` of each row of ``allocations`` (an
     ``allocation_table`` of ``log``), in its order and with its index (see the module docstring).
     The latest result per log and device is kept, so asking again costs nothing."""
-    made = allocations["alloc_index"].to_numpy()
-    key = (len(allocations), int(made[0]) if len(made) else -1, int(made[-1]) if len(made) else -1)
-    devices = allocations["device"]
-    slot = ",".join(sorted({str(d) for d in devices.unique().tolist()})) if len(devices) else ""
-    entry = _CACHE.get(log, {}).get(slot)
-    if entry is None or entry[0] != key:
-        entry = (key, _compute(log, allocations))
-        _CACHE.setdefault(log, {})[slot] = entry
-    aligned: pd.DataFrame = entry[1].set_axis(allocations.index)
+    entry = _entry(log, allocations)
+    if entry.frame is None:
+        entry.frame = _coded_frame(entry.codes)
+    aligned: pd.DataFrame = entry.frame.set_axis(allocations.index)
     return aligned

@@ -13,7 +13,15 @@ import pandas as pd
 
 from gpuviz.analysis.advice import fragmentation_hint
 from gpuviz.analysis.callsites import NO_STACK, call_sites
-from gpuviz.analysis.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER, categories, preexisting
+from gpuviz.analysis.categories import (
+    GRADIENT,
+    OPTIMIZER_STATE,
+    PARAMETER,
+    PHASES,
+    CategoryCodes,
+    category_codes,
+    preexisting,
+)
 from gpuviz.analysis.explain import Answer, explain
 from gpuviz.analysis.livegroups import LIVE_GROUP_COLUMNS, live_groups
 from gpuviz.analysis.moments import Pinning, oom_indices, pinning
@@ -146,13 +154,13 @@ def resolve_group_by(log: EventLog, live: pd.DataFrame, group_by: str) -> str:
 
 
 def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int, *, user_code: str | None = None,
-         cats: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+         cats: CategoryCodes | None = None) -> pd.DataFrame:  # fmt: skip
     if by == "call site":
         sites = call_sites(log, user_code=user_code)
         labels = sites.labels_of(live["stack"].to_numpy())
         keys = np.where((labels == None) | (labels == ""), NO_STACK, labels).tolist()  # noqa: E711 (elementwise)
     elif by == "category":
-        keys = (cats if cats is not None else categories(log, live))["category"].tolist()
+        keys = (cats if cats is not None else category_codes(log, live)).names().tolist()
     elif by == "dtype":
         keys = live["dtype"].fillna("(untagged)").tolist()
     else:
@@ -164,18 +172,18 @@ def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int, *, 
     return grouped.sort_values(["bytes", "group"], ascending=[False, True]).head(limit).reset_index(drop=True)
 
 
-def _leaks(log: EventLog, allocations: pd.DataFrame, cats: pd.DataFrame | None = None) -> pd.DataFrame:
+def _leaks(log: EventLog, allocations: pd.DataFrame, cats: CategoryCodes | None = None) -> pd.DataFrame:
     """Allocations made inside a span and alive at its end; without spans, alive at the end.
 
     Never listed: what was alive from before the trace, parameters and optimizer state (they
     live as long as the model). Without spans, where the run has two optimizer steps or more,
     only what was made after the first step ended and is still alive (what grows step over
     step); with fewer, gradients are left out too."""
-    cats = categories(log, allocations) if cats is None else cats
-    category = cats["category"].to_numpy()
+    cats = category_codes(log, allocations) if cats is None else cats
+    category = cats.names()
     keep = ~preexisting(log, allocations) & ~np.isin(category, [PARAMETER, OPTIMIZER_STATE])
     made_all = allocations["alloc_index"].to_numpy()
-    is_step = (cats["phase"] == "step").to_numpy()
+    is_step = cats.phase == PHASES.index("step")
     starts = np.flatnonzero(is_step & ~np.concatenate([[False], is_step[:-1]]))  # first row of each step
     first_step_end = -1
     if len(starts) >= 2:
@@ -248,8 +256,9 @@ def diagnose(
         extremes = series_extremes(timeline)
         top_peak = extremes.peak
         table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)
-        cats = categories(log, table)
+        cats = category_codes(log, table)
         live = alive_at(table, top_peak.index) if top_peak.index >= 0 else table.iloc[:0]
+        live_rows = table.index.get_indexer(live.index)
         by = resolve_group_by(log, live, group_by)
         at = int(np.searchsorted(timeline.index, top_peak.index)) if top_peak.index >= 0 else 0
         dtype = _top(live, log, "dtype", top_peak.bytes, 50)
@@ -270,7 +279,7 @@ def diagnose(
             fragmentation_at_peak=float(timeline.fragmentation[at]) if len(timeline) else 0.0,
             fragmentation_at_end=float(timeline.fragmentation[-1]) if len(timeline) else 0.0,
             waste_at_peak=extremes.waste.at_peak,
-            top_at_peak=_top(live, log, by, top_peak.bytes, top, user_code=user_code, cats=cats.loc[live.index]),
+            top_at_peak=_top(live, log, by, top_peak.bytes, top, user_code=user_code, cats=cats.take(live_rows)),
             dtype_at_peak=dtype,
             leaks=_leaks(log, table, cats),
             moment="OOM" if len(ooms_here) else "peak",

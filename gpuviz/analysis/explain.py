@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.callsites import NO_STACK, call_sites
-from gpuviz.analysis.categories import UNKNOWN, categories, preexisting
+from gpuviz.analysis.categories import UNKNOWN, CategoryCodes, category_codes, preexisting
 from gpuviz.analysis.moments import oom_indices
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import allocation_table, gpus_first
@@ -93,7 +93,7 @@ def join_sites(sites: list[str]) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.ndarray,
+def _holders(log: EventLog, live: pd.DataFrame, cats: CategoryCodes, before: np.ndarray,
              user_code: str | None) -> tuple[list[Holder], pd.DataFrame]:  # fmt: skip
     sites = call_sites(log, user_code=user_code)
     stacks = live["stack"].to_numpy()
@@ -101,7 +101,7 @@ def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.n
     full = sites.labels_of(stacks)
     sizes = live["size"].to_numpy()
     frame = pd.DataFrame({
-        "category": cats["category"].to_numpy(), "inferred": cats["inferred"].to_numpy(), "short": short,
+        "category": cats.names(), "inferred": cats.inferred, "short": short,
         "site": full, "bytes": sizes, "before": before,
     })  # fmt: skip
     holders = []
@@ -181,7 +181,7 @@ def explain(
         if index < 0:
             continue
         table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)
-        cats = categories(log, table)
+        cats = category_codes(log, table)
         made, freed = table["alloc_index"].to_numpy(), table["free_index"].to_numpy()
         alive = (made <= index) & ((freed < 0) | (freed > index))
         live = table[alive]
@@ -191,7 +191,7 @@ def explain(
         reserved = int(state.sizes.sum())
         used_segments = np.unique(state.owner[state.in_use])
         free_in_used = ~state.in_use & np.isin(state.owner, used_segments)
-        holders, by_site = _holders(log, live, cats[alive], preexisting(log, live), user_code)
+        holders, by_site = _holders(log, live, cats.take(alive), preexisting(log, live), user_code)
         answer = Answer(
             device=name, moment="OOM" if len(ooms) else "peak", index=index, in_use=in_use, reserved=reserved,
             segments=len(state.bases), inactive_split=int(state.size[free_in_used].sum()),

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.callsites import call_sites
-from gpuviz.analysis.categories import UNKNOWN, categories, preexisting
+from gpuviz.analysis.categories import UNKNOWN, category_codes, preexisting
 from gpuviz.analysis.tables import alive_at
 from gpuviz.log.eventlog import EventLog
 
@@ -51,14 +51,14 @@ def live_groups(log: EventLog, allocations: pd.DataFrame, index: int, *, user_co
     empty: pd.DataFrame = pd.DataFrame(columns=LIVE_GROUP_COLUMNS)
     if index < 0 or not len(allocations):
         return empty
-    cats = categories(log, allocations)
+    cats = category_codes(log, allocations)
     before_all = preexisting(log, allocations)
     live = alive_at(allocations, index)
     if not len(live):
         return empty
     rows = allocations.index.get_indexer(live.index)
-    category = cats["category"].to_numpy()[rows]
-    inferred = cats["inferred"].to_numpy()[rows]
+    category = cats.names()[rows]
+    inferred = cats.inferred[rows]
     before = before_all[rows]
     tags = live["tag"].to_numpy()
     site = call_sites(log, user_code=user_code).labels_of(live["stack"].to_numpy())
