@@ -245,6 +245,8 @@ def diagnose(
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(map(repr, GROUP_BY))}, not {group_by!r}")
     cols = log.columns
+    # a few states per device: a few checkpoints (each copies the whole heap) serve them best
+    heap = heap or replay(log, checkpoint_every=max(8192, len(log) // 8))
     present = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
     order = gpus_first([log.devices[i].name for i in present])
     heap_devices = [log.device_index(name) for name in order]
@@ -266,7 +268,6 @@ def diagnose(
         moment_index = int(ooms_here[0]) if len(ooms_here) else top_peak.index
         pinned = None
         if len(ooms_here):
-            heap = heap or replay(log)
             pinned = pinning(
                 heap.state_at(moment_index, device=name), int(cols["requested"][moment_index]),
                 log=log, at_index=moment_index,
@@ -286,12 +287,11 @@ def diagnose(
             moment_index=moment_index,
             live=live_table(log, table, moment_index) if moment_index >= 0 else pd.DataFrame(columns=LIVE_COLUMNS),
             pinning=pinned,
-            answer=next(iter(explain(log, name, user_code=user_code, heap=heap or replay(log), series={name: timeline},
+            answer=next(iter(explain(log, name, user_code=user_code, heap=heap, series={name: timeline},
                                      allocations={name: table})), None),
             group_by=by,
             live_groups=live_groups(log, table, moment_index, user_code=user_code),
         )  # fmt: skip
-        heap = heap or replay(log)
         devices.append(summary)
         f64 = dtype.loc[dtype["group"] == "float64", "share"]
         if len(f64) and float(f64.iloc[0]) > FLOAT64_HINT:

@@ -185,7 +185,7 @@ def explain(
         made, freed = table["alloc_index"].to_numpy(), table["free_index"].to_numpy()
         alive = (made <= index) & ((freed < 0) | (freed > index))
         live = table[alive]
-        heap = heap or replay(log)
+        heap = heap or replay(log, checkpoint_every=max(8192, len(log) // 8))  # a few states: a few checkpoints
         state = heap.columns_at(index, device=name)
         in_use = int(state.size[state.in_use].sum())
         reserved = int(state.sizes.sum())

@@ -37,6 +37,8 @@ from gpuviz.log.schema import Kind
 
 __all__ = ["ViewOptions", "Profile", "DeviceProfile", "profile", "COLOR_BY", "GROUP_BY"]
 
+_CHECKPOINTS = 32
+"""A profile's replay keeps about this many heap checkpoints (one every 8192 events at least)."""
 _PREFIX_ROWS = 4096
 """``DeviceProfile.allocated`` looks among at most this many allocations without building its index."""
 
@@ -178,7 +180,9 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
     (False, for live views of a log that is still growing, shows nothing for it yet).
     """
     options = options or ViewOptions()
-    heap = replay(log)
+    # the views ask for a few dozen states (scrub stops, the opening moment): a few dozen
+    # checkpoints serve them, each a copy of the whole heap made in one pass over the log
+    heap = replay(log, checkpoint_every=max(8192, len(log) // _CHECKPOINTS))
     devices = {}
     for name in gpus_first(heap.devices):
         series = timeline_series(log, name)
