@@ -62,18 +62,28 @@ def live_groups(log: EventLog, allocations: pd.DataFrame, index: int, *, user_co
     before = before_all[rows]
     tags = live["tag"].to_numpy()
     site = call_sites(log, user_code=user_code).labels_of(live["stack"].to_numpy())
-    # one label per distinct (tag, category, inferred, before, site), broadcast to the rows
+    # one label per distinct (tag, category, inferred, before, site), broadcast to the rows: the
+    # five as one integer key (each code + 1: -1 is a missing tag or site)
     parts = [pd.factorize(tags), pd.factorize(category), pd.factorize(site)]
-    keys = np.stack([parts[0][0], parts[1][0], inferred.astype(np.int64), before.astype(np.int64), parts[2][0]], 1)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    values = [[*np.asarray(uniques, dtype=object).tolist(), None] for _, uniques in parts]  # code -1: None
-    what = np.array(
-        [
-            group_label(values[0][t], str(values[1][c]), bool(i), bool(b), values[2][s])
-            for t, c, i, b, s in distinct.tolist()
-        ],
-        dtype=object,
-    )[inverse.reshape(-1)]
+    spans = [len(parts[0][1]) + 1, len(parts[1][1]) + 1, 2, 2, len(parts[2][1]) + 1]
+    key = np.zeros(len(live), dtype=np.int64)
+    for column, span in zip(
+        [parts[0][0] + 1, parts[1][0] + 1, inferred.astype(np.int64), before.astype(np.int64), parts[2][0] + 1],
+        spans,
+        strict=True,
+    ):
+        key = key * span + column
+    distinct, inverse = np.unique(key, return_inverse=True)
+    values = [[None, *np.asarray(uniques, dtype=object).tolist()] for _, uniques in parts]  # code 0: None
+    labels = []
+    for packed in distinct.tolist():
+        codes = []
+        for span in reversed(spans):
+            packed, code = divmod(packed, span)
+            codes.append(code)
+        site_code, b, i, c, t = codes
+        labels.append(group_label(values[0][t], str(values[1][c]), bool(i), bool(b), values[2][site_code]))
+    what = np.array(labels, dtype=object)[inverse.reshape(-1)]
     sizes = live["size"].to_numpy().astype(np.int64)
     frame = pd.DataFrame(
         {
