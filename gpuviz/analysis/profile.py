@@ -43,6 +43,12 @@ _PREFIX_ROWS = 4096
 """``DeviceProfile.allocated`` looks among at most this many allocations without building its index."""
 
 
+def _by_address(address: np.ndarray, made: np.ndarray, times: np.ndarray, t0_ns: int) -> dict[int, tuple[int, int]]:
+    """address -> (log position, time in ns from ``t0_ns``), from the arrays as Python ints."""
+    shifted = [int(t) - t0_ns for t in times.tolist()]
+    return dict(zip(address.tolist(), zip(made.tolist(), shifted, strict=True), strict=True))
+
+
 @dataclass
 class DeviceProfile:
     """Everything about one device's allocator."""
@@ -85,8 +91,9 @@ class DeviceProfile:
             index += len(self._replay.log)
         if addresses is None:
             live = alive_at(self.allocations, index)
-            made, times = live["alloc_index"].to_numpy(), live["alloc_ns"].to_numpy()
-            return {int(a): (int(i), int(t) - t0_ns) for a, i, t in zip(live["address"], made, times, strict=True)}
+            return _by_address(
+                live["address"].to_numpy(), live["alloc_index"].to_numpy(), live["alloc_ns"].to_numpy(), t0_ns
+            )
         wanted = np.fromiter(addresses, dtype=np.int64)
         table = self.allocations
         made_by = int(np.searchsorted(table["alloc_index"].to_numpy(), index, side="right"))  # rows in alloc order
@@ -106,10 +113,7 @@ class DeviceProfile:
         freed = table["free_index"].to_numpy()[rows]
         alive = (freed < 0) | (freed > index)
         times = table["alloc_ns"].to_numpy()[rows]
-        return {
-            int(a): (int(i), int(t) - t0_ns)
-            for a, i, t in zip(wanted[found][alive], made[alive], times[alive], strict=True)
-        }
+        return _by_address(wanted[found][alive], made[alive], times[alive], t0_ns)
 
     def _address_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The allocation table's rows sorted by (address, alloc_index): ``order`` (row numbers),
