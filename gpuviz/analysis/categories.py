@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -143,12 +144,21 @@ def preexisting(log: EventLog, allocations: pd.DataFrame) -> np.ndarray:
     made = allocations["alloc_index"].to_numpy()
     before = np.zeros(len(allocations), dtype=bool)
     if isinstance(starts, dict) and len(allocations):
-        codes, devices = pd.factorize(allocations["device"].to_numpy(), use_na_sentinel=False)
-        per_device = np.array([int(starts.get(d, -1)) for d in devices.tolist()], dtype=np.int64)
+        codes, devices = _device_codes(allocations)
+        per_device = np.array([int(starts.get(d, -1)) for d in devices], dtype=np.int64)
         before = made < per_device[codes]
     seeded: np.ndarray = allocations["tag"].to_numpy() == "PREEXISTING"
     result: np.ndarray = before | seeded
     return result
+
+
+def _device_codes(allocations: pd.DataFrame) -> tuple[np.ndarray, list[Any]]:
+    """Each row's device as a code into the distinct devices (one device's table: no hashing)."""
+    values = allocations["device"].to_numpy()
+    if len(values) and bool((values == values[0]).all()):
+        return np.zeros(len(values), dtype=np.intp), [values[0]]
+    codes, devices = pd.factorize(values, use_na_sentinel=False)
+    return codes, list(devices)
 
 
 def _name_phase(name: str) -> str | None:
@@ -261,8 +271,8 @@ def _compute(log: EventLog, allocations: pd.DataFrame) -> CategoryCodes:
     oom_at = {int(cols["device"][i]): int(i) for i in np.flatnonzero(cols["kind"] == Kind.OOM)[::-1].tolist()}
     names = {log.devices[d].name: i for d, i in oom_at.items()}
     never = int(np.iinfo(np.int64).max)
-    device_codes, devices = pd.factorize(allocations["device"].to_numpy(), use_na_sentinel=False)
-    cut = np.array([names.get(d, never) for d in devices.tolist()], dtype=np.int64)[device_codes]
+    device_codes, devices = _device_codes(allocations)
+    cut = np.array([names.get(d, never) for d in devices], dtype=np.int64)[device_codes]
     within = (freed >= 0) & (freed < np.minimum(boundary, cut))
     # a phase's category, or a temporary; a category named directly (parameter, input data) as it is
     lasting = np.array([_CATEGORY_CODE[_PHASE_CATEGORY.get(str(p), str(p))] if p else 0 for p in PHASES], np.int8)
