@@ -165,9 +165,16 @@ def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int, *, 
         keys = live["dtype"].fillna("(untagged)").tolist()
     else:
         keys = live["tag"].fillna("(untagged)").tolist()
-    frame = pd.DataFrame({"group": keys, "bytes": live["size"].to_numpy()})
-    grouped = frame.groupby("group", sort=False)["bytes"].agg(["sum", "count"]).reset_index()
-    grouped.columns = ["group", "bytes", "count"]
+    if len(keys):  # summed on the codes of the distinct groups, not on a string column
+        codes, groups = pd.factorize(np.asarray(keys, dtype=object))
+        sums = np.zeros(len(groups), dtype=np.int64)
+        np.add.at(sums, codes, live["size"].to_numpy().astype(np.int64))
+        count = np.bincount(codes, minlength=len(groups)).astype(np.int64)
+        grouped = pd.DataFrame({"group": np.asarray(groups, dtype=object), "bytes": sums, "count": count})
+    else:
+        frame = pd.DataFrame({"group": keys, "bytes": live["size"].to_numpy()})
+        grouped = frame.groupby("group", sort=False)["bytes"].agg(["sum", "count"]).reset_index()
+        grouped.columns = ["group", "bytes", "count"]
     grouped["share"] = grouped["bytes"] / total if total else 0.0
     return grouped.sort_values(["bytes", "group"], ascending=[False, True]).head(limit).reset_index(drop=True)
 
