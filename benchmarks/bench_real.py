@@ -7,6 +7,12 @@ gpuviz opens, and for synthetic PyTorch snapshots 10x the largest real one and o
 - ``summary``: ``gpuviz summary``'s work on the loaded log (``views.text.summary_text``);
 - ``report``: the report built from the loaded log (``profile`` + ``report_html``);
 - ``report_bytes``: the report's size;
+- ``dashboard``: the notebook dashboard (``widgets.dashboard.Dashboard``, its full draw) built from
+  a fresh load of the file (so no result cached for the log is reused), and ``dashboard_bytes``:
+  the JSON of the state it syncs to the browser (plotly.js, sent once per kernel, and the
+  widget's own script and style, the same for every run, not counted);
+- ``lab_result`` / ``lab_result_bytes``: what JupyterLab's renderer gets (``views.result.result_json``
+  of ``profile``), built from a fresh load, and its size;
 - ``chromium_load`` / ``chromium_draw``: Debian's Chromium (Playwright, offline) opening the
   report: until the load event, and until every plot the page draws at load has been drawn
   (plotly's ``_fullLayout`` set and its ``plotly_afterplot`` fired), from the navigation's start.
@@ -102,6 +108,7 @@ def measure(path: Path, work: Path, page: Any) -> dict[str, float]:
     out["report"] = time.perf_counter() - start
     data = document.encode()
     out["report_bytes"] = len(data)
+    out.update(notebook_views(path))
     if path.name.startswith("synthetic_"):
         out.update(pytorch_viewer(path))
     if page is not None:
@@ -112,6 +119,30 @@ def measure(path: Path, work: Path, page: Any) -> dict[str, float]:
         out["chromium_load"] = timing / 1e3
         out["chromium_draw"] = page.evaluate(_DRAWN) / 1e3
         page.goto("about:blank")
+    return out
+
+
+def notebook_views(path: Path) -> dict[str, float]:
+    """The notebook dashboard and JupyterLab's result of the file at ``path``, each from its own
+    load (the loads are not timed): build seconds and the bytes sent to the browser."""
+    import gpuviz
+    from gpuviz.analysis.profile import profile
+    from gpuviz.views.result import result_json
+    from gpuviz.widgets.dashboard import Dashboard
+
+    out: dict[str, float] = {}
+    log = gpuviz.load(str(path), progress=False)
+    start = time.perf_counter()
+    dashboard = Dashboard(log)
+    out["dashboard"] = time.perf_counter() - start
+    state = {k: v for k, v in dashboard.get_state().items() if k not in ("library", "_esm", "_css")}
+    out["dashboard_bytes"] = len(json.dumps(state, default=str).encode())
+    dashboard.close()
+    log = gpuviz.load(str(path), progress=False)
+    start = time.perf_counter()
+    payload = result_json(profile(log))
+    out["lab_result"] = time.perf_counter() - start
+    out["lab_result_bytes"] = len(payload.encode())
     return out
 
 
@@ -153,6 +184,7 @@ def main() -> None:
     from gpuviz.views.report import report_html
 
     report_html(profile(gpuviz.load(str(source / "pt_snapshot_assignment2_2026b.pickle"), progress=False)))  # warm-up
+    notebook_views(source / "pt_snapshot_assignment2_2026b.pickle")
     if not args.no_synthetic:
         import torch.cuda._memory_viz  # noqa: F401  (its import is not the viewer's cost)
     with open(source / PATTERN, "rb") as file:
@@ -165,7 +197,8 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     units = {"read": "s", "load": "s", "summary": "s", "report": "s", "report_bytes": "bytes",
              "chromium_load": "s", "chromium_draw": "s", "events": "events", "pytorch_load": "s",
-             "pytorch_build": "s", "pytorch_report_bytes": "bytes"}  # fmt: skip
+             "pytorch_build": "s", "pytorch_report_bytes": "bytes", "dashboard": "s", "dashboard_bytes": "bytes",
+             "lab_result": "s", "lab_result_bytes": "bytes"}  # fmt: skip
     browser = playwright = None
     if not args.no_browser:
         from playwright.sync_api import sync_playwright
@@ -195,6 +228,7 @@ def main() -> None:
     text = json.dumps({
         "benchmark": "real_traces",
         "description": "per trace: plain read, gpuviz.load, summary, report build (after the load), report size, "
+                       "notebook dashboard and JupyterLab result (each from its own load) built and their bytes, "
                        "Chromium load event and every plot drawn (s from navigation start); for the synthetic "
                        "snapshots also PyTorch's viewer: unpickling, trace_plot's page and its size (its draw "
                        "needs MemoryViz.js from a CDN: not measured offline); one process, warmed up; "

@@ -121,6 +121,11 @@ class CallSites:
         named: np.ndarray = np.where(shorts != None, shorts, ops)  # noqa: E711 (elementwise)
         return named
 
+    def labels_of(self, stacks: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``label`` of each stack id (computed per stack of the table, then picked per id)."""
+        labels: np.ndarray = np.where(self.site != None, self.site, self.op)  # noqa: E711 (elementwise)
+        return self._pick(labels.astype(object), stacks)
+
     def label(self, stack: int) -> str | None:
         """The user call site of ``stack``, else its op (a stack all in libraries), else None."""
         if not 0 <= stack < len(self.site):

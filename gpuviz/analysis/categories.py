@@ -23,12 +23,15 @@ with no stack, no tag and no source category are ``unknown`` (``basis`` ``"none"
 ``categories(log, allocations)`` returns a DataFrame aligned with ``allocations`` (an
 ``allocation_table``): ``category``, ``inferred`` (bool), ``basis`` and ``phase`` (``"step"``,
 ``"backward"``, ``"forward"`` or None: the phase an inferred category came from); cached per log.
+``category_codes`` gives the same as small integer codes (``CategoryCodes``), without a string per row.
 """
 
 from __future__ import annotations
 
 import re
 import weakref
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,6 +50,10 @@ __all__ = [
     "INPUT_DATA",
     "UNKNOWN",
     "categories",
+    "category_codes",
+    "CategoryCodes",
+    "BASES",
+    "PHASES",
     "stack_phase",
     "OP_FRAME",
     "preexisting",
@@ -137,11 +144,21 @@ def preexisting(log: EventLog, allocations: pd.DataFrame) -> np.ndarray:
     made = allocations["alloc_index"].to_numpy()
     before = np.zeros(len(allocations), dtype=bool)
     if isinstance(starts, dict) and len(allocations):
-        limits = np.array([int(starts.get(d, -1)) for d in allocations["device"].tolist()], dtype=np.int64)
-        before = made < limits
+        codes, devices = _device_codes(allocations)
+        per_device = np.array([int(starts.get(d, -1)) for d in devices], dtype=np.int64)
+        before = made < per_device[codes]
     seeded: np.ndarray = allocations["tag"].to_numpy() == "PREEXISTING"
     result: np.ndarray = before | seeded
     return result
+
+
+def _device_codes(allocations: pd.DataFrame) -> tuple[np.ndarray, list[Any]]:
+    """Each row's device as a code into the distinct devices (one device's table: no hashing)."""
+    values = allocations["device"].to_numpy()
+    if len(values) and bool((values == values[0]).all()):
+        return np.zeros(len(values), dtype=np.intp), [values[0]]
+    codes, devices = pd.factorize(values, use_na_sentinel=False)
+    return codes, list(devices)
 
 
 def _name_phase(name: str) -> str | None:
@@ -159,50 +176,92 @@ def _python_stacks(log: EventLog) -> bool:
             and isinstance(columns, dict) and columns.get("stack") == "exact")  # fmt: skip
 
 
-def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
+# phases as small codes (0: none), so rows are classified per distinct stack and tag, then broadcast
+PHASES: tuple[str | None, ...] = (None, _STEP, _BACKWARD, _FORWARD, PARAMETER, INPUT_DATA)
+_PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
+BASES = ("none", "stack", "op name", "source")
+"""``basis`` values, in code order (``CategoryCodes.basis``); ``PHASES``: ``phase`` values (None: none)."""
+_NONE, _BY_STACK, _BY_NAME, _BY_SOURCE = range(len(BASES))
+_CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+@dataclass(frozen=True)
+class CategoryCodes:
+    """``categories`` as small integer codes, one per allocation row (what analyses use: no
+    string per row)."""
+
+    category: np.ndarray  # int8: index into ``CATEGORIES``
+    basis: np.ndarray  # int8: index into ``BASES``
+    phase: np.ndarray  # int8: index into ``PHASES`` (0: none)
+
+    @property
+    def inferred(self) -> np.ndarray:
+        """Whether each row's category was inferred (not said by the source)."""
+        inferred: np.ndarray = self.basis != _BY_SOURCE
+        return inferred
+
+    def names(self) -> np.ndarray:
+        """Each row's category name (object array)."""
+        names: np.ndarray = np.array(CATEGORIES, dtype=object)[self.category]
+        return names
+
+    def take(self, rows: np.ndarray) -> CategoryCodes:
+        """The codes of the rows at positions (or boolean mask) ``rows``."""
+        return CategoryCodes(self.category[rows], self.basis[rows], self.phase[rows])
+
+
+def _compute(log: EventLog, allocations: pd.DataFrame) -> CategoryCodes:
     n = len(allocations)
-    category = np.full(n, UNKNOWN, dtype=object)
-    basis = np.full(n, "none", dtype=object)
     tags = allocations["tag"].to_numpy()
     source = log.meta.get("source", {}) if isinstance(log.meta.get("source"), dict) else {}
-    if source.get("format") == "pytorch-memory-timeline":
-        for i, tag in enumerate(tags.tolist()):
-            if tag in _TIMELINE:
-                category[i], basis[i] = _TIMELINE[tag], "source"
-        return _frame(category, basis, np.full(n, None, dtype=object))
-    phase = np.full(n, None, dtype=object)
     if not n:
-        return _frame(category, basis, phase)
-    stacks = allocations["stack"].to_numpy()
+        empty = np.zeros(0, dtype=np.int8)
+        return CategoryCodes(empty, empty, empty)
+    category = np.full(n, _CATEGORY_CODE[UNKNOWN], dtype=np.int8)
+    basis = np.full(n, _NONE, dtype=np.int8)
+    tag_codes, tag_values = pd.factorize(tags)  # -1: a missing tag
+    if source.get("format") == "pytorch-memory-timeline":
+        known = np.array([t in _TIMELINE for t in tag_values.tolist()] + [False], dtype=bool)[tag_codes]
+        mapped = np.array([_CATEGORY_CODE[_TIMELINE.get(t, UNKNOWN)] for t in tag_values.tolist()] + [0], dtype=np.int8)
+        category[known] = mapped[tag_codes][known]
+        basis[known] = _BY_SOURCE
+        return CategoryCodes(category, basis, np.zeros(n, dtype=np.int8))
+    # the phase each distinct stack says, then per row (ids outside the table: no frames)
+    stacks = allocations["stack"].to_numpy().astype(np.int64)
+    count = len(log.stacks)
+    ids = np.where((stacks >= 0) & (stacks < count), stacks, count)
+    present = np.zeros(count + 1, dtype=bool)
+    present[ids] = True
+    framed = np.zeros(count + 1, dtype=bool)
+    by_stack = np.zeros(count + 1, dtype=np.int8)
+    for stack in np.flatnonzero(present[:count]).tolist():
+        frames = log.stacks[stack]
+        if frames:
+            framed[stack] = True
+            by_stack[stack] = _PHASE_CODE[stack_phase(frames)]
+    has = framed[ids]
+    phase = by_stack[ids]
+    basis[phase != 0] = _BY_STACK
     # PyTorch records the Python frames of the allocating thread: autograd's engine runs the
     # backward pass on threads of its own, with none
-    frameless = _BACKWARD if _python_stacks(log) else None
-    before = preexisting(log, allocations)
-    by_stack: dict[int, str | None] = {}
-    by_name: dict[str, str | None] = {}
-    for i, (stack, tag) in enumerate(zip(stacks.tolist(), tags.tolist(), strict=True)):
-        found: str | None = None
-        if 0 <= stack < len(log.stacks) and log.stacks[stack]:
-            if stack not in by_stack:
-                by_stack[stack] = stack_phase(log.stacks[stack])
-            found = by_stack[stack]
-            if found is not None:
-                basis[i] = "stack"
-        elif frameless is not None and not before[i]:
-            found, basis[i] = frameless, "stack"
-        if found is None and isinstance(tag, str) and tag != "PREEXISTING":
-            if tag not in by_name:
-                by_name[tag] = _name_phase(tag)
-            found = by_name[tag]
-            if found is not None:
-                basis[i] = "op name"
-        phase[i] = found
+    if _python_stacks(log):
+        frameless = ~has & ~preexisting(log, allocations)
+        phase[frameless] = _PHASE_CODE[_BACKWARD]
+        basis[frameless] = _BY_STACK
+    # else the phase an op or scope name says
+    by_name = np.array(
+        [_PHASE_CODE[_name_phase(t)] if isinstance(t, str) and t != "PREEXISTING" else 0 for t in tag_values.tolist()]
+        + [0],
+        dtype=np.int8,
+    )[tag_codes]
+    named = (phase == 0) & (by_name != 0)
+    phase[named] = by_name[named]
+    basis[named] = _BY_NAME
     # a phase lasts until the next allocation made in another phase; what is freed before is a temporary
     made = allocations["alloc_index"].to_numpy()
     freed = allocations["free_index"].to_numpy()
-    keys = np.array([p if p is not None else "" for p in phase.tolist()], dtype=object)
     change = np.ones(n, dtype=bool)
-    change[1:] = keys[1:] != keys[:-1]
+    change[1:] = phase[1:] != phase[:-1]
     run_start = np.flatnonzero(change)
     run_of = np.cumsum(change) - 1
     next_start = np.append(run_start[1:], n)  # first row of the next run
@@ -212,40 +271,77 @@ def _compute(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     oom_at = {int(cols["device"][i]): int(i) for i in np.flatnonzero(cols["kind"] == Kind.OOM)[::-1].tolist()}
     names = {log.devices[d].name: i for d, i in oom_at.items()}
     never = int(np.iinfo(np.int64).max)
-    cut = np.array([names.get(d, never) for d in allocations["device"].tolist()], dtype=np.int64)
+    device_codes, devices = _device_codes(allocations)
+    cut = np.array([names.get(d, never) for d in devices], dtype=np.int64)[device_codes]
     within = (freed >= 0) & (freed < np.minimum(boundary, cut))
-    for i, p in enumerate(phase.tolist()):
-        if p is None:
-            continue
-        if p in _PHASE_CATEGORY:
-            category[i] = TEMPORARY if within[i] else _PHASE_CATEGORY[p]
-        else:
-            category[i] = p
-    return _frame(category, basis, phase)
+    # a phase's category, or a temporary; a category named directly (parameter, input data) as it is
+    lasting = np.array([_CATEGORY_CODE[_PHASE_CATEGORY.get(str(p), str(p))] if p else 0 for p in PHASES], np.int8)
+    phased = np.isin(phase, [_PHASE_CODE[p] for p in _PHASE_CATEGORY])
+    category = np.where(phase != 0, lasting[phase], category).astype(np.int8)
+    category[phased & within] = _CATEGORY_CODE[TEMPORARY]
+    return CategoryCodes(category, basis, phase)
 
 
-def _frame(category: np.ndarray, basis: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
-    inferred: np.ndarray = basis != "source"
-    frame: pd.DataFrame = pd.DataFrame({"category": category, "inferred": inferred, "basis": basis, "phase": phase})
+def _strings(codes: np.ndarray, values: tuple[str | None, ...]) -> object:
+    """The column ``values[codes]``, typed as pandas types a column of those strings (built
+    from the distinct values present, then taken per row)."""
+    used = np.flatnonzero(np.bincount(codes, minlength=len(values)))
+    column = pd.Series(np.array([values[i] for i in used.tolist()], dtype=object)).array
+    position = np.zeros(len(values), dtype=np.int64)
+    position[used] = np.arange(len(used))
+    return column.take(position[codes])
+
+
+def _coded_frame(codes: CategoryCodes) -> pd.DataFrame:
+    if not len(codes.category):  # no rows: columns of no type
+        empty = np.full(0, None, dtype=object)
+        nothing: pd.DataFrame = pd.DataFrame(
+            {"category": empty, "inferred": np.zeros(0, dtype=bool), "basis": empty, "phase": empty}
+        )
+        return nothing
+    frame: pd.DataFrame = pd.DataFrame({
+        "category": _strings(codes.category, CATEGORIES), "inferred": codes.inferred,
+        "basis": _strings(codes.basis, BASES), "phase": _strings(codes.phase, PHASES),
+    })  # fmt: skip
     return frame
 
 
-_CACHE: weakref.WeakKeyDictionary[EventLog, dict[str, tuple[tuple[int, int, int], pd.DataFrame]]] = (
-    weakref.WeakKeyDictionary()
-)
+class _Entry:
+    """One cached result: the table it was computed for (its length, first and last
+    allocation), its codes, and its DataFrame once asked for."""
+
+    def __init__(self, key: tuple[int, int, int], codes: CategoryCodes) -> None:
+        self.key, self.codes = key, codes
+        self.frame: pd.DataFrame | None = None
+
+
+_CACHE: weakref.WeakKeyDictionary[EventLog, dict[str, _Entry]] = weakref.WeakKeyDictionary()
+
+
+def _entry(log: EventLog, allocations: pd.DataFrame) -> _Entry:
+    made = allocations["alloc_index"].to_numpy()
+    key = (len(allocations), int(made[0]) if len(made) else -1, int(made[-1]) if len(made) else -1)
+    devices = allocations["device"]
+    slot = ",".join(sorted({str(d) for d in devices.unique().tolist()})) if len(devices) else ""
+    entry = _CACHE.get(log, {}).get(slot)
+    if entry is None or entry.key != key:
+        entry = _Entry(key, _compute(log, allocations))
+        _CACHE.setdefault(log, {})[slot] = entry
+    return entry
+
+
+def category_codes(log: EventLog, allocations: pd.DataFrame) -> CategoryCodes:
+    """``categories`` of the rows of ``allocations`` as ``CategoryCodes``, in its order (cached
+    with ``categories``)."""
+    return _entry(log, allocations).codes
 
 
 def categories(log: EventLog, allocations: pd.DataFrame) -> pd.DataFrame:
     """``category``, ``inferred``, ``basis`` and ``phase`` of each row of ``allocations`` (an
     ``allocation_table`` of ``log``), in its order and with its index (see the module docstring).
     The latest result per log and device is kept, so asking again costs nothing."""
-    made = allocations["alloc_index"].to_numpy()
-    key = (len(allocations), int(made[0]) if len(made) else -1, int(made[-1]) if len(made) else -1)
-    devices = allocations["device"]
-    slot = ",".join(sorted({str(d) for d in devices.unique().tolist()})) if len(devices) else ""
-    entry = _CACHE.get(log, {}).get(slot)
-    if entry is None or entry[0] != key:
-        entry = (key, _compute(log, allocations))
-        _CACHE.setdefault(log, {})[slot] = entry
-    aligned: pd.DataFrame = entry[1].set_axis(allocations.index)
+    entry = _entry(log, allocations)
+    if entry.frame is None:
+        entry.frame = _coded_frame(entry.codes)
+    aligned: pd.DataFrame = entry.frame.set_axis(allocations.index)
     return aligned

@@ -13,10 +13,18 @@ import pandas as pd
 
 from gpuviz.analysis.advice import fragmentation_hint
 from gpuviz.analysis.callsites import NO_STACK, call_sites
-from gpuviz.analysis.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER, categories, preexisting
+from gpuviz.analysis.categories import (
+    GRADIENT,
+    OPTIMIZER_STATE,
+    PARAMETER,
+    PHASES,
+    CategoryCodes,
+    category_codes,
+    preexisting,
+)
 from gpuviz.analysis.explain import Answer, explain
 from gpuviz.analysis.livegroups import LIVE_GROUP_COLUMNS, live_groups
-from gpuviz.analysis.moments import Pinning, call_site, oom_indices, pinning
+from gpuviz.analysis.moments import Pinning, oom_indices, pinning
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
 from gpuviz.analysis.timeline import Peak, TimelineSeries, series_extremes, timeline_series
@@ -97,11 +105,11 @@ def live_table(log: EventLog, allocations: pd.DataFrame, index: int) -> pd.DataF
     frame = pd.DataFrame(
         {
             "tag": live["tag"].to_numpy(),
-            "shape": [None if s is None else "x".join(str(n) for n in s) for s in live["shape"]],
+            "shape": _shape_labels(live["shape"].tolist()),
             "dtype": live["dtype"].to_numpy(),
             "requested": live["requested"].to_numpy(),
             "size": live["size"].to_numpy(),
-            "call_site": [call_site(log, int(s)) for s in live["stack"]],
+            "call_site": call_sites(log).labels_of(live["stack"].to_numpy()),
             "age_ns": now - live["alloc_ns"].to_numpy(),
             "address": live["address"].to_numpy(),
             "alloc_index": live["alloc_index"].to_numpy(),
@@ -109,6 +117,22 @@ def live_table(log: EventLog, allocations: pd.DataFrame, index: int) -> pd.DataF
         columns=LIVE_COLUMNS,
     )
     return frame.sort_values(["size", "alloc_index"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def _shape_labels(shapes: list[object]) -> list[str | None]:
+    """``2x3`` per shape (None for None), each distinct shape joined once."""
+    joined: dict[object, str] = {}
+    labels: list[str | None] = []
+    for shape in shapes:
+        if shape is None:
+            labels.append(None)
+            continue
+        key = tuple(shape) if isinstance(shape, list) else shape
+        label = joined.get(key)
+        if label is None:
+            label = joined[key] = "x".join(str(n) for n in shape)  # type: ignore[attr-defined]
+        labels.append(label)
+    return labels
 
 
 GROUP_BY = ("auto", "tag", "dtype", "call site", "category")
@@ -130,35 +154,43 @@ def resolve_group_by(log: EventLog, live: pd.DataFrame, group_by: str) -> str:
 
 
 def _top(live: pd.DataFrame, log: EventLog, by: str, total: int, limit: int, *, user_code: str | None = None,
-         cats: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+         cats: CategoryCodes | None = None) -> pd.DataFrame:  # fmt: skip
     if by == "call site":
         sites = call_sites(log, user_code=user_code)
-        keys = [sites.label(int(s)) or NO_STACK for s in live["stack"]]
+        labels = sites.labels_of(live["stack"].to_numpy())
+        keys = np.where((labels == None) | (labels == ""), NO_STACK, labels).tolist()  # noqa: E711 (elementwise)
     elif by == "category":
-        keys = (cats if cats is not None else categories(log, live))["category"].tolist()
+        keys = (cats if cats is not None else category_codes(log, live)).names().tolist()
     elif by == "dtype":
         keys = live["dtype"].fillna("(untagged)").tolist()
     else:
         keys = live["tag"].fillna("(untagged)").tolist()
-    frame = pd.DataFrame({"group": keys, "bytes": live["size"].to_numpy()})
-    grouped = frame.groupby("group", sort=False)["bytes"].agg(["sum", "count"]).reset_index()
-    grouped.columns = ["group", "bytes", "count"]
+    if len(keys):  # summed on the codes of the distinct groups, not on a string column
+        codes, groups = pd.factorize(np.asarray(keys, dtype=object))
+        sums = np.zeros(len(groups), dtype=np.int64)
+        np.add.at(sums, codes, live["size"].to_numpy().astype(np.int64))
+        count = np.bincount(codes, minlength=len(groups)).astype(np.int64)
+        grouped = pd.DataFrame({"group": np.asarray(groups, dtype=object), "bytes": sums, "count": count})
+    else:
+        frame = pd.DataFrame({"group": keys, "bytes": live["size"].to_numpy()})
+        grouped = frame.groupby("group", sort=False)["bytes"].agg(["sum", "count"]).reset_index()
+        grouped.columns = ["group", "bytes", "count"]
     grouped["share"] = grouped["bytes"] / total if total else 0.0
     return grouped.sort_values(["bytes", "group"], ascending=[False, True]).head(limit).reset_index(drop=True)
 
 
-def _leaks(log: EventLog, allocations: pd.DataFrame, cats: pd.DataFrame | None = None) -> pd.DataFrame:
+def _leaks(log: EventLog, allocations: pd.DataFrame, cats: CategoryCodes | None = None) -> pd.DataFrame:
     """Allocations made inside a span and alive at its end; without spans, alive at the end.
 
     Never listed: what was alive from before the trace, parameters and optimizer state (they
     live as long as the model). Without spans, where the run has two optimizer steps or more,
     only what was made after the first step ended and is still alive (what grows step over
     step); with fewer, gradients are left out too."""
-    cats = categories(log, allocations) if cats is None else cats
-    category = cats["category"].to_numpy()
+    cats = category_codes(log, allocations) if cats is None else cats
+    category = cats.names()
     keep = ~preexisting(log, allocations) & ~np.isin(category, [PARAMETER, OPTIMIZER_STATE])
     made_all = allocations["alloc_index"].to_numpy()
-    is_step = (cats["phase"] == "step").to_numpy()
+    is_step = cats.phase == PHASES.index("step")
     starts = np.flatnonzero(is_step & ~np.concatenate([[False], is_step[:-1]]))  # first row of each step
     first_step_end = -1
     if len(starts) >= 2:
@@ -220,6 +252,8 @@ def diagnose(
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(map(repr, GROUP_BY))}, not {group_by!r}")
     cols = log.columns
+    # a few states per device: a few checkpoints (each copies the whole heap) serve them best
+    heap = heap or replay(log, checkpoint_every=max(8192, len(log) // 8))
     present = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
     order = gpus_first([log.devices[i].name for i in present])
     heap_devices = [log.device_index(name) for name in order]
@@ -231,8 +265,9 @@ def diagnose(
         extremes = series_extremes(timeline)
         top_peak = extremes.peak
         table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)
-        cats = categories(log, table)
+        cats = category_codes(log, table)
         live = alive_at(table, top_peak.index) if top_peak.index >= 0 else table.iloc[:0]
+        live_rows = table.index.get_indexer(live.index)
         by = resolve_group_by(log, live, group_by)
         at = int(np.searchsorted(timeline.index, top_peak.index)) if top_peak.index >= 0 else 0
         dtype = _top(live, log, "dtype", top_peak.bytes, 50)
@@ -240,7 +275,6 @@ def diagnose(
         moment_index = int(ooms_here[0]) if len(ooms_here) else top_peak.index
         pinned = None
         if len(ooms_here):
-            heap = heap or replay(log)
             pinned = pinning(
                 heap.state_at(moment_index, device=name), int(cols["requested"][moment_index]),
                 log=log, at_index=moment_index,
@@ -253,19 +287,18 @@ def diagnose(
             fragmentation_at_peak=float(timeline.fragmentation[at]) if len(timeline) else 0.0,
             fragmentation_at_end=float(timeline.fragmentation[-1]) if len(timeline) else 0.0,
             waste_at_peak=extremes.waste.at_peak,
-            top_at_peak=_top(live, log, by, top_peak.bytes, top, user_code=user_code, cats=cats.loc[live.index]),
+            top_at_peak=_top(live, log, by, top_peak.bytes, top, user_code=user_code, cats=cats.take(live_rows)),
             dtype_at_peak=dtype,
             leaks=_leaks(log, table, cats),
             moment="OOM" if len(ooms_here) else "peak",
             moment_index=moment_index,
             live=live_table(log, table, moment_index) if moment_index >= 0 else pd.DataFrame(columns=LIVE_COLUMNS),
             pinning=pinned,
-            answer=next(iter(explain(log, name, user_code=user_code, heap=heap or replay(log), series={name: timeline},
+            answer=next(iter(explain(log, name, user_code=user_code, heap=heap, series={name: timeline},
                                      allocations={name: table})), None),
             group_by=by,
             live_groups=live_groups(log, table, moment_index, user_code=user_code),
         )  # fmt: skip
-        heap = heap or replay(log)
         devices.append(summary)
         f64 = dtype.loc[dtype["group"] == "float64", "share"]
         if len(f64) and float(f64.iloc[0]) > FLOAT64_HINT:

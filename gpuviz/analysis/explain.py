@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.callsites import NO_STACK, call_sites
-from gpuviz.analysis.categories import UNKNOWN, categories, preexisting
+from gpuviz.analysis.categories import CATEGORIES, UNKNOWN, CategoryCodes, category_codes, preexisting
 from gpuviz.analysis.moments import oom_indices
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import allocation_table, gpus_first
@@ -93,35 +93,45 @@ def join_sites(sites: list[str]) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _holders(log: EventLog, live: pd.DataFrame, cats: pd.DataFrame, before: np.ndarray,
+def _holders(log: EventLog, live: pd.DataFrame, cats: CategoryCodes, before: np.ndarray,
              user_code: str | None) -> tuple[list[Holder], pd.DataFrame]:  # fmt: skip
+    # grouped on integer codes: labels are made per distinct stack, category and site, not per row
     sites = call_sites(log, user_code=user_code)
-    stacks = live["stack"].to_numpy()
-    short = sites.named_of(stacks)
-    # one label per distinct stack (a million live rows share a few thousand stacks)
-    unique, inverse = np.unique(stacks, return_inverse=True)
-    full = np.array([sites.label(int(s)) for s in unique.tolist()] + [None], dtype=object)[:-1][inverse.reshape(-1)]
-    sizes = live["size"].to_numpy()
-    frame = pd.DataFrame({
-        "category": cats["category"].to_numpy(), "inferred": cats["inferred"].to_numpy(), "short": short,
-        "site": full, "bytes": sizes, "before": before,
-    })  # fmt: skip
-    holders = []
+    stacks, inverse = np.unique(live["stack"].to_numpy(), return_inverse=True)
+    inverse = inverse.reshape(-1)
+    short_codes, shorts = pd.factorize(sites.named_of(stacks))
+    short = short_codes[inverse]  # -1: none
+    sizes = live["size"].to_numpy().astype(np.int64)
     # what was alive before the trace began and has no category of its own is one holder
-    frame.loc[frame["before"] & (frame["category"] == UNKNOWN), "category"] = BEFORE_TRACE
-    for category, group in frame.groupby("category", sort=False):
-        named = group[group["short"].notna()]
-        by = named.groupby("short", sort=False)["bytes"].sum().sort_values(ascending=False, kind="stable")
-        total = int(group["bytes"].sum())
-        top = [(str(s), int(b)) for s, b in by.items() if b >= 0.05 * total][:_SITES]
+    names = [*CATEGORIES, BEFORE_TRACE]
+    category = np.where(before & (cats.category == CATEGORIES.index(UNKNOWN)), len(CATEGORIES), cats.category)
+    inferred = cats.inferred
+    holders = []
+    for code in np.unique(category).tolist():
+        rows = np.flatnonzero(category == code)
+        named = rows[short[rows] >= 0]
+        # bytes per call site, largest first; ties in the order each site first appears
+        pairs, first, pair_of = np.unique(short[named], return_index=True, return_inverse=True)
+        sums = np.zeros(len(pairs), dtype=np.int64)
+        np.add.at(sums, pair_of.reshape(-1), sizes[named])
+        order = np.lexsort((first, -sums))
+        total = int(sizes[rows].sum())
+        top = [(str(shorts[pairs[i]]), int(sums[i])) for i in order.tolist() if sums[i] >= 0.05 * total][:_SITES]
         holders.append(Holder(
-            str(category), total, len(group), tuple(top), bool(group["inferred"].any()),
-            int(group.loc[group["before"], "bytes"].sum()),
+            names[code], total, len(rows), tuple(top), bool(inferred[rows].any()), int(sizes[rows][before[rows]].sum()),
         ))  # fmt: skip
     holders.sort(key=lambda h: (-h.bytes, h.category))
-    keys = np.where(frame["site"].notna(), frame["site"], np.where(frame["before"], BEFORE_TRACE, NO_STACK))
-    by_site = pd.DataFrame({"site": keys, "bytes": sizes}).groupby("site", sort=False)["bytes"].agg(["sum", "count"])
-    by_site = by_site.reset_index().rename(columns={"sum": "bytes"})
+    # by user call site (else before the trace, else no stack), largest first
+    site_codes, site_names = pd.factorize(sites.labels_of(stacks))
+    site = site_codes[inverse]
+    keys = np.where(site >= 0, site, np.where(before, len(site_names), len(site_names) + 1))
+    labels = np.array([*np.asarray(site_names, dtype=object).tolist(), BEFORE_TRACE, NO_STACK], dtype=object)
+    used, key_of = np.unique(keys, return_inverse=True)
+    bytes_by = np.zeros(len(used), dtype=np.int64)
+    np.add.at(bytes_by, key_of.reshape(-1), sizes)
+    count = np.bincount(key_of.reshape(-1), minlength=len(used)).astype(np.int64)
+    column = labels[used] if len(used) else np.zeros(0, dtype=object)
+    by_site = pd.DataFrame({"site": column, "bytes": bytes_by, "count": count})
     total = int(sizes.sum())
     by_site["share"] = by_site["bytes"] / total if total else 0.0
     by_site = by_site.sort_values(["bytes", "site"], ascending=[False, True], kind="stable").reset_index(drop=True)
@@ -183,17 +193,17 @@ def explain(
         if index < 0:
             continue
         table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)
-        cats = categories(log, table)
+        cats = category_codes(log, table)
         made, freed = table["alloc_index"].to_numpy(), table["free_index"].to_numpy()
         alive = (made <= index) & ((freed < 0) | (freed > index))
         live = table[alive]
-        heap = heap or replay(log)
+        heap = heap or replay(log, checkpoint_every=max(8192, len(log) // 8))  # a few states: a few checkpoints
         state = heap.columns_at(index, device=name)
         in_use = int(state.size[state.in_use].sum())
         reserved = int(state.sizes.sum())
         used_segments = np.unique(state.owner[state.in_use])
         free_in_used = ~state.in_use & np.isin(state.owner, used_segments)
-        holders, by_site = _holders(log, live, cats[alive], preexisting(log, live), user_code)
+        holders, by_site = _holders(log, live, cats.take(alive), preexisting(log, live), user_code)
         answer = Answer(
             device=name, moment="OOM" if len(ooms) else "peak", index=index, in_use=in_use, reserved=reserved,
             segments=len(state.bases), inactive_split=int(state.size[free_in_used].sum()),

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpuviz.analysis.callsites import call_sites
-from gpuviz.analysis.categories import UNKNOWN, categories, preexisting
+from gpuviz.analysis.categories import UNKNOWN, category_codes, preexisting
 from gpuviz.analysis.tables import alive_at
 from gpuviz.log.eventlog import EventLog
 
@@ -51,35 +51,45 @@ def live_groups(log: EventLog, allocations: pd.DataFrame, index: int, *, user_co
     empty: pd.DataFrame = pd.DataFrame(columns=LIVE_GROUP_COLUMNS)
     if index < 0 or not len(allocations):
         return empty
-    cats = categories(log, allocations)
+    cats = category_codes(log, allocations)
     before_all = preexisting(log, allocations)
     live = alive_at(allocations, index)
     if not len(live):
         return empty
     rows = allocations.index.get_indexer(live.index)
-    category = cats["category"].to_numpy()[rows]
-    inferred = cats["inferred"].to_numpy()[rows]
+    category = cats.names()[rows]
+    inferred = cats.inferred[rows]
     before = before_all[rows]
     tags = live["tag"].to_numpy()
-    sites = call_sites(log, user_code=user_code)
-    stacks = live["stack"].to_numpy()
-    site = [sites.label(int(s)) for s in stacks.tolist()]
-    labels: dict[tuple[object, str, bool, bool, str | None], str] = {}
-    what = []
-    for key in zip(tags.tolist(), category.tolist(), inferred.tolist(), before.tolist(), site, strict=True):
-        label = labels.get(key)
-        if label is None:
-            label = labels[key] = group_label(*key)
-        what.append(label)
+    site = call_sites(log, user_code=user_code).labels_of(live["stack"].to_numpy())
+    # one label per distinct (tag, category, inferred, before, site), broadcast to the rows: the
+    # five as one integer key (each code + 1: -1 is a missing tag or site)
+    parts = [pd.factorize(tags), pd.factorize(category), pd.factorize(site)]
+    spans = [len(parts[0][1]) + 1, len(parts[1][1]) + 1, 2, 2, len(parts[2][1]) + 1]
+    key = np.zeros(len(live), dtype=np.int64)
+    for column, span in zip(
+        [parts[0][0] + 1, parts[1][0] + 1, inferred.astype(np.int64), before.astype(np.int64), parts[2][0] + 1],
+        spans,
+        strict=True,
+    ):
+        key = key * span + column
+    distinct, inverse = np.unique(key, return_inverse=True)
+    values = [[None, *np.asarray(uniques, dtype=object).tolist()] for _, uniques in parts]  # code 0: None
+    labels = []
+    for packed in distinct.tolist():
+        codes = []
+        for span in reversed(spans):
+            packed, code = divmod(packed, span)
+            codes.append(code)
+        site_code, b, i, c, t = codes
+        labels.append(group_label(values[0][t], str(values[1][c]), bool(i), bool(b), values[2][site_code]))
+    what = np.array(labels, dtype=object)[inverse.reshape(-1)]
     sizes = live["size"].to_numpy().astype(np.int64)
     frame = pd.DataFrame(
         {
             "what": what,
-            "inferred": [
-                bool(i) and not b and c != UNKNOWN
-                for i, b, c in zip(inferred.tolist(), before.tolist(), category.tolist(), strict=True)
-            ],
-            "call_site": [s if s is not None else "" for s in site],
+            "inferred": inferred.astype(bool) & ~before & (category != UNKNOWN),
+            "call_site": np.where(site == None, "", site).astype(object),  # noqa: E711 (elementwise)
             "size": sizes,
             "alloc_index": live["alloc_index"].to_numpy(),
         }

@@ -36,8 +36,16 @@ from gpuviz.log.schema import Kind
 
 __all__ = ["ViewOptions", "Profile", "DeviceProfile", "profile", "COLOR_BY", "GROUP_BY"]
 
+_CHECKPOINTS = 32
+"""A profile's replay keeps about this many heap checkpoints (one every 8192 events at least)."""
 _PREFIX_ROWS = 4096
 """``DeviceProfile.allocated`` looks among at most this many allocations without building its index."""
+
+
+def _by_address(address: np.ndarray, made: np.ndarray, times: np.ndarray, t0_ns: int) -> dict[int, tuple[int, int]]:
+    """address -> (log position, time in ns from ``t0_ns``), from the arrays as Python ints."""
+    shifted = [int(t) - t0_ns for t in times.tolist()]
+    return dict(zip(address.tolist(), zip(made.tolist(), shifted, strict=True), strict=True))
 
 
 @dataclass
@@ -82,8 +90,9 @@ class DeviceProfile:
             index += len(self._replay.log)
         if addresses is None:
             live = alive_at(self.allocations, index)
-            made, times = live["alloc_index"].to_numpy(), live["alloc_ns"].to_numpy()
-            return {int(a): (int(i), int(t) - t0_ns) for a, i, t in zip(live["address"], made, times, strict=True)}
+            return _by_address(
+                live["address"].to_numpy(), live["alloc_index"].to_numpy(), live["alloc_ns"].to_numpy(), t0_ns
+            )
         wanted = np.fromiter(addresses, dtype=np.int64)
         table = self.allocations
         made_by = int(np.searchsorted(table["alloc_index"].to_numpy(), index, side="right"))  # rows in alloc order
@@ -103,10 +112,7 @@ class DeviceProfile:
         freed = table["free_index"].to_numpy()[rows]
         alive = (freed < 0) | (freed > index)
         times = table["alloc_ns"].to_numpy()[rows]
-        return {
-            int(a): (int(i), int(t) - t0_ns)
-            for a, i, t in zip(wanted[found][alive], made[alive], times[alive], strict=True)
-        }
+        return _by_address(wanted[found][alive], made[alive], times[alive], t0_ns)
 
     def _address_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The allocation table's rows sorted by (address, alloc_index): ``order`` (row numbers),
@@ -173,7 +179,9 @@ def profile(log: EventLog, options: ViewOptions | None = None, *, strict: bool =
     (False, for live views of a log that is still growing, shows nothing for it yet).
     """
     options = options or ViewOptions()
-    heap = replay(log)
+    # the views ask for a few dozen states (scrub stops, the opening moment): a few dozen
+    # checkpoints serve them, each a copy of the whole heap made in one pass over the log
+    heap = replay(log, checkpoint_every=max(8192, len(log) // _CHECKPOINTS))
     devices = {}
     for name in gpus_first(heap.devices):
         series = timeline_series(log, name)

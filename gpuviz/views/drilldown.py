@@ -175,13 +175,14 @@ def view_spec(
     stacks: Sequence[tuple[Frame, ...]] | None = None,
     pinning: Pinning | None = None,
     allocated: Allocated | None = None,
+    groups: Sequence[SegmentGroup] | None = None,
 ) -> tuple[dict[str, Any], MapView]:
     """The figure (plain dicts) of ``state`` at drill-down level ``view`` (``resolve_view``:
     the level it could draw, returned beside it): the whole map (few segments), the overview,
     a group's segments or one segment, chunks drawn by ``fragmentation.trace_specs`` (hover:
     allocation, call site from ``stacks``, time from ``allocated``; ``pinning`` drawn where its
-    segments are shown)."""
-    groups = heap_groups(state) if has_overview(state) else []
+    segments are shown). ``groups``: ``heap_groups(state)`` when the caller has them."""
+    groups = (heap_groups(state) if groups is None else list(groups)) if has_overview(state) else []
     shown = resolve_view(state, view, groups)
     heading = title or state.device
     options: dict[str, Any] = {"color_by": color_by, "max_rectangles": max_rectangles, "stacks": stacks,

@@ -77,10 +77,15 @@ def row_ticks(bases: Sequence[int], sizes: Sequence[int], lanes: Sequence[int] =
 def size_class(size: int) -> tuple[int, str]:
     """``(key, name)`` of a segment of ``size`` bytes: up to 2 MiB one class, then each range
     ``(2**(k-1), 2**k]``."""
-    if size <= _SMALL:
+    k = _class_key(size)
+    if not k:
         return 0, f"≤ {format_size(_SMALL)}"
-    k = (size - 1).bit_length()
     return k, f"{format_size(1 << (k - 1))}–{format_size(1 << k)}"
+
+
+def _class_key(size: int) -> int:
+    """``size_class``'s key alone."""
+    return 0 if size <= _SMALL else (size - 1).bit_length()
 
 
 class SegmentGroup(NamedTuple):
@@ -100,8 +105,11 @@ def segment_groups(sizes: Sequence[int], in_use: Sequence[int], lanes: Sequence[
     for row, size in enumerate(sizes):
         if row in lane_set:
             continue
-        key, name = size_class(size)
-        classes.setdefault(key, (name, []))[1].append(row)
+        key = _class_key(size)
+        found = classes.get(key)
+        if found is None:  # each class named once
+            found = classes[key] = (size_class(size)[1], [])
+        found[1].append(row)
     groups = []
     if lane_set:
         rows = sorted(lane_set)

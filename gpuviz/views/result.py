@@ -85,7 +85,7 @@ def _map_figure(p: Profile, name: str, at: int, title: str) -> dict[str, Any]:
     drill = [
         {"name": group.name, "figure": view_spec(
             state, MapView(GROUP, group.name), title=heading, color_by=p.options.color_by,
-            max_rectangles=share, stacks=p.log.stacks, pinning=pinned, allocated=allocated,
+            max_rectangles=share, stacks=p.log.stacks, pinning=pinned, allocated=allocated, groups=groups,
         )[0]}
         for group in groups
     ]  # fmt: skip
