@@ -15,8 +15,7 @@ import numpy as np
 import plotly
 import plotly.graph_objects as go
 import pytest
-import test_browser
-from browsing import collect_errors, offline
+from browsing import collect_errors, needs_chromium, offline
 from runs import write_leaky_run
 
 import gpuviz
@@ -38,7 +37,6 @@ from gpuviz.views.plotlyjs import (
 )
 from gpuviz.views.report import plot_div, report_document
 
-chromium = test_browser.browser  # its module-scoped Chromium, as the fixture ``chromium``
 VENDORED = Path(gpuviz.__file__).parent / "views" / "js" / "plotly-cartesian.min.js"
 INSTALLED_PLOTLYJS = plotly.offline.get_plotlyjs_version()
 
@@ -147,10 +145,11 @@ def _page(path: Path, figure: go.Figure) -> None:
     path.write_text(f"<!DOCTYPE html><html><head>{script}</head><body>{plot_div('f', figure)}</body></html>")
 
 
+@needs_chromium
 def test_in_chromium_the_partial_bundle_has_the_trace_types_and_a_fallback_page_draws(  # type: ignore[no-untyped-def]
-    chromium, tmp_path: Path, same_version: None
+    browser, tmp_path: Path, same_version: None
 ) -> None:
-    page = chromium.new_page()
+    page = browser.new_page()
     errors = collect_errors(page)
     offline(page)
     heatmap = go.Figure(go.Heatmap(z=[[1, 2], [3, 4]]))
