@@ -9,8 +9,8 @@ A recorded event costs one timestamp, one thread id and one packed row, ~0.3-0.5
 CPython (``_make_emit``). Only the Python reference allocator records through a ``Recorder``'s
 ``emit``: the native allocator (``gpuviz.capture.native``, the default) writes its rows itself,
 in C, into the same staging arena, and takes only the recorder's log, device, tag and stack
-interning. (A C row writer for this class existed; it sped up only the Python reference, which
-runs where the native allocator does not, and was removed: benchmarks/native/capture.py.)
+interning. This class has no C twin: one would speed up only the Python reference, which runs
+where the native allocator does not (measured in benchmarks/native/capture.py).
 """
 
 from __future__ import annotations
