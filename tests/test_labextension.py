@@ -1,6 +1,6 @@
 """The JupyterLab extension and the result format it renders: both sides of the wire
 format agree, the extension is installed, and results are written as documented.
-(Rendering in a real JupyterLab is in test_browser.py.)"""
+(Rendering in a real JupyterLab is in test_lab_browser.py.)"""
 
 from __future__ import annotations
 
