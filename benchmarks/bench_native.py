@@ -5,8 +5,8 @@ Run by hand:  .venv/bin/python -m benchmarks.bench_native [--repeats 3] [--only 
 For every workload in ``benchmarks/native/<layer>.py`` (``WORKLOADS``: extension name -> a
 function that prepares the work and returns the callable to time), two fresh interpreters run
 it: one as gpuviz is installed, one with ``GPUVIZ_NATIVE_SKIP=<extension>`` (the registry then
-treats that extension as not built and gpuviz runs its Python twin). Each reports the best of
-``--repeats`` timings (seconds). The ratio Python/C is what users gain from the C: where it is
+treats that extension as not built and gpuviz runs its Python twin), alternating, ``--repeats``
+times each; the best of each is reported (seconds). The ratio Python/C is what users gain from the C: where it is
 within noise, or only a synthetic worst case gains, the C goes (``docs/architecture.md`` records
 each decision).
 """
@@ -84,8 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, (what, _) in workloads().items():
         if args.only and name not in args.only and name.rsplit(".", 1)[-1] not in args.only:
             continue
-        c = run_child(name, args.repeats, python_twin=False)
-        py = run_child(name, args.repeats, python_twin=True)
+        # C and Python alternate, one fresh interpreter per run, so that a change in the machine's
+        # load falls on both alike; the best of each
+        c = py = float("inf")
+        for _ in range(args.repeats):
+            c = min(c, run_child(name, 1, python_twin=False))
+            py = min(py, run_child(name, 1, python_twin=True))
         results.add(f"{name}: {what}, C", c, "s")
         results.add(f"{name}: {what}, Python", py, "s")
         results.add(f"{name}: Python / C", py / c if c > 0 else float("inf"), "x")
