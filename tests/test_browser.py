@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import collect_errors, needs_chromium, offline
+from browsing import collect_errors, drag_zoom, needs_chromium, offline
 
 import gpuviz
 from gpuviz.analysis.profile import ViewOptions, profile
@@ -143,16 +143,7 @@ def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: P
     hole = hover_text(page, "map0", "free hole", 2)
     assert hole == f"free hole 1.0 MiB\naddress {addresses['x2']:#x}"
     # zoom survives scrubbing: zoom in, step with the arrow keys, the x range stays
-    area = page.locator("#map0 .nsewdrag").first
-    area.scroll_into_view_if_needed()
-    box = area.bounding_box()
-    assert box is not None
-    y = box["y"] + box["height"] / 2
-    page.mouse.move(box["x"] + box["width"] * 0.1, y)  # drag a zoom box across a tenth to a half
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.3, y + 2, steps=5)
-    page.mouse.move(box["x"] + box["width"] * 0.5, y + 2, steps=5)
-    page.mouse.up()
+    drag_zoom(page, "#map0")  # a tenth to a half
     zoomed = page.evaluate("document.getElementById('map0').layout.xaxis.range")
     assert zoomed[0] > 0 and zoomed[1] < 16 << 20
     page.locator("#map0").focus()

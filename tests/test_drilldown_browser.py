@@ -14,11 +14,9 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-import nbformat
 import pytest
-from browsing import collect_errors, needs_chromium
+from browsing import collect_errors, needs_chromium, run_notebook
 from manysegments import GROUPS, SITES, segments, write_snapshot
-from nbformat.v4 import new_code_cell, new_notebook
 from traces import needs_traces, trace_path
 
 pytestmark = [
@@ -83,19 +81,9 @@ def drill_down(page: Any, plot: str, view: str) -> None:
 
 
 def test_the_dashboard_opens_many_segments_as_an_overview_and_drills_down(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
-    base, token, root = lab_server
-    write_snapshot(root / "many.pickle")
-    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell("%gpuviz show many.pickle")])
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(book, root / "many.ipynb")
-    page = browser.new_page(viewport={"width": 1300, "height": 1100})
-    errors = collect_errors(page, console=False)
-    page.goto(f"{base}/lab/tree/many.ipynb?reset&token={token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
-    page.locator(".jp-Cell").first.click()
-    page.keyboard.press("Shift+Enter")
-    page.keyboard.press("Shift+Enter")
+    write_snapshot(lab_server[2] / "many.pickle")
+    cells = ["%load_ext gpuviz", "%gpuviz show many.pickle"]
+    page, errors = run_notebook(browser, lab_server, "many.ipynb", cells, viewport={"width": 1300, "height": 1100})
     plot = ".gpuviz-dashboard .gpuviz-map"
     page.wait_for_function(f"document.querySelector('{plot}')?.layout?.meta?.view === 'overview'", timeout=120_000)
     assert page.inner_text(".gpuviz-dashboard .gpuviz-nav") == "overview of the segments (click a row)"
@@ -146,15 +134,8 @@ def test_the_largest_real_snapshot_opens_as_an_overview_in_the_dashboard_and_the
     shutil.copyfile(trace_path(CS336), root / "cs336.pickle")  # (a temporary copy: the server's root)
     expected = ["≤ 2.0 MiB · 10 segments", "16 MiB–32 MiB · 542 segments", "64 MiB–128 MiB · 457 segments",
                 "128 MiB–256 MiB · 1 segment"]  # fmt: skip
-    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz\n%gpuviz show cs336.pickle")])
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(book, root / "cs336.ipynb")
-    page = browser.new_page(viewport={"width": 1300, "height": 1100})
-    errors = collect_errors(page, console=False)
-    page.goto(f"{base}/lab/tree/cs336.ipynb?reset&token={token}")
-    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
-    page.locator(".jp-Cell").first.click()
-    page.keyboard.press("Shift+Enter")
+    cells = ["%load_ext gpuviz\n%gpuviz show cs336.pickle"]
+    page, errors = run_notebook(browser, lab_server, "cs336.ipynb", cells, viewport={"width": 1300, "height": 1100})
     plot = ".gpuviz-dashboard .gpuviz-map"
     page.wait_for_function(f"document.querySelector('{plot}')?.layout?.meta?.view === 'overview'", timeout=180_000)
     assert overview_rows(page, plot) == expected

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browsing import collect_errors, needs_chromium
+from browsing import collect_errors, drag_zoom, needs_chromium, run_notebook
 from nbformat.v4 import new_code_cell, new_notebook
 from test_browser import EVIL, make_oom_report
 
@@ -61,16 +61,7 @@ def test_magic_renders_the_dashboard_in_jupyterlab(browser, lab) -> None:  # typ
     # zoom the user made survives the step
     peak = int(label.split()[1])
     page.wait_for_selector(".gpuviz-dashboard .gpuviz-slider:enabled")  # scrubbable once the final draw is done
-    area = page.locator(".gpuviz-dashboard .gpuviz-map .nsewdrag").first
-    area.scroll_into_view_if_needed()
-    box = area.bounding_box()
-    assert box is not None
-    y = box["y"] + box["height"] / 2
-    page.mouse.move(box["x"] + box["width"] * 0.1, y)  # drag a zoom box across a tenth to a half
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.3, y + 2, steps=5)
-    page.mouse.move(box["x"] + box["width"] * 0.5, y + 2, steps=5)
-    page.mouse.up()
+    drag_zoom(page, ".gpuviz-dashboard .gpuviz-map")  # a tenth to a half
     map_range = "document.querySelector('.gpuviz-dashboard .gpuviz-map').layout.xaxis.range"
     zoomed = page.evaluate(map_range)
     assert zoomed[0] > 0
@@ -101,18 +92,9 @@ big = gpuviz.empty(3 << 20, np.float32)  # 12 MiB: out of memory"""
 def test_dashboard_opens_at_the_oom_in_jupyterlab(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
     """A ``%%gpuviz`` cell that runs out of memory: the cell shows its own error, and the
     dashboard opens at the OOM with the ghost bar, the pinning allocations and their list."""
-    base, token, root = lab_server
-    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz"), new_code_cell(OOM_CELL)])
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(book, root / "oom.ipynb")
-    page = browser.new_page(viewport={"width": 1300, "height": 1250})
-    errors = collect_errors(page, console=False)
-    page.goto(f"{base}/lab/tree/oom.ipynb?reset&token={token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
-    page.locator(".jp-Cell").first.click()
-    page.keyboard.press("Shift+Enter")
-    page.keyboard.press("Shift+Enter")
+    root = lab_server[2]
+    cells = ["%load_ext gpuviz", OOM_CELL]
+    page, errors = run_notebook(browser, lab_server, "oom.ipynb", cells, viewport={"width": 1300, "height": 1250})
     page.wait_for_selector(".jp-OutputArea-output >> text=OutOfMemoryError", timeout=120_000)
     page.wait_for_function(
         "document.querySelector('.gpuviz-slider-label')?.innerText.endsWith('oom \u00b7 OOM')", timeout=120_000
