@@ -7,13 +7,19 @@ group of ``overview.segment_groups`` (the same groups as the HTML report's: infe
 preexisting memory, then each size class of segment), each drawn as its bytes in use and
 reserved but unused, with its segment count and totals on its label and hover. A click on a
 group draws that group's segments (the map of those segments alone, every chunk's hover
-naming its allocation and call site); a click on a segment draws that segment alone. A heap
-of fewer segments is drawn whole (level ``map``).
+naming its allocation and call site); a click on a segment draws that segment alone. A group
+of more than ``overview.DENSE_ROWS`` segments is drawn as an image of at most
+``densegroup.IMAGE_ROWS`` rows, each a run of consecutive segments (``densegroup``), so what is
+drawn and sent does not grow with its segments. A heap of fewer segments is drawn whole (level
+``map``). The heap may be given as arrays (``HeapColumns``): the overview and the images are
+drawn from them, and only a drawn group's or segment's own segments become objects.
 
 Each figure's ``layout.meta`` says what a click on it means: ``{"view": "overview", "groups":
 [name, ...]}`` (row i is group i), ``{"view": "group", "group": name, "bases": [base, ...],
 "sizes": [size, ...]}`` (its segments, by address) or the same with ``"view": "segment"`` and
-one segment. Sizes are bytes.
+one segment; an image of runs has ``{"view": "group", "group": name, "dense": true, "firsts":
+[base, ...], "counts": [segments, ...]}`` (row i: ``counts[i]`` segments from ``firsts[i]``).
+Sizes are bytes.
 """
 
 from __future__ import annotations

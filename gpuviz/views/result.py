@@ -27,7 +27,9 @@ the overview by size class (``gpuviz.views.drilldown``), and ``drill`` holds eac
 (its segments, each chunk's hover naming its allocation and call site, within
 ``DRILL_RECTANGLES`` rectangles in all): row i of the overview opens ``drill.groups[i]``,
 and a segment's row of a group's map opens that segment alone (``layout.meta``: its ``bases``
-and ``sizes``), all without a kernel.
+and ``sizes``), all without a kernel. A group of more than ``overview.DENSE_ROWS`` segments is
+embedded as an image of at most ``densegroup.IMAGE_ROWS`` rows of runs of segments (its meta has
+no ``bases``: its rows do not open single segments), so the result's size follows what is drawn.
 """
 
 from __future__ import annotations
