@@ -134,3 +134,16 @@ def test_subset_keeps_the_segments_at_rows_and_their_chunks() -> None:
     part = heap.subset([7, 2])
     whole = heap.to_state()
     assert part.to_state().segments == (whole.segments[2], whole.segments[7])
+
+
+def test_the_dashboards_map_follows_what_is_drawn_not_the_segments(snapshots: dict[int, Path]) -> None:
+    sizes = []
+    for n in (SMALL, 2 * SMALL):
+        dashboard = Dashboard(gpuviz.load(str(snapshots[n]), progress=False))
+        overview = len(dashboard.map_json)
+        dashboard.map_view = {"level": "group", "group": SMALL_NAME, "base": -1}
+        sizes.append((overview, len(dashboard.map_json), len(json.loads(dashboard.map_json)["data"][0]["z"])))
+        dashboard.close()
+    (overview_one, group_one, rows_one), (overview_two, group_two, rows_two) = sizes
+    assert rows_one == rows_two == IMAGE_ROWS
+    assert overview_two < 1.02 * overview_one and group_two < 1.02 * group_one
