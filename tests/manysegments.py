@@ -34,18 +34,23 @@ def _segment(address: int, size: int, used: int, site: str) -> dict[str, Any]:
             "blocks": blocks}  # fmt: skip
 
 
-def segments() -> list[tuple[int, int, int, str]]:
-    """``(base, size, bytes in use, call site)`` of every segment, by address."""
+def dense_groups(small: int) -> list[tuple[str, int, int, int]]:
+    """``GROUPS`` with ``small`` segments of 2 MiB (512 KiB in use each) in the first group."""
+    return [("≤ 2.0 MiB", small, small * 2 * MiB, small * 512 * KiB), *GROUPS[1:]]
+
+
+def segments(groups: list[tuple[str, int, int, int]] = GROUPS) -> list[tuple[int, int, int, str]]:
+    """``(base, size, bytes in use, call site)`` of every segment of ``groups``, by address."""
     out, address = [], FIRST
-    for name, count, reserved, in_use in GROUPS:
+    for name, count, reserved, in_use in groups:
         for _ in range(count):
             out.append((address, reserved // count, in_use // count, SITES[name]))
             address += reserved // count + GAP
     return out
 
 
-def write_snapshot(path: Path) -> Path:
-    """The snapshot, as ``torch.cuda.memory._dump_snapshot`` would write it (no trace)."""
-    data = {"segments": [_segment(*s) for s in segments()], "device_traces": [[]]}
+def write_snapshot(path: Path, groups: list[tuple[str, int, int, int]] = GROUPS) -> Path:
+    """The snapshot of ``groups``, as ``torch.cuda.memory._dump_snapshot`` would write it (no trace)."""
+    data = {"segments": [_segment(*s) for s in segments(groups)], "device_traces": [[]]}
     path.write_bytes(pickle.dumps(data))
     return path

@@ -3,7 +3,8 @@
 The same facts as ``HeapState`` (every segment, every chunk), as NumPy columns: what the views
 that draw many heaps (the report's scrubber frames) read, where building ``ChunkState``
 objects would cost more than drawing. ``Replay.columns_at`` makes them from the replay's
-packed records; ``from_state`` and ``to_state`` convert to and from ``HeapState``.
+packed records; ``from_state`` and ``to_state`` convert to and from ``HeapState``; ``subset``
+keeps some segments (what a drill-down draws, turned into objects alone).
 """
 
 from __future__ import annotations
@@ -92,6 +93,16 @@ class HeapColumns:
                 for k, (base, size) in enumerate(zip(self.bases.tolist(), self.sizes.tolist(), strict=True))
             ),
         )
+
+    def subset(self, rows: Sequence[int]) -> HeapColumns:
+        """The heap of the segments at ``rows`` alone (kept by base) and their chunks."""
+        keep = np.unique(np.asarray(rows, dtype=np.int64))
+        picked = np.isin(self.owner, keep)
+        return HeapColumns(
+            self.device, self.bases[keep], self.sizes[keep], self.address[picked], self.size[picked],
+            self.requested[picked], self.in_use[picked], self.tag[picked], self.stack[picked],
+            np.searchsorted(keep, self.owner[picked]).astype(np.int64), self.strings,
+        )  # fmt: skip
 
     @property
     def pool_bytes(self) -> int:

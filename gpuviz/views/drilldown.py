@@ -7,13 +7,19 @@ group of ``overview.segment_groups`` (the same groups as the HTML report's: infe
 preexisting memory, then each size class of segment), each drawn as its bytes in use and
 reserved but unused, with its segment count and totals on its label and hover. A click on a
 group draws that group's segments (the map of those segments alone, every chunk's hover
-naming its allocation and call site); a click on a segment draws that segment alone. A heap
-of fewer segments is drawn whole (level ``map``).
+naming its allocation and call site); a click on a segment draws that segment alone. A group
+of more than ``overview.DENSE_ROWS`` segments is drawn as an image of at most
+``densegroup.IMAGE_ROWS`` rows, each a run of consecutive segments (``densegroup``), so what is
+drawn and sent does not grow with its segments. A heap of fewer segments is drawn whole (level
+``map``). The heap may be given as arrays (``HeapColumns``): the overview and the images are
+drawn from them, and only a drawn group's or segment's own segments become objects.
 
 Each figure's ``layout.meta`` says what a click on it means: ``{"view": "overview", "groups":
 [name, ...]}`` (row i is group i), ``{"view": "group", "group": name, "bases": [base, ...],
 "sizes": [size, ...]}`` (its segments, by address) or the same with ``"view": "segment"`` and
-one segment. Sizes are bytes.
+one segment; an image of runs has ``{"view": "group", "group": name, "dense": true, "firsts":
+[base, ...], "counts": [segments, ...]}`` (row i: ``counts[i]`` segments from ``firsts[i]``).
+Sizes are bytes.
 """
 
 from __future__ import annotations
@@ -22,17 +28,27 @@ import html
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning
 from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import Frame
-from gpuviz.views.fragmentation import Allocated, map_layout, metric_text, trace_specs
+from gpuviz.views.densegroup import dense_group_spec
+from gpuviz.views.fragmentation import Allocated, call_site, map_layout, metric_words, trace_specs
 from gpuviz.views.maprows import size_ticks
 from gpuviz.views.mapstyle import COLORS
-from gpuviz.views.overview import OVERVIEW_ABOVE, SegmentGroup, segment_groups, state_lanes
+from gpuviz.views.overview import (
+    DENSE_ROWS,
+    OVERVIEW_ABOVE,
+    SegmentGroup,
+    column_in_use,
+    column_lanes,
+    segment_groups,
+    state_lanes,
+)
 
 __all__ = ["MAP", "OVERVIEW", "GROUP", "SEGMENT", "MapView", "heap_groups", "has_overview", "resolve_view"]
-__all__ += ["subset", "overview_spec", "group_heading", "view_spec", "group_label", "group_hover"]
+__all__ += ["subset", "overview_spec", "group_heading", "view_spec", "group_label", "group_hover", "Heap"]
 
 MAP, OVERVIEW, GROUP, SEGMENT = "map", "overview", "group", "segment"
 
@@ -46,38 +62,53 @@ class MapView(NamedTuple):
     base: int = -1
 
 
-def _in_use(state: HeapState) -> list[int]:
-    return [sum(c.size for c in s.chunks if c.in_use) for s in state.segments]
+Heap = HeapState | HeapColumns
+"""A heap as objects or as arrays: the overview and a group of many segments are drawn from the
+arrays (``HeapColumns``) without a Python object per chunk; a group's or a segment's map turns
+only its own segments into objects."""
 
 
-def heap_groups(state: HeapState) -> list[SegmentGroup]:
-    """The overview's groups of ``state``'s segments (``overview.segment_groups``, rows by address)."""
-    return segment_groups([s.size for s in state.segments], _in_use(state), state_lanes(state))
+def _count(heap: Heap) -> int:
+    return len(heap.bases) if isinstance(heap, HeapColumns) else len(heap.segments)
 
 
-def has_overview(state: HeapState) -> bool:
-    """Whether ``state``'s map opens as the overview (more than ``OVERVIEW_ABOVE`` segments)."""
-    return len(state.segments) > OVERVIEW_ABOVE
+def _base(heap: Heap, row: int) -> int:
+    return int(heap.bases[row]) if isinstance(heap, HeapColumns) else heap.segments[row].base
 
 
-def resolve_view(state: HeapState, view: MapView, groups: Sequence[SegmentGroup] | None = None) -> MapView:
-    """``view`` as far as ``state`` has it: a segment that is gone falls back to its group, a
+def heap_groups(heap: Heap) -> list[SegmentGroup]:
+    """The overview's groups of ``heap``'s segments (``overview.segment_groups``, rows by address)."""
+    if isinstance(heap, HeapColumns):
+        return segment_groups(heap.sizes.tolist(), column_in_use(heap), column_lanes(heap))
+    in_use = [sum(c.size for c in s.chunks if c.in_use) for s in heap.segments]
+    return segment_groups([s.size for s in heap.segments], in_use, state_lanes(heap))
+
+
+def has_overview(heap: Heap) -> bool:
+    """Whether ``heap``'s map opens as the overview (more than ``OVERVIEW_ABOVE`` segments)."""
+    return _count(heap) > OVERVIEW_ABOVE
+
+
+def resolve_view(heap: Heap, view: MapView, groups: Sequence[SegmentGroup] | None = None) -> MapView:
+    """``view`` as far as ``heap`` has it: a segment that is gone falls back to its group, a
     group that is gone (or a heap of few segments) to the overview (or ``MAP``)."""
-    if not has_overview(state):
+    if not has_overview(heap):
         return MapView(MAP)
-    groups = heap_groups(state) if groups is None else groups
+    groups = heap_groups(heap) if groups is None else groups
     names = {g.name: g for g in groups}
     found = names.get(view.group)
-    if view.level == SEGMENT and found is not None and any(state.segments[r].base == view.base for r in found.rows):
+    if view.level == SEGMENT and found is not None and any(_base(heap, r) == view.base for r in found.rows):
         return view
     if view.level in (GROUP, SEGMENT) and view.group in names:
         return MapView(GROUP, view.group)
     return MapView(OVERVIEW)
 
 
-def subset(state: HeapState, rows: Sequence[int]) -> HeapState:
-    """``state`` with only the segments at ``rows`` (kept by address)."""
-    return HeapState(state.device, tuple(state.segments[r] for r in sorted(rows)))
+def subset(heap: Heap, rows: Sequence[int]) -> HeapState:
+    """``heap`` with only the segments at ``rows`` (kept by address), as objects."""
+    if isinstance(heap, HeapColumns):
+        return heap.subset(rows).to_state()
+    return HeapState(heap.device, tuple(heap.segments[r] for r in sorted(rows)))
 
 
 def group_label(group: SegmentGroup) -> str:
@@ -102,11 +133,11 @@ def group_heading(group: SegmentGroup) -> str:
 
 
 def overview_spec(
-    state: HeapState, *, title: str | None = None, groups: Sequence[SegmentGroup] | None = None
+    heap: Heap, *, title: str | None = None, groups: Sequence[SegmentGroup] | None = None
 ) -> dict[str, Any]:
-    """The overview figure of ``state`` (plain dicts): one row per group, its bytes in use and
+    """The overview figure of ``heap`` (plain dicts): one row per group, its bytes in use and
     reserved but unused (bytes on x), hover with its totals; ``layout.meta`` names the rows."""
-    groups = heap_groups(state) if groups is None else list(groups)
+    groups = heap_groups(heap) if groups is None else list(groups)
     rows = list(range(len(groups)))
     hover = [group_hover(g) for g in groups]
     used = [g.in_use for g in groups]
@@ -117,9 +148,10 @@ def overview_spec(
                 "hovertext": hover, "hoverinfo": "text", "marker": marker}  # fmt: skip
 
     top = max([g.reserved for g in groups] + [1])
-    heading = html.escape(title or state.device) + " · overview by segment size (click a row)"
+    heading = html.escape(title or heap.device) + " · overview by segment size (click a row)"
+    metric = metric_words(heap.bytes_in_use, heap.pool_bytes, heap.largest_free_chunk)
     layout: dict[str, Any] = {
-        "title": {"text": f"{heading}<br><sub>{metric_text(state)}</sub>"},
+        "title": {"text": f"{heading}<br><sub>{metric}</sub>"},
         "barmode": "overlay",
         "height": min(900, 200 + 36 * len(groups)),
         "hovermode": "closest",
@@ -134,7 +166,7 @@ def overview_spec(
         },
         "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
         "margin": {"l": 160, "r": 20, "t": 80, "b": 80},
-        "uirevision": f"overview:{state.device}",
+        "uirevision": f"overview:{heap.device}",
         "meta": {"view": OVERVIEW, "groups": [g.name for g in groups]},
     }
     data = [bar("in use", COLORS["used"], used, [0] * len(groups)),
@@ -165,8 +197,21 @@ def _map_spec(
     return {"data": data, "layout": map_layout(state, title=heading, pinning=pinned)}
 
 
+def _dense_spec(
+    heap: Heap, group: SegmentGroup, heading: str, stacks: Sequence[tuple[Frame, ...]] | None
+) -> dict[str, Any]:
+    """A group of more than ``DENSE_ROWS`` segments as an image (``densegroup``)."""
+    if isinstance(heap, HeapColumns):
+        columns = heap.subset(group.rows)
+    else:
+        columns = HeapColumns.from_state(subset(heap, group.rows))
+    lanes = set(column_lanes(heap) if isinstance(heap, HeapColumns) else state_lanes(heap))
+    inside = [i for i, r in enumerate(group.rows) if r in lanes]
+    return dense_group_spec(columns, heading=heading, site_of=lambda stack: call_site(stacks, stack), lanes=inside)
+
+
 def view_spec(
-    state: HeapState,
+    heap: Heap,
     view: MapView,
     *,
     title: str | None = None,
@@ -177,31 +222,39 @@ def view_spec(
     allocated: Allocated | None = None,
     groups: Sequence[SegmentGroup] | None = None,
 ) -> tuple[dict[str, Any], MapView]:
-    """The figure (plain dicts) of ``state`` at drill-down level ``view`` (``resolve_view``:
+    """The figure (plain dicts) of ``heap`` at drill-down level ``view`` (``resolve_view``:
     the level it could draw, returned beside it): the whole map (few segments), the overview,
     a group's segments or one segment, chunks drawn by ``fragmentation.trace_specs`` (hover:
     allocation, call site from ``stacks``, time from ``allocated``; ``pinning`` drawn where its
-    segments are shown). ``groups``: ``heap_groups(state)`` when the caller has them."""
-    groups = (heap_groups(state) if groups is None else list(groups)) if has_overview(state) else []
-    shown = resolve_view(state, view, groups)
-    heading = title or state.device
+    segments are shown). A group of more than ``overview.DENSE_ROWS`` segments is drawn as an
+    image of at most ``densegroup.IMAGE_ROWS`` rows (``densegroup.dense_group_spec``; no
+    pinning drawn on it). ``groups``: ``heap_groups(heap)`` when the caller has them."""
+    groups = (heap_groups(heap) if groups is None else list(groups)) if has_overview(heap) else []
+    shown = resolve_view(heap, view, groups)
+    heading = title or heap.device
     options: dict[str, Any] = {"color_by": color_by, "max_rectangles": max_rectangles, "stacks": stacks,
                                "pinning": pinning, "allocated": allocated}  # fmt: skip
     if shown.level == MAP:
+        state = heap.to_state() if isinstance(heap, HeapColumns) else heap
         spec = _map_spec(state, heading, **options)
         spec["layout"]["meta"] = {"view": MAP, "bases": [s.base for s in state.segments],
                                   "sizes": [s.size for s in state.segments]}  # fmt: skip
         return spec, shown
     if shown.level == OVERVIEW:
-        return overview_spec(state, title=heading, groups=groups), shown
+        return overview_spec(heap, title=heading, groups=groups), shown
     group = next(g for g in groups if g.name == shown.group)
-    if shown.level == GROUP:
-        part = subset(state, group.rows)
-        spec = _map_spec(part, f"{heading} · {group_heading(group)}", **options)
+    if shown.level == GROUP and len(group.rows) > DENSE_ROWS:
+        spec = _dense_spec(heap, group, f"{heading} · {group_heading(group)}", stacks)
+        spec["layout"]["meta"].update(view=GROUP, group=group.name)
     else:
-        part = HeapState(state.device, tuple(s for s in state.segments if s.base == shown.base))
-        spec = _map_spec(part, f"{heading} · segment {shown.base:#x}", **options)
-    spec["layout"]["meta"] = {"view": shown.level, "group": group.name, "bases": [s.base for s in part.segments],
-                              "sizes": [s.size for s in part.segments]}  # fmt: skip
-    spec["layout"]["uirevision"] = f"{shown.level}:{state.device}:{group.name}:{shown.base}"
+        if shown.level == GROUP:
+            part = subset(heap, group.rows)
+            spec = _map_spec(part, f"{heading} · {group_heading(group)}", **options)
+        else:
+            part = subset(heap, [next(r for r in group.rows if _base(heap, r) == shown.base)])
+            spec = _map_spec(part, f"{heading} · segment {shown.base:#x}", **options)
+        spec["layout"]["meta"] = {"view": shown.level, "group": group.name,
+                                  "bases": [s.base for s in part.segments],
+                                  "sizes": [s.size for s in part.segments]}  # fmt: skip
+    spec["layout"]["uirevision"] = f"{shown.level}:{heap.device}:{group.name}:{shown.base}"
     return spec, shown

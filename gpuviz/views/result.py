@@ -27,7 +27,9 @@ the overview by size class (``gpuviz.views.drilldown``), and ``drill`` holds eac
 (its segments, each chunk's hover naming its allocation and call site, within
 ``DRILL_RECTANGLES`` rectangles in all): row i of the overview opens ``drill.groups[i]``,
 and a segment's row of a group's map opens that segment alone (``layout.meta``: its ``bases``
-and ``sizes``), all without a kernel.
+and ``sizes``), all without a kernel. A group of more than ``overview.DENSE_ROWS`` segments is
+embedded as an image of at most ``densegroup.IMAGE_ROWS`` rows of runs of segments (its meta has
+no ``bases``: its rows do not open single segments), so the result's size follows what is drawn.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from plotly.utils import PlotlyJSONEncoder
 
@@ -46,6 +49,7 @@ from gpuviz.base.units import format_size
 from gpuviz.views.drilldown import GROUP, MapView, has_overview, heap_groups, overview_spec, view_spec
 from gpuviz.views.fragmentation import device_map
 from gpuviz.views.oom import pinning_lines
+from gpuviz.views.overview import DENSE_ROWS
 from gpuviz.views.report import FRAME_RECTANGLES, figure_json
 from gpuviz.views.timeline import timeline
 
@@ -69,27 +73,29 @@ GROUP_RECTANGLES = 500
 
 def _map_figure(p: Profile, name: str, at: int, title: str) -> dict[str, Any]:
     """A result's map of device ``name`` after log position ``at``: the whole map, or for many
-    segments the overview with each group's map in ``drill``."""
+    segments the overview with each group's map in ``drill`` (drawn from the heap's arrays: only
+    the segments of groups drawn chunk by chunk become objects)."""
     device = p.devices[name]
-    state = device.state_at(at)
-    if not has_overview(state):
-        heap = device_map(p, name, at, max_rectangles=FRAME_RECTANGLES)
-        return {"name": f"map:{name}", "title": title, "figure": figure_json(heap)}
+    heap = device.columns_at(at)
+    if not has_overview(heap):
+        figure = device_map(p, name, at, max_rectangles=FRAME_RECTANGLES)
+        return {"name": f"map:{name}", "title": title, "figure": figure_json(figure)}
     pinned = device.pinning_at(at)
-    allocated = device.allocated(at, p.t0_ns, addresses=[c.address for c in state.chunks() if c.in_use])
+    groups = heap_groups(heap)
+    drawn = np.isin(heap.owner, [r for g in groups if len(g.rows) <= DENSE_ROWS for r in g.rows]) & heap.in_use
+    allocated = device.allocated(at, p.t0_ns, addresses=heap.address[drawn].tolist())
     if times_inferred(p.log):  # hovers name the event, never an inferred time
         allocated = {address: (event, -1) for address, (event, _) in allocated.items()}
-    groups = heap_groups(state)
     share = max(GROUP_RECTANGLES, DRILL_RECTANGLES // len(groups))
     heading = f"{name} after event {at if at >= 0 else len(p.log) - 1}"
     drill = [
         {"name": group.name, "figure": view_spec(
-            state, MapView(GROUP, group.name), title=heading, color_by=p.options.color_by,
+            heap, MapView(GROUP, group.name), title=heading, color_by=p.options.color_by,
             max_rectangles=share, stacks=p.log.stacks, pinning=pinned, allocated=allocated, groups=groups,
         )[0]}
         for group in groups
     ]  # fmt: skip
-    overview = overview_spec(state, title=heading, groups=groups)
+    overview = overview_spec(heap, title=heading, groups=groups)
     return {"name": f"map:{name}", "title": title, "figure": overview, "drill": {"groups": drill}}
 
 

@@ -48,13 +48,12 @@ from gpuviz.analysis.live import LiveFollower, LivePoints
 from gpuviz.analysis.moments import Pinning, oom_indices, opening_index, pinning, scrub_stops
 from gpuviz.analysis.profile import Profile, ViewOptions, profile
 from gpuviz.analysis.timeline import devices_by_peak, times_inferred
-from gpuviz.base.heapstate import HeapState
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import KIND_NAMES, Kind
 from gpuviz.views.active import active_grouping, active_spec
 from gpuviz.views.advice import advice_html
-from gpuviz.views.drilldown import MAP, OVERVIEW, MapView, view_spec
+from gpuviz.views.drilldown import MAP, OVERVIEW, Heap, MapView, view_spec
 from gpuviz.views.livemap import live_map
 from gpuviz.views.oom import pinning_html
 from gpuviz.views.static import static_html
@@ -397,7 +396,7 @@ class Dashboard(anywidget.AnyWidget):
         active["layout"]["uirevision"] = device
         self.active_json = to_json(active)
 
-    def _show_map(self, state: HeapState, title: str, found: Pinning | None = None) -> None:
+    def _show_map(self, state: Heap, title: str, found: Pinning | None = None) -> None:
         """The map of ``state`` at the drill-down level ``map_view`` asks for (as far as ``state``
         has it: the level drawn is written back to ``map_view``)."""
         options = self.options
@@ -426,13 +425,15 @@ class Dashboard(anywidget.AnyWidget):
         dp = p.devices[device]
         log = self.event_log
         index = int(dp.series.index[min(position, len(dp.series) - 1)])
-        state = dp.state_at(index)
+        columns = dp.columns_at(index)  # arrays: the overview needs no Python object per chunk
+        heap: Heap = columns
         kind = KIND_NAMES[int(log["kind"][index])]
         found = None
         if kind == "oom":
             request = int(log["requested"][index]) or int(log["size"][index])
-            found = pinning(state, request, log=log, at_index=index)
-        self._show_map(state, f"{device} after event {index} ({kind})", found)
+            heap = columns.to_state()
+            found = pinning(heap, request, log=log, at_index=index)
+        self._show_map(heap, f"{device} after event {index} ({kind})", found)
         seconds = (int(log["time_ns"][index]) - p.t0_ns) / 1e9
         what = " · OOM" if kind == "oom" else " · peak" if index == dp.peak.index else ""
         self.slider_label = f"event {index} of {len(log) - 1} · {seconds:.6f} s · {kind}{what}"

@@ -124,7 +124,9 @@ async function render({ model, el }) {
         const group = (meta.groups || [])[Math.round(Number(point.y))];
         if (group !== undefined) setView({level: "group", group, base: -1});
       } else if (meta.view === "group") {  // a segment's row: that segment alone
-        const base = (meta.bases || []).find((b) => "0x" + b.toString(16) === String(point.y));
+        const base = meta.dense  // an image of many segments: a row's first segment
+          ? (meta.firsts || [])[Math.round(Number(point.y))]
+          : (meta.bases || []).find((b) => "0x" + b.toString(16) === String(point.y));
         if (base !== undefined) setView({level: "segment", group: meta.group, base});
       }
     });
