@@ -9,11 +9,9 @@ from __future__ import annotations
 # ruff: noqa: RUF001  (the breadcrumbs are joined with a single angle quote)
 from typing import Any
 
-import nbformat
 import pytest
-from browsing import collect_errors, needs_chromium
+from browsing import collect_errors, needs_chromium, run_notebook
 from manysegments import SITES, dense_groups, segments, write_snapshot
-from nbformat.v4 import new_code_cell, new_notebook
 from test_drilldown_browser import click, hover
 
 pytestmark = [pytest.mark.slow, needs_chromium]
@@ -47,17 +45,9 @@ def test_the_labextension_draws_a_group_of_many_segments_as_an_image(browser, la
 
 
 def test_the_dashboard_draws_a_group_of_many_segments_as_an_image(browser, lab_server) -> None:  # type: ignore[no-untyped-def]
-    base, token, root = lab_server
-    write_snapshot(root / "dense.pickle", dense_groups(SMALL))
-    book = new_notebook(cells=[new_code_cell("%load_ext gpuviz\n%gpuviz show dense.pickle")])
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(book, root / "dense.ipynb")
-    page = browser.new_page(viewport={"width": 1300, "height": 1100})
-    errors = collect_errors(page, console=False)
-    page.goto(f"{base}/lab/tree/dense.ipynb?reset&token={token}")
-    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)
-    page.locator(".jp-Cell").first.click()
-    page.keyboard.press("Shift+Enter")
+    write_snapshot(lab_server[2] / "dense.pickle", dense_groups(SMALL))
+    cells = ["%load_ext gpuviz\n%gpuviz show dense.pickle"]
+    page, errors = run_notebook(browser, lab_server, "dense.ipynb", cells, viewport={"width": 1300, "height": 1100})
     plot = ".gpuviz-dashboard .gpuviz-map"
     page.wait_for_function(f"document.querySelector('{plot}')?.layout?.meta?.view === 'overview'", timeout=120_000)
     open_dense_group(page, plot, "gd.layout.meta.view")
