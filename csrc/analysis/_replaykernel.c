@@ -139,6 +139,109 @@ done:
     return result;
 }
 
+/* heap_load: a fresh heap holding the given records (a checkpoint): 0, or -1 when out of memory */
+static int heap_load(heap_t *h, const chunk_rec *c, size_t n_chunks, const segment_rec *g, size_t n_segments) {
+    heap_free(h);
+    *h = (heap_t){0};
+    if (map_init(&h->chunk_at, 1024) < 0 || map_init(&h->segment_at, 64) < 0) return -1;
+    for (size_t j = 0; j < n_segments; j++)
+        if (set_segment(h, g[j].base, g[j].size) < 0) return -1;
+    for (size_t j = 0; j < n_chunks; j++)
+        if (set_chunk(h, c[j].address, c[j].size, c[j].requested, c[j].tag, c[j].stack) < 0) return -1;
+    return 0;
+}
+
+/* the heap's records as a (chunks, segments) tuple of bytes, or NULL with an exception set */
+static PyObject *heap_records(const heap_t *h) {
+    return Py_BuildValue("(y#y#)", h->chunks ? (const char *)h->chunks : "", (Py_ssize_t)(h->n_chunks * sizeof(chunk_rec)),
+                         h->segments ? (const char *)h->segments : "",
+                         (Py_ssize_t)(h->n_segments * sizeof(segment_rec)));
+}
+
+/* states(kinds, addresses, sizes, requested, tags, stacks, chunks, chunk_offsets, segments,
+ * segment_offsets, every, stops[, positions]) -> [(chunks, segments), ...]: the heap after the
+ * first stops[i] events (indices into ``positions``, or rows without it) for every i, given the
+ * checkpoints of ``checkpoints`` (after k * every events). ``stops``: int64, ascending. One pass:
+ * the events between two stops are applied once, from the earlier stop's heap, or from a later
+ * checkpoint where that one holds fewer records than the events it skips. Each state's records as
+ * ``state`` gives them (bytes, in no particular order). */
+static PyObject *states(PyObject *module, PyObject *args) {
+    Py_buffer kinds, addresses, sizes, requested, tags, stacks, ck_chunks, ck_chunk_at, ck_segments, ck_segment_at,
+        wanted, picked = {0};
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*ny*|y*", &kinds, &addresses, &sizes, &requested, &tags, &stacks,
+                          &ck_chunks, &ck_chunk_at, &ck_segments, &ck_segment_at, &every, &wanted, &picked))
+        return NULL;
+    PyObject *result = NULL, *list = NULL;
+    heap_t h = {0};
+    Py_ssize_t rows = kinds.len, n = picked.buf ? picked.len / 8 : rows, n_stops = wanted.len / 8;
+    Py_ssize_t n_checkpoints = ck_chunk_at.len / 8 - 1;
+    const int64_t *stop = wanted.buf, *chunk_at = ck_chunk_at.buf, *segment_at = ck_segment_at.buf;
+    int bad = every < 1 || addresses.len != rows * 8 || sizes.len != rows * 8 || requested.len != rows * 8 ||
+              tags.len != rows * 4 || stacks.len != rows * 4 || (picked.buf && picked.len % 8) || wanted.len % 8 ||
+              ck_chunks.len % sizeof(chunk_rec) || ck_segments.len % sizeof(segment_rec) || ck_chunk_at.len % 8 ||
+              n_checkpoints < 1 || ck_segment_at.len != ck_chunk_at.len;
+    for (Py_ssize_t i = 0; !bad && i < n_stops; i++)
+        bad = stop[i] < 0 || stop[i] > n || (i && stop[i] < stop[i - 1]) || stop[i] / every >= n_checkpoints;
+    for (Py_ssize_t k = 0; !bad && k <= n_checkpoints; k++)
+        bad = chunk_at[k] < 0 || (size_t)chunk_at[k] > ck_chunks.len / sizeof(chunk_rec) || segment_at[k] < 0 ||
+              (size_t)segment_at[k] > ck_segments.len / sizeof(segment_rec) ||
+              (k && (chunk_at[k] < chunk_at[k - 1] || segment_at[k] < segment_at[k - 1]));
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "states: columns of unequal length or wrong item size, bad checkpoints, "
+                                          "or stops out of range or not ascending");
+        goto done;
+    }
+    const int64_t *position = picked.buf;
+    const uint8_t *kind_of = kinds.buf;
+    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
+    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
+    const chunk_rec *c = ck_chunks.buf;
+    const segment_rec *g = ck_segments.buf;
+    list = PyList_New(n_stops);
+    if (list == NULL) goto done;
+    Py_ssize_t applied = -1; /* events in h; -1: no heap yet */
+    for (Py_ssize_t i = 0; i < n_stops; i++) {
+        Py_ssize_t k = stop[i] / every, from = k * every;
+        int64_t records = (chunk_at[k + 1] - chunk_at[k]) + (segment_at[k + 1] - segment_at[k]);
+        if (applied < 0 || (from > applied && stop[i] - applied > records)) {
+            if (heap_load(&h, c + chunk_at[k], (size_t)(chunk_at[k + 1] - chunk_at[k]), g + segment_at[k],
+                          (size_t)(segment_at[k + 1] - segment_at[k])) < 0)
+                goto nomem;
+            applied = from;
+        }
+        for (; applied < stop[i]; applied++) {
+            Py_ssize_t e = position ? position[applied] : applied;
+            if (e < 0 || e >= rows) {
+                PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
+                goto done;
+            }
+            int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
+            if (failed == -1) goto done;
+            if (failed) goto nomem;
+        }
+        PyObject *records_now = heap_records(&h);
+        if (records_now == NULL) goto done;
+        PyList_SET_ITEM(list, i, records_now);
+    }
+    result = list;
+    list = NULL;
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(list);
+    heap_free(&h);
+    release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
+    PyBuffer_Release(&ck_chunks);
+    PyBuffer_Release(&ck_chunk_at);
+    PyBuffer_Release(&ck_segments);
+    PyBuffer_Release(&ck_segment_at);
+    PyBuffer_Release(&wanted);
+    if (picked.buf) PyBuffer_Release(&picked);
+    return result;
+}
+
 /* alloc_pairs(kinds, devices, addresses, device) -> (rows, free_index): over a whole log
  * (uint8 / int16 / int64 buffers), the log position of every alloc event, in log order, of
  * ``device`` (-1: every device), and per alloc the position of the free that ends it (the next
@@ -210,6 +313,9 @@ static PyMethodDef methods[] = {
     {"state", state, METH_VARARGS,
      "state(kinds, addresses, sizes, requested, tags, stacks, chunks, segments, start, stop[, positions]) -> "
      "(chunks, segments)"},
+    {"states", states, METH_VARARGS,
+     "states(kinds, addresses, sizes, requested, tags, stacks, chunks, chunk_offsets, segments, segment_offsets, "
+     "every, stops[, positions]) -> [(chunks, segments), ...]"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},

@@ -128,10 +128,13 @@ def scrubber_frames(
     frames: list[Frame | None] = [None] * len(positions)
     budget = detail_rows
     opening = dp.opening if dp.opening >= 0 else (positions[-1] if len(positions) else 0)
+    oom = [int(kinds[at]) == Kind.OOM and int(devices[at]) == own for at in positions]
+    replayed = [at for at, pinned in zip(positions, oom, strict=True) if not pinned]
+    heaps = dp.columns_at_each(replayed)  # every stop's heap in one pass over the events
+    heap_of = dict(zip(replayed, range(len(replayed)), strict=True))
     for k in _nearest_first(positions, opening):
         at = positions[k]
-        oom = int(kinds[at]) == Kind.OOM and int(devices[at]) == own
-        heap = None if oom else dp.columns_at(at)
+        heap = None if oom[k] else heaps[heap_of[at]]
         if heap is None or len(heap.address) * 2 <= max_rectangles:
             spec, state = map_spec_and_state(p, device, at, lean=True, max_rectangles=max_rectangles)
             frames[k] = Frame(spec, metric_text(state))
