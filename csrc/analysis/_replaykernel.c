@@ -19,6 +19,7 @@
 #include "_replayheap.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* the six event columns a heap pass reads (kind, address, size, requested, tag, stack) */
 static void release_columns(Py_buffer *kinds, Py_buffer *addresses, Py_buffer *sizes, Py_buffer *requested,
@@ -31,6 +32,51 @@ static void release_columns(Py_buffer *kinds, Py_buffer *addresses, Py_buffer *s
     PyBuffer_Release(stacks);
 }
 
+/* a growable bytes object: the records are written where Python reads them (no copy at the end) */
+typedef struct {
+    PyObject *bytes; /* NULL until the first write */
+    size_t size;
+} bytes_buffer_t;
+
+/* 0, or -1 when out of memory (MemoryError set) */
+static int bytes_add(bytes_buffer_t *b, const void *data, size_t n) {
+    size_t capacity = b->bytes ? (size_t)PyBytes_GET_SIZE(b->bytes) : 0;
+    if (b->size + n > capacity) {
+        size_t grown = capacity ? capacity : 4096;
+        while (grown < b->size + n) grown *= 2;
+        if (b->bytes == NULL) b->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)grown);
+        else _PyBytes_Resize(&b->bytes, (Py_ssize_t)grown); /* on failure: NULL, the old one released */
+        if (b->bytes == NULL) return -1;
+    }
+    memcpy(PyBytes_AS_STRING(b->bytes) + b->size, data, n);
+    b->size += n;
+    return 0;
+}
+
+/* the buffer's bytes, exactly as long as what was written (a new reference; the buffer is emptied),
+ * or NULL with an exception set */
+static PyObject *bytes_take(bytes_buffer_t *b) {
+    PyObject *bytes = b->bytes;
+    b->bytes = NULL;
+    if (bytes == NULL) return PyBytes_FromStringAndSize("", 0);
+    if (_PyBytes_Resize(&bytes, (Py_ssize_t)b->size) < 0) return NULL;
+    return bytes;
+}
+
+/* append the heap's records and their new ends: 0, or -1 when out of memory (MemoryError set) */
+static int add_snapshot(heap_t *h, bytes_buffer_t *chunks, buffer_t *chunk_offsets, bytes_buffer_t *segments,
+                        buffer_t *segment_offsets) {
+    if (bytes_add(chunks, h->chunks, h->n_chunks * sizeof(chunk_rec)) < 0 ||
+        bytes_add(segments, h->segments, h->n_segments * sizeof(segment_rec)) < 0)
+        return -1;
+    int64_t c = (int64_t)(chunks->size / sizeof(chunk_rec)), s = (int64_t)(segments->size / sizeof(segment_rec));
+    if (buffer_add(chunk_offsets, &c, sizeof c) < 0 || buffer_add(segment_offsets, &s, sizeof s) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *checkpoints(PyObject *module, PyObject *args) {
     Py_buffer kinds, addresses, sizes, requested, tags, stacks, picked = {0};
     Py_ssize_t every;
@@ -39,7 +85,9 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     heap_t h = {0};
-    buffer_t chunks = {0}, chunk_offsets = {0}, segments = {0}, segment_offsets = {0};
+    bytes_buffer_t chunks = {0}, segments = {0};
+    buffer_t chunk_offsets = {0}, segment_offsets = {0};
+    PyObject *chunk_bytes = NULL, *segment_bytes = NULL;
     Py_ssize_t rows = kinds.len, n = picked.buf ? picked.len / 8 : rows;
     if (every < 1 || addresses.len != rows * 8 || sizes.len != rows * 8 || requested.len != rows * 8 ||
         tags.len != rows * 4 || stacks.len != rows * 4 || (picked.buf && picked.len % 8)) {
@@ -64,19 +112,24 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
         if (failed == -1) goto done;
         if (failed) goto nomem;
-        if ((i + 1) % every == 0 && snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0) goto nomem;
+        if ((i + 1) % every == 0 && add_snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0)
+            goto done;
     }
-    result = Py_BuildValue("(y#y#y#y#)", chunks.data ? chunks.data : "", (Py_ssize_t)chunks.size, chunk_offsets.data,
-                           (Py_ssize_t)chunk_offsets.size, segments.data ? segments.data : "",
-                           (Py_ssize_t)segments.size, segment_offsets.data, (Py_ssize_t)segment_offsets.size);
+    chunk_bytes = bytes_take(&chunks);
+    segment_bytes = chunk_bytes ? bytes_take(&segments) : NULL;
+    if (segment_bytes != NULL)
+        result = Py_BuildValue("(Oy#Oy#)", chunk_bytes, chunk_offsets.data, (Py_ssize_t)chunk_offsets.size,
+                               segment_bytes, segment_offsets.data, (Py_ssize_t)segment_offsets.size);
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
     heap_free(&h);
-    free(chunks.data);
+    Py_XDECREF(chunks.bytes);
+    Py_XDECREF(segments.bytes);
+    Py_XDECREF(chunk_bytes);
+    Py_XDECREF(segment_bytes);
     free(chunk_offsets.data);
-    free(segments.data);
     free(segment_offsets.data);
     release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
     if (picked.buf) PyBuffer_Release(&picked);
