@@ -2,9 +2,10 @@
 
 Each frame is exactly what ``fragmentation.map_spec_and_state(lean=True)`` draws there. A heap
 of more than ``max_rectangles / 2`` chunks (an aggregated map) is drawn from the replay's
-arrays (``DeviceProfile.columns_at``, ``fragmentation.aggregated_specs``), without a Python
-object per chunk; a smaller heap, whose chunks are drawn one by one with their hovers, and an
-out-of-memory stop (pinning analysis) go through ``map_spec_and_state``.
+arrays (``fragmentation.aggregated_specs``), without a Python object per chunk; the heaps of
+all stops come from one pass over the events (``DeviceProfile.columns_at_each``). A smaller
+heap, whose chunks are drawn one by one with their hovers, and an out-of-memory stop (pinning
+analysis) go through ``map_spec_and_state``.
 
 The page gets the aggregated frames' bars packed (``pack_bars``): every such trace's ``y``,
 ``base``, ``x`` and ``customdata`` moved into six shared columns (``BAR_COLUMNS``, base64 typed
