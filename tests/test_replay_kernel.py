@@ -6,10 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from built import built
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuviz import EventLog, SimUpstream, replay, timeline_series
 from gpuviz.analysis import replay as replay_module
+from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.capture.native import allocator_class
+from gpuviz.log.heapbuilder import HeapConflict, PythonHeapBuilder
 from gpuviz.log.schema import Kind
 
 needs_kernel = pytest.mark.skipif(
@@ -54,6 +58,111 @@ def test_the_compiled_pass_gives_the_python_pass_states(every: int, monkeypatch:
             assert compiled.state_at(index, device=device) == python.state_at(index, device=device)
     assert isinstance(compiled._devices[0].checkpoints, replay_module._PackedCheckpoints)
     assert isinstance(python._devices[0].checkpoints, replay_module._DictCheckpoints)
+
+
+_COLUMNS = ("bases", "sizes", "address", "size", "requested", "in_use", "tag", "stack", "owner")
+
+
+def _same_heaps(got: list[HeapColumns], expected: list[HeapColumns]) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert a.device == b.device and list(a.strings) == list(b.strings)
+        for name in _COLUMNS:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def growth_log(ops: list[tuple[int, int, int]]) -> EventLog:
+    """A log of segments that are allocated, grow (segment_map), shrink (segment_unmap) and hold
+    allocations, from ``(operation, a, b)`` triples (operation 0..5)."""
+    unit, base = 64 * 1024, 1 << 40
+    log = EventLog(flush_rows=16)
+    heap = PythonHeapBuilder(log, log.add_device("GPU:0"))
+    for time, (operation, a, b) in enumerate(ops):
+        chunks = [ch for s in heap.state().segments for ch in s.chunks]
+        try:
+            if operation == 0:
+                heap.segment_map(time, base + a * unit, b * unit)
+            elif operation == 1:
+                heap.segment_alloc(time, base + a * unit, b * unit)
+            elif operation == 2 and any(not ch.in_use for ch in chunks):
+                free = [ch for ch in chunks if not ch.in_use][a % sum(not ch.in_use for ch in chunks)]
+                heap.segment_unmap(time, free.address + (free.size // 4 if b % 2 else 0), free.size // 2)
+            elif operation in (3, 4):
+                heap.alloc(time, base + a * unit, b * unit // 2, b)
+            elif operation == 5 and any(ch.in_use for ch in chunks):
+                live = [ch.address for ch in chunks if ch.in_use]
+                heap.free(time, live[a % len(live)])
+        except HeapConflict:
+            pass
+    log.flush()
+    return log
+
+
+def _each_both_ways(
+    log: EventLog, every: int, stops: list[int], device: str | None, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[HeapColumns], list[HeapColumns], list[HeapColumns]]:
+    """``columns_at_each`` of ``stops`` compiled and in Python, and ``columns_at`` of each stop."""
+    monkeypatch.setenv("GPUVIZ_NATIVE", "1")
+    compiled = replay(log, checkpoint_every=every)
+    got = compiled.columns_at_each(stops, device=device)
+    compiled_heaps = [got[k] for k in range(len(got))]
+    one_by_one = [compiled.columns_at(i, device=device) for i in stops]
+    assert isinstance(compiled._devices[compiled._device_id(device)].checkpoints, replay_module._PackedCheckpoints)
+    monkeypatch.setenv("GPUVIZ_NATIVE", "0")
+    python = replay(log, checkpoint_every=every).columns_at_each(stops, device=device)
+    return compiled_heaps, [python[k] for k in range(len(python))], one_by_one
+
+
+_HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@needs_kernel
+@_HYPOTHESIS
+@given(
+    seed=st.integers(0, 2**16), steps=st.integers(1, 700), every=st.integers(1, 400),
+    stops=st.lists(st.floats(-1, 1, exclude_max=True), max_size=24),
+)  # fmt: skip
+def test_the_heaps_at_many_stops_in_one_pass_are_each_stops_heap(
+    seed: int, steps: int, every: int, stops: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``columns_at_each`` (compiled and in Python) gives ``columns_at`` of every stop, for stops in
+    any order, repeated, negative, far apart or close, on a log of two interleaved devices."""
+    log = two_device_log(steps, seed)
+    positions = [int(f * len(log)) for f in stops]
+    for device in ("GPU:0", "GPU:1"):
+        compiled, python, one_by_one = _each_both_ways(log, every, positions, device, monkeypatch)
+        _same_heaps(compiled, one_by_one)
+        _same_heaps(python, one_by_one)
+
+
+@needs_kernel
+@_HYPOTHESIS
+@given(
+    ops=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 63), st.integers(1, 8)), min_size=1, max_size=80),
+    every=st.integers(1, 40), stops=st.lists(st.floats(0, 1, exclude_max=True), max_size=12),
+)  # fmt: skip
+def test_the_heaps_at_many_stops_of_growing_segments_are_each_stops_heap(
+    ops: list[tuple[int, int, int]], every: int, stops: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = growth_log(ops)
+    if not len(log):
+        return
+    positions = sorted(int(f * len(log)) for f in stops)
+    compiled, python, one_by_one = _each_both_ways(log, every, positions, None, monkeypatch)
+    _same_heaps(compiled, one_by_one)
+    _same_heaps(python, one_by_one)
+    if positions:  # what the states are: those the plain replay gives
+        assert compiled[-1].to_state() == replay(log).state_at(positions[-1])
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_stop_outside_the_log_is_an_index_error(native: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUVIZ_NATIVE", native)
+    log = two_device_log(50, seed=1)
+    replayed = replay(log)
+    with pytest.raises(IndexError, match=f"event index {len(log)} out of range"):
+        replayed.columns_at_each([0, len(log)], device="GPU:0")
+    assert replayed.columns_at_each([], device="GPU:0").__len__() == 0
 
 
 @needs_kernel

@@ -212,16 +212,6 @@ void heap_free(heap_t *h) {
     map_free(&h->segment_at);
 }
 
-int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer_t *segments,
-                    buffer_t *segment_offsets) {
-    if (buffer_add(chunks, h->chunks, h->n_chunks * sizeof(chunk_rec)) < 0 ||
-        buffer_add(segments, h->segments, h->n_segments * sizeof(segment_rec)) < 0)
-        return -1;
-    int64_t c = (int64_t)(chunks->size / sizeof(chunk_rec)), s = (int64_t)(segments->size / sizeof(segment_rec));
-    if (buffer_add(chunk_offsets, &c, sizeof c) < 0 || buffer_add(segment_offsets, &s, sizeof s) < 0) return -1;
-    return 0;
-}
-
 int apply_event(heap_t *h, int kind, int64_t a, int64_t s, int64_t requested, int32_t tag, int32_t stack) {
     int64_t old;
     int failed = 0;

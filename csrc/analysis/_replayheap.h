@@ -65,7 +65,4 @@ void heap_free(heap_t *h);
  * that contradicts the heap: KeyError(address)), or -2 when out of memory (no exception set yet). */
 int apply_event(heap_t *h, int kind, int64_t a, int64_t s, int64_t requested, int32_t tag, int32_t stack);
 
-/* Append the heap's records to ``chunks``/``segments`` and their new ends to the offsets: 0, or -1 when out of memory */
-int snapshot(heap_t *h, buffer_t *chunks, buffer_t *chunk_offsets, buffer_t *segments, buffer_t *segment_offsets);
-
 #endif

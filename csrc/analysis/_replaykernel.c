@@ -19,6 +19,7 @@
 #include "_replayheap.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* the six event columns a heap pass reads (kind, address, size, requested, tag, stack) */
 static void release_columns(Py_buffer *kinds, Py_buffer *addresses, Py_buffer *sizes, Py_buffer *requested,
@@ -31,6 +32,51 @@ static void release_columns(Py_buffer *kinds, Py_buffer *addresses, Py_buffer *s
     PyBuffer_Release(stacks);
 }
 
+/* a growable bytes object: the records are written where Python reads them (no copy at the end) */
+typedef struct {
+    PyObject *bytes; /* NULL until the first write */
+    size_t size;
+} bytes_buffer_t;
+
+/* 0, or -1 when out of memory (MemoryError set) */
+static int bytes_add(bytes_buffer_t *b, const void *data, size_t n) {
+    size_t capacity = b->bytes ? (size_t)PyBytes_GET_SIZE(b->bytes) : 0;
+    if (b->size + n > capacity) {
+        size_t grown = capacity ? capacity : 4096;
+        while (grown < b->size + n) grown *= 2;
+        if (b->bytes == NULL) b->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)grown);
+        else _PyBytes_Resize(&b->bytes, (Py_ssize_t)grown); /* on failure: NULL, the old one released */
+        if (b->bytes == NULL) return -1;
+    }
+    memcpy(PyBytes_AS_STRING(b->bytes) + b->size, data, n);
+    b->size += n;
+    return 0;
+}
+
+/* the buffer's bytes, exactly as long as what was written (a new reference; the buffer is emptied),
+ * or NULL with an exception set */
+static PyObject *bytes_take(bytes_buffer_t *b) {
+    PyObject *bytes = b->bytes;
+    b->bytes = NULL;
+    if (bytes == NULL) return PyBytes_FromStringAndSize("", 0);
+    if (_PyBytes_Resize(&bytes, (Py_ssize_t)b->size) < 0) return NULL;
+    return bytes;
+}
+
+/* append the heap's records and their new ends: 0, or -1 when out of memory (MemoryError set) */
+static int add_snapshot(heap_t *h, bytes_buffer_t *chunks, buffer_t *chunk_offsets, bytes_buffer_t *segments,
+                        buffer_t *segment_offsets) {
+    if (bytes_add(chunks, h->chunks, h->n_chunks * sizeof(chunk_rec)) < 0 ||
+        bytes_add(segments, h->segments, h->n_segments * sizeof(segment_rec)) < 0)
+        return -1;
+    int64_t c = (int64_t)(chunks->size / sizeof(chunk_rec)), s = (int64_t)(segments->size / sizeof(segment_rec));
+    if (buffer_add(chunk_offsets, &c, sizeof c) < 0 || buffer_add(segment_offsets, &s, sizeof s) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *checkpoints(PyObject *module, PyObject *args) {
     Py_buffer kinds, addresses, sizes, requested, tags, stacks, picked = {0};
     Py_ssize_t every;
@@ -39,7 +85,9 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     heap_t h = {0};
-    buffer_t chunks = {0}, chunk_offsets = {0}, segments = {0}, segment_offsets = {0};
+    bytes_buffer_t chunks = {0}, segments = {0};
+    buffer_t chunk_offsets = {0}, segment_offsets = {0};
+    PyObject *chunk_bytes = NULL, *segment_bytes = NULL;
     Py_ssize_t rows = kinds.len, n = picked.buf ? picked.len / 8 : rows;
     if (every < 1 || addresses.len != rows * 8 || sizes.len != rows * 8 || requested.len != rows * 8 ||
         tags.len != rows * 4 || stacks.len != rows * 4 || (picked.buf && picked.len % 8)) {
@@ -64,19 +112,24 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
         if (failed == -1) goto done;
         if (failed) goto nomem;
-        if ((i + 1) % every == 0 && snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0) goto nomem;
+        if ((i + 1) % every == 0 && add_snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0)
+            goto done;
     }
-    result = Py_BuildValue("(y#y#y#y#)", chunks.data ? chunks.data : "", (Py_ssize_t)chunks.size, chunk_offsets.data,
-                           (Py_ssize_t)chunk_offsets.size, segments.data ? segments.data : "",
-                           (Py_ssize_t)segments.size, segment_offsets.data, (Py_ssize_t)segment_offsets.size);
+    chunk_bytes = bytes_take(&chunks);
+    segment_bytes = chunk_bytes ? bytes_take(&segments) : NULL;
+    if (segment_bytes != NULL)
+        result = Py_BuildValue("(Oy#Oy#)", chunk_bytes, chunk_offsets.data, (Py_ssize_t)chunk_offsets.size,
+                               segment_bytes, segment_offsets.data, (Py_ssize_t)segment_offsets.size);
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
     heap_free(&h);
-    free(chunks.data);
+    Py_XDECREF(chunks.bytes);
+    Py_XDECREF(segments.bytes);
+    Py_XDECREF(chunk_bytes);
+    Py_XDECREF(segment_bytes);
     free(chunk_offsets.data);
-    free(segments.data);
     free(segment_offsets.data);
     release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
     if (picked.buf) PyBuffer_Release(&picked);
@@ -135,6 +188,109 @@ done:
     release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
     PyBuffer_Release(&chunk_recs);
     PyBuffer_Release(&segment_recs);
+    if (picked.buf) PyBuffer_Release(&picked);
+    return result;
+}
+
+/* heap_load: a fresh heap holding the given records (a checkpoint): 0, or -1 when out of memory */
+static int heap_load(heap_t *h, const chunk_rec *c, size_t n_chunks, const segment_rec *g, size_t n_segments) {
+    heap_free(h);
+    *h = (heap_t){0};
+    if (map_init(&h->chunk_at, 1024) < 0 || map_init(&h->segment_at, 64) < 0) return -1;
+    for (size_t j = 0; j < n_segments; j++)
+        if (set_segment(h, g[j].base, g[j].size) < 0) return -1;
+    for (size_t j = 0; j < n_chunks; j++)
+        if (set_chunk(h, c[j].address, c[j].size, c[j].requested, c[j].tag, c[j].stack) < 0) return -1;
+    return 0;
+}
+
+/* the heap's records as a (chunks, segments) tuple of bytes, or NULL with an exception set */
+static PyObject *heap_records(const heap_t *h) {
+    return Py_BuildValue("(y#y#)", h->chunks ? (const char *)h->chunks : "", (Py_ssize_t)(h->n_chunks * sizeof(chunk_rec)),
+                         h->segments ? (const char *)h->segments : "",
+                         (Py_ssize_t)(h->n_segments * sizeof(segment_rec)));
+}
+
+/* states(kinds, addresses, sizes, requested, tags, stacks, chunks, chunk_offsets, segments,
+ * segment_offsets, every, stops[, positions]) -> [(chunks, segments), ...]: the heap after the
+ * first stops[i] events (indices into ``positions``, or rows without it) for every i, given the
+ * checkpoints of ``checkpoints`` (after k * every events). ``stops``: int64, ascending. One pass:
+ * the events between two stops are applied once, from the earlier stop's heap, or from a later
+ * checkpoint where that one holds fewer records than the events it skips. Each state's records as
+ * ``state`` gives them (bytes, in no particular order). */
+static PyObject *states(PyObject *module, PyObject *args) {
+    Py_buffer kinds, addresses, sizes, requested, tags, stacks, ck_chunks, ck_chunk_at, ck_segments, ck_segment_at,
+        wanted, picked = {0};
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*ny*|y*", &kinds, &addresses, &sizes, &requested, &tags, &stacks,
+                          &ck_chunks, &ck_chunk_at, &ck_segments, &ck_segment_at, &every, &wanted, &picked))
+        return NULL;
+    PyObject *result = NULL, *list = NULL;
+    heap_t h = {0};
+    Py_ssize_t rows = kinds.len, n = picked.buf ? picked.len / 8 : rows, n_stops = wanted.len / 8;
+    Py_ssize_t n_checkpoints = ck_chunk_at.len / 8 - 1;
+    const int64_t *stop = wanted.buf, *chunk_at = ck_chunk_at.buf, *segment_at = ck_segment_at.buf;
+    int bad = every < 1 || addresses.len != rows * 8 || sizes.len != rows * 8 || requested.len != rows * 8 ||
+              tags.len != rows * 4 || stacks.len != rows * 4 || (picked.buf && picked.len % 8) || wanted.len % 8 ||
+              ck_chunks.len % sizeof(chunk_rec) || ck_segments.len % sizeof(segment_rec) || ck_chunk_at.len % 8 ||
+              n_checkpoints < 1 || ck_segment_at.len != ck_chunk_at.len;
+    for (Py_ssize_t i = 0; !bad && i < n_stops; i++)
+        bad = stop[i] < 0 || stop[i] > n || (i && stop[i] < stop[i - 1]) || stop[i] / every >= n_checkpoints;
+    for (Py_ssize_t k = 0; !bad && k <= n_checkpoints; k++)
+        bad = chunk_at[k] < 0 || (size_t)chunk_at[k] > ck_chunks.len / sizeof(chunk_rec) || segment_at[k] < 0 ||
+              (size_t)segment_at[k] > ck_segments.len / sizeof(segment_rec) ||
+              (k && (chunk_at[k] < chunk_at[k - 1] || segment_at[k] < segment_at[k - 1]));
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "states: columns of unequal length or wrong item size, bad checkpoints, "
+                                          "or stops out of range or not ascending");
+        goto done;
+    }
+    const int64_t *position = picked.buf;
+    const uint8_t *kind_of = kinds.buf;
+    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
+    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
+    const chunk_rec *c = ck_chunks.buf;
+    const segment_rec *g = ck_segments.buf;
+    list = PyList_New(n_stops);
+    if (list == NULL) goto done;
+    Py_ssize_t applied = -1; /* events in h; -1: no heap yet */
+    for (Py_ssize_t i = 0; i < n_stops; i++) {
+        Py_ssize_t k = stop[i] / every, from = k * every;
+        int64_t records = (chunk_at[k + 1] - chunk_at[k]) + (segment_at[k + 1] - segment_at[k]);
+        if (applied < 0 || (from > applied && stop[i] - applied > records)) {
+            if (heap_load(&h, c + chunk_at[k], (size_t)(chunk_at[k + 1] - chunk_at[k]), g + segment_at[k],
+                          (size_t)(segment_at[k + 1] - segment_at[k])) < 0)
+                goto nomem;
+            applied = from;
+        }
+        for (; applied < stop[i]; applied++) {
+            Py_ssize_t e = position ? position[applied] : applied;
+            if (e < 0 || e >= rows) {
+                PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
+                goto done;
+            }
+            int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
+            if (failed == -1) goto done;
+            if (failed) goto nomem;
+        }
+        PyObject *records_now = heap_records(&h);
+        if (records_now == NULL) goto done;
+        PyList_SET_ITEM(list, i, records_now);
+    }
+    result = list;
+    list = NULL;
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(list);
+    heap_free(&h);
+    release_columns(&kinds, &addresses, &sizes, &requested, &tags, &stacks);
+    PyBuffer_Release(&ck_chunks);
+    PyBuffer_Release(&ck_chunk_at);
+    PyBuffer_Release(&ck_segments);
+    PyBuffer_Release(&ck_segment_at);
+    PyBuffer_Release(&wanted);
     if (picked.buf) PyBuffer_Release(&picked);
     return result;
 }
@@ -210,6 +366,9 @@ static PyMethodDef methods[] = {
     {"state", state, METH_VARARGS,
      "state(kinds, addresses, sizes, requested, tags, stacks, chunks, segments, start, stop[, positions]) -> "
      "(chunks, segments)"},
+    {"states", states, METH_VARARGS,
+     "states(kinds, addresses, sizes, requested, tags, stacks, chunks, chunk_offsets, segments, segment_offsets, "
+     "every, stops[, positions]) -> [(chunks, segments), ...]"},
     {"checkpoints", checkpoints, METH_VARARGS,
      "checkpoints(kinds, addresses, sizes, requested, tags, stacks, every[, positions]) -> "
      "(chunks, chunk_offsets, segments, segment_offsets)"},

@@ -7,7 +7,7 @@ call ``profile``; views render a ``Profile``. Nothing here draws or writes files
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,7 +16,7 @@ import pandas as pd
 from gpuviz.analysis.diagnosis import Diagnosis, diagnose
 from gpuviz.analysis.heapcolumns import HeapColumns
 from gpuviz.analysis.moments import Pinning, opening_index, pinning, scrub_stops
-from gpuviz.analysis.replay import Replay, replay
+from gpuviz.analysis.replay import HeapsAt, Replay, replay
 from gpuviz.analysis.tables import (
     alive_at,
     allocation_table,
@@ -68,6 +68,10 @@ class DeviceProfile:
     def columns_at(self, index: int) -> HeapColumns:
         """``state_at`` as arrays (``Replay.columns_at``)."""
         return self._replay.columns_at(index, device=self.device)
+
+    def columns_at_each(self, indices: Sequence[int]) -> HeapsAt:
+        """``columns_at`` of each log position of ``indices``, in one pass (``Replay.columns_at_each``)."""
+        return self._replay.columns_at_each(indices, device=self.device)
 
     @property
     def allocations(self) -> pd.DataFrame:

@@ -15,7 +15,7 @@ kept as dicts). Both apply the same rules (``_apply``) and give the same states.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from gpuviz.log.eventlog import EventLog
 from gpuviz.log.schema import Kind
 from gpuviz.log.segments import map_range, unmap_range
 
-__all__ = ["Replay", "replay", "HEAP_KINDS", "heap_mask"]
+__all__ = ["Replay", "replay", "HEAP_KINDS", "heap_mask", "HeapsAt"]
 
 HEAP_KINDS = (Kind.SEGMENT_ALLOC, Kind.SEGMENT_FREE, Kind.ALLOC, Kind.FREE, Kind.SPLIT, Kind.MERGE,
               Kind.SEGMENT_MAP, Kind.SEGMENT_UNMAP)  # fmt: skip
@@ -58,6 +58,7 @@ def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
 
 _CHUNK_RECORD = np.dtype([("address", "<i8"), ("size", "<i8"), ("requested", "<i8"), ("tag", "<i4"), ("stack", "<i4")])
 _SEGMENT_RECORD = np.dtype([("base", "<i8"), ("size", "<i8")])
+_RECORDS = (_CHUNK_RECORD, _SEGMENT_RECORD)
 
 
 class _PackedCheckpoints:
@@ -235,20 +236,85 @@ class Replay:
         compiled = kernel_function("state") if isinstance(p.checkpoints, _PackedCheckpoints) else None
         if compiled is not None:  # the same rules applied in C to the packed checkpoint
             extra = () if p.positions is None else (p.positions,)
-            chunk_records, segment_records = compiled(
-                *p.columns, *p.checkpoints.records(checkpoint), checkpoint * self.checkpoint_every, applied, *extra
+            return _heap_columns(
+                name,
+                compiled(
+                    *p.columns, *p.checkpoints.records(checkpoint), checkpoint * self.checkpoint_every, applied, *extra
+                ),
+                self.log.strings,
             )
-            c = np.frombuffer(chunk_records, dtype=_CHUNK_RECORD)
-            g = np.frombuffer(segment_records, dtype=_SEGMENT_RECORD)
+        chunks, segments = p.checkpoints[checkpoint]
+        _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
+        return _heap_columns(name, _dict_records(chunks, segments), self.log.strings)
+
+    def columns_at_each(self, indices: Sequence[int], *, device: str | None = None) -> HeapsAt:
+        """``columns_at`` of every log position of ``indices`` (each in range; any order), in one
+        pass over the events: the heaps are made here (as packed records), each ``HeapColumns``
+        built when indexed (``HeapsAt``)."""
+        for index in indices:
+            if not -self._n <= index < max(self._n, 1):
+                raise IndexError(f"event index {index} out of range for a log of {self._n} events")
+        device_id = self._device_id(device)
+        p = self._prepare(device_id)
+        counts = [p.applied_through(i + self._n if i < 0 else i) for i in indices]
+        wanted = sorted(set(counts))
+        step = self.checkpoint_every
+        compiled = kernel_function("states") if isinstance(p.checkpoints, _PackedCheckpoints) else None
+        records: list[tuple[Any, Any]]
+        if compiled is not None:
+            packed = p.checkpoints
+            extra = () if p.positions is None else (p.positions,)
+            records = compiled(
+                *p.columns, packed.chunks, packed.chunk_offsets, packed.segments, packed.segment_offsets, step,
+                np.array(wanted, dtype=np.int64), *extra,
+            )  # fmt: skip
         else:
-            chunks, segments = p.checkpoints[checkpoint]
-            _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
-            c = np.array([(a, *v) for a, v in chunks.items()], dtype=_CHUNK_RECORD)
-            g = np.array(list(segments.items()), dtype=_SEGMENT_RECORD)
-        return HeapColumns.build(
-            name, g["base"], g["size"], c["address"], c["size"], c["requested"], c["requested"] > 0, c["tag"],
-            c["stack"], self.log.strings,
-        )  # fmt: skip
+            records = []
+            applied = -1
+            chunks: _Chunks = {}
+            segments: _Segments = {}
+            for count in wanted:
+                if applied < 0 or (count // step) * step > applied:  # a checkpoint nearer than the last stop
+                    chunks, segments = p.checkpoints[count // step]
+                    applied = (count // step) * step
+                _apply(chunks, segments, self._events(p, applied, count))
+                applied = count
+                records.append(_dict_records(chunks, segments))
+        at = {count: k for k, count in enumerate(wanted)}
+        return HeapsAt(self.log.devices[device_id].name, [records[at[count]] for count in counts], self.log.strings)
+
+
+class HeapsAt:
+    """Heaps of ``Replay.columns_at_each`` as packed records, each ``HeapColumns`` built when
+    indexed (not kept: index each once)."""
+
+    def __init__(self, device: str, records: list[tuple[Any, Any]], strings: Sequence[str]) -> None:
+        self._device, self._records, self._strings = device, records, strings
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, k: int) -> HeapColumns:
+        return _heap_columns(self._device, self._records[k], self._strings)
+
+
+def _dict_records(chunks: _Chunks, segments: _Segments) -> tuple[np.ndarray, np.ndarray]:
+    """The Python pass's heap as chunk and segment records (``_CHUNK_RECORD``, ``_SEGMENT_RECORD``)."""
+    return (
+        np.array([(a, *v) for a, v in chunks.items()], dtype=_CHUNK_RECORD),
+        np.array(list(segments.items()), dtype=_SEGMENT_RECORD),
+    )
+
+
+def _heap_columns(device: str, records: tuple[Any, Any], strings: Sequence[str]) -> HeapColumns:
+    """``HeapColumns`` of chunk and segment records (bytes as the C pass gives them, or arrays)."""
+    c, g = (
+        r if isinstance(r, np.ndarray) else np.frombuffer(r, dtype=t) for r, t in zip(records, _RECORDS, strict=True)
+    )
+    return HeapColumns.build(
+        device, g["base"], g["size"], c["address"], c["size"], c["requested"], c["requested"] > 0, c["tag"],
+        c["stack"], strings,
+    )  # fmt: skip
 
 
 def replay(log: EventLog, *, checkpoint_every: int = 8192) -> Replay:

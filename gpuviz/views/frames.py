@@ -2,9 +2,10 @@
 
 Each frame is exactly what ``fragmentation.map_spec_and_state(lean=True)`` draws there. A heap
 of more than ``max_rectangles / 2`` chunks (an aggregated map) is drawn from the replay's
-arrays (``DeviceProfile.columns_at``, ``fragmentation.aggregated_specs``), without a Python
-object per chunk; a smaller heap, whose chunks are drawn one by one with their hovers, and an
-out-of-memory stop (pinning analysis) go through ``map_spec_and_state``.
+arrays (``fragmentation.aggregated_specs``), without a Python object per chunk; the heaps of
+all stops come from one pass over the events (``DeviceProfile.columns_at_each``). A smaller
+heap, whose chunks are drawn one by one with their hovers, and an out-of-memory stop (pinning
+analysis) go through ``map_spec_and_state``.
 
 The page gets the aggregated frames' bars packed (``pack_bars``): every such trace's ``y``,
 ``base``, ``x`` and ``customdata`` moved into six shared columns (``BAR_COLUMNS``, base64 typed
@@ -128,10 +129,13 @@ def scrubber_frames(
     frames: list[Frame | None] = [None] * len(positions)
     budget = detail_rows
     opening = dp.opening if dp.opening >= 0 else (positions[-1] if len(positions) else 0)
+    oom = [int(kinds[at]) == Kind.OOM and int(devices[at]) == own for at in positions]
+    replayed = [at for at, pinned in zip(positions, oom, strict=True) if not pinned]
+    heaps = dp.columns_at_each(replayed)  # every stop's heap in one pass over the events
+    heap_of = dict(zip(replayed, range(len(replayed)), strict=True))
     for k in _nearest_first(positions, opening):
         at = positions[k]
-        oom = int(kinds[at]) == Kind.OOM and int(devices[at]) == own
-        heap = None if oom else dp.columns_at(at)
+        heap = None if oom[k] else heaps[heap_of[at]]
         if heap is None or len(heap.address) * 2 <= max_rectangles:
             spec, state = map_spec_and_state(p, device, at, lean=True, max_rectangles=max_rectangles)
             frames[k] = Frame(spec, metric_text(state))

@@ -294,7 +294,7 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
     ]
     start = positions.index(device.opening) if device.opening in positions else max(len(positions) - 1, 0)
     types.update(trace_types(frames))
-    first = to_script_json(_opening(unpack_bars(frames[start]))) if frames else '{"data":[],"layout":{},"label":""}'
+    first = to_script_json(_opening(frames[start])) if frames else '{"data":[],"layout":{},"label":""}'
     packed, bars = pack_bars(frames)
     stream = event_stream(p, name, max_rectangles=FRAME_RECTANGLES) if len(device.series) else None
     events = f'<script type="application/json" id="{div_id}-events">{to_script_json(stream)}</script>' if stream else ""
@@ -310,11 +310,12 @@ def _scrubber(div_id: str, p: Profile, name: str, device: DeviceProfile, types: 
 
 
 def _opening(frame: dict[str, Any]) -> dict[str, Any]:
-    """The frame drawn at load: a map of more than ``OVERVIEW_ABOVE`` segments as its overview's
-    totals (``meta.lazy``: its segments are parsed from the frames' JSON on the first drill-down)."""
+    """The frame drawn at load (its bars as lists: ``unpack_bars``): a map of more than
+    ``OVERVIEW_ABOVE`` segments as its overview's totals, without its bars (``meta.lazy``: its
+    segments are parsed from the frames' JSON on the first drill-down)."""
     meta = frame["layout"].get("meta") or {}
     if len(meta.get("bases", ())) <= OVERVIEW_ABOVE:
-        return frame
+        return unpack_bars(frame)
     groups = array_groups(np.asarray(meta["sizes"]), np.asarray(meta["inUse"]), meta["lanes"], rows=True)
     layout = {
         "title": frame["layout"]["title"],
