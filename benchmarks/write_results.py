@@ -31,8 +31,8 @@ OUT = HERE / "RESULTS.md"
 
 # name -> (module, arguments): small sizes, minutes in all on a 2-core machine
 QUICK: dict[str, tuple[str, list[str]]] = {
-    "core": ("benchmarks.bench_core", ["--pairs", "5000", "--events", "200000", "--repeats", "3"]),
-    "core-busy": ("benchmarks.bench_core", ["--pairs", "5000", "--repeats", "3", "--pairs-only", "--busy"]),
+    "core": ("benchmarks.bench_core", ["--pairs", "50000", "--events", "200000", "--repeats", "5"]),
+    "core-busy": ("benchmarks.bench_core", ["--pairs", "50000", "--repeats", "5", "--pairs-only", "--busy"]),
     "hash": ("benchmarks.bench_hash", []),
     "whatif": ("benchmarks.bench_whatif", ["--requests", "100000"]),
     "runtime": ("benchmarks.bench_runtime", []),
