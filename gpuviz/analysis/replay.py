@@ -4,9 +4,11 @@ Replay never re-runs the best-fit policy; it applies what the allocator decided.
 property ties the two: replaying an allocator's log reproduces its state exactly,
 ``replay(alloc.log).state_at(-1) == alloc.state()``.
 
-Random access is served from checkpoints: the first query on a device makes one pass
-over its events and keeps a snapshot every ``checkpoint_every`` events; later queries
-start from the nearest snapshot at or before the index.
+Random access is served from checkpoints: one pass over a device's events keeps a snapshot
+every ``checkpoint_every`` events; later queries start from the nearest snapshot at or before
+the index. In C the pass is made when needed: a first single query walks from the empty heap
+without snapshots, and the first query of several states (a scrubber's stops) makes the
+snapshots in the same pass as those states, so a report replays its events once, not twice.
 
 The pass runs in C (``gpuviz.analysis._replaykernel``, built at install time where a C
 compiler exists; snapshots kept as packed records) or, without it, in Python (snapshots
@@ -95,6 +97,7 @@ class _DeviceReplay:
     count: int  # the device's heap events
     columns: tuple[np.ndarray, ...]  # kind, address, size, requested, tag, stack: the whole log's
     checkpoints: Any  # k -> (chunks, segments) after k * checkpoint_every events (copies)
+    walked: bool = False  # a state was replayed from the empty heap (the next asks for checkpoints)
 
     def applied_through(self, index: int) -> int:
         """How many of the device's events are at log positions <= ``index``."""
@@ -177,7 +180,8 @@ class Replay:
             raise ValueError(f"the log has several devices ({', '.join(self.devices)}); pass device=")
         return self.log.device_index(device)
 
-    def _prepare(self, device_id: int) -> _DeviceReplay:
+    def _events_of(self, device_id: int) -> _DeviceReplay:
+        """The device's events (its checkpoints not made yet where none was asked for)."""
         prepared = self._devices.get(device_id)
         if prepared is not None:
             return prepared
@@ -193,10 +197,18 @@ class Replay:
             ),
             checkpoints=None,
         )
+        self._devices[device_id] = prepared
+        return prepared
+
+    def _prepare(self, device_id: int) -> _DeviceReplay:
+        """The device's events and checkpoints (made here in one pass where not made yet)."""
+        prepared = self._events_of(device_id)
+        if prepared.checkpoints is not None:
+            return prepared
         step = self.checkpoint_every
         kernel = _load_kernel()
         if kernel is not None:
-            extra = () if positions is None else (positions,)
+            extra = () if prepared.positions is None else (prepared.positions,)
             prepared.checkpoints = _PackedCheckpoints(kernel(*prepared.columns, step, *extra))
         else:
             chunks: _Chunks = {}
@@ -206,8 +218,38 @@ class Replay:
                 _apply(chunks, segments, self._events(prepared, start, start + step))
                 snapshots.append((chunks.copy(), segments.copy()))
             prepared.checkpoints = _DictCheckpoints(snapshots)
-        self._devices[device_id] = prepared
         return prepared
+
+    def _walk(self, p: _DeviceReplay, counts: list[int]) -> list[tuple[Any, Any]] | None:
+        """Before the device has checkpoints, in C: the heaps after the first ``counts`` events
+        (ascending) in one pass from the empty heap, its checkpoints made in the same pass when
+        ``counts`` are several (a scrubber's stops) and kept; None where the pass is not compiled
+        or the checkpoints exist (``columns_at`` of one position walks once: a second asks for
+        the checkpoints, so that later positions replay from the nearest)."""
+        compiled = kernel_function("states")
+        if compiled is None or _load_kernel() is None or p.checkpoints is not None:
+            return None
+        if len(counts) == 1 and not p.walked:
+            p.walked = True
+            marks = counts
+        elif len(counts) > 1:
+            marks = sorted(set(counts).union(range(self.checkpoint_every, p.count + 1, self.checkpoint_every)))
+        else:
+            return None
+        extra = () if p.positions is None else (p.positions,)
+        none = np.zeros(2, dtype=np.int64)  # one checkpoint, the empty heap: records [0, 0)
+        records = compiled(*p.columns, b"", none, b"", none, p.count + 1, np.array(marks, dtype=np.int64), *extra)
+        at = dict(zip(marks, records, strict=True))
+        if len(counts) > 1:
+            kept = [at[k] for k in range(self.checkpoint_every, p.count + 1, self.checkpoint_every)]
+            offsets = [
+                np.concatenate(([0, 0], np.cumsum([len(r[i]) // t.itemsize for r in kept], dtype=np.int64))).tobytes()
+                for i, t in enumerate(_RECORDS)
+            ]
+            p.checkpoints = _PackedCheckpoints(
+                (b"".join(r[0] for r in kept), offsets[0], b"".join(r[1] for r in kept), offsets[1])
+            )
+        return [at[count] for count in counts]
 
     @staticmethod
     def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int, int]]:
@@ -229,8 +271,12 @@ class Replay:
         if index < 0:
             index += self._n
         device_id = self._device_id(device)
-        p = self._prepare(device_id)
+        p = self._events_of(device_id)
         applied = p.applied_through(index)
+        walked = self._walk(p, [applied])
+        if walked is not None:
+            return _heap_columns(self.log.devices[device_id].name, walked[0], self.log.strings)
+        p = self._prepare(device_id)
         checkpoint = applied // self.checkpoint_every
         name = self.log.devices[device_id].name
         compiled = kernel_function("state") if isinstance(p.checkpoints, _PackedCheckpoints) else None
@@ -255,9 +301,14 @@ class Replay:
             if not -self._n <= index < max(self._n, 1):
                 raise IndexError(f"event index {index} out of range for a log of {self._n} events")
         device_id = self._device_id(device)
-        p = self._prepare(device_id)
+        p = self._events_of(device_id)
         counts = [p.applied_through(i + self._n if i < 0 else i) for i in indices]
         wanted = sorted(set(counts))
+        walked = self._walk(p, wanted) if len(wanted) > 1 else None
+        if walked is not None:
+            heap_of = dict(zip(wanted, walked, strict=True))
+            return HeapsAt(self.log.devices[device_id].name, [heap_of[count] for count in counts], self.log.strings)
+        p = self._prepare(device_id)
         step = self.checkpoint_every
         compiled = kernel_function("states") if isinstance(p.checkpoints, _PackedCheckpoints) else None
         records: list[tuple[Any, Any]]
