@@ -98,6 +98,7 @@ class _DeviceReplay:
     columns: tuple[np.ndarray, ...]  # kind, address, size, requested, tag, stack: the whole log's
     checkpoints: Any  # k -> (chunks, segments) after k * checkpoint_every events (copies)
     walked: bool = False  # a state was replayed from the empty heap (the next asks for checkpoints)
+    last: tuple[int, Any] | None = None  # (events applied, records) of the last state of the C pass asked for
 
     def applied_through(self, index: int) -> int:
         """How many of the device's events are at log positions <= ``index``."""
@@ -273,22 +274,21 @@ class Replay:
         device_id = self._device_id(device)
         p = self._events_of(device_id)
         applied = p.applied_through(index)
+        name = self.log.devices[device_id].name
+        if p.last is not None and p.last[0] == applied:  # the state asked for last (explain's, then a view's)
+            return _heap_columns(name, p.last[1], self.log.strings)
         walked = self._walk(p, [applied])
         if walked is not None:
-            return _heap_columns(self.log.devices[device_id].name, walked[0], self.log.strings)
+            p.last = (applied, walked[0])
+            return _heap_columns(name, walked[0], self.log.strings)
         p = self._prepare(device_id)
         checkpoint = applied // self.checkpoint_every
-        name = self.log.devices[device_id].name
         compiled = kernel_function("state") if isinstance(p.checkpoints, _PackedCheckpoints) else None
         if compiled is not None:  # the same rules applied in C to the packed checkpoint
             extra = () if p.positions is None else (p.positions,)
-            return _heap_columns(
-                name,
-                compiled(
-                    *p.columns, *p.checkpoints.records(checkpoint), checkpoint * self.checkpoint_every, applied, *extra
-                ),
-                self.log.strings,
-            )
+            start = checkpoint * self.checkpoint_every
+            p.last = (applied, compiled(*p.columns, *p.checkpoints.records(checkpoint), start, applied, *extra))
+            return _heap_columns(name, p.last[1], self.log.strings)
         chunks, segments = p.checkpoints[checkpoint]
         _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
         return _heap_columns(name, _dict_records(chunks, segments), self.log.strings)
