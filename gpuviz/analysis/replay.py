@@ -54,6 +54,10 @@ assert sorted(int(k) for k in HEAP_KINDS) == [*range(_MERGE + 1), _SEGMENT_MAP, 
 assert max(Kind) == _SEGMENT_UNMAP, "heap_mask takes every kind from segment_map on"
 
 
+_WALKS = 2
+"""``Replay.columns_at`` replays at most this many states without checkpoints (one pass each)."""
+
+
 def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
     return kernel_function("checkpoints")
 
@@ -97,7 +101,7 @@ class _DeviceReplay:
     count: int  # the device's heap events
     columns: tuple[np.ndarray, ...]  # kind, address, size, requested, tag, stack: the whole log's
     checkpoints: Any  # k -> (chunks, segments) after k * checkpoint_every events (copies)
-    walked: bool = False  # a state was replayed from the empty heap (the next asks for checkpoints)
+    walks: int = 0  # single states replayed without checkpoints (``_WALKS`` at most)
     last: tuple[int, Any] | None = None  # (events applied, records) of the last state of the C pass asked for
 
     def applied_through(self, index: int) -> int:
@@ -225,19 +229,23 @@ class Replay:
         """Before the device has checkpoints, in C: the heaps after the first ``counts`` events
         (ascending) in one pass from the empty heap, its checkpoints made in the same pass when
         ``counts`` are several (a scrubber's stops) and kept; None where the pass is not compiled
-        or the checkpoints exist (``columns_at`` of one position walks once: a second asks for
-        the checkpoints, so that later positions replay from the nearest)."""
+        or the checkpoints exist. ``columns_at`` of one position walks from the last state asked
+        for where that one is not later, else from the empty heap, ``_WALKS`` times at most: the
+        next asks for the checkpoints, so that later positions replay from the nearest."""
         compiled = kernel_function("states")
         if compiled is None or _load_kernel() is None or p.checkpoints is not None:
             return None
-        if len(counts) == 1 and not p.walked:
-            p.walked = True
+        extra = () if p.positions is None else (p.positions,)
+        if len(counts) == 1 and p.walks < _WALKS:
+            p.walks += 1
+            one = kernel_function("state")
+            if one is not None and p.last is not None and p.last[0] <= counts[0]:
+                return [one(*p.columns, *p.last[1], p.last[0], counts[0], *extra)]
             marks = counts
         elif len(counts) > 1:
             marks = sorted(set(counts).union(range(self.checkpoint_every, p.count + 1, self.checkpoint_every)))
         else:
             return None
-        extra = () if p.positions is None else (p.positions,)
         none = np.zeros(2, dtype=np.int64)  # one checkpoint, the empty heap: records [0, 0)
         records = compiled(*p.columns, b"", none, b"", none, p.count + 1, np.array(marks, dtype=np.int64), *extra)
         at = dict(zip(marks, records, strict=True))
