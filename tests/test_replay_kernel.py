@@ -127,6 +127,8 @@ def _each_both_ways(
     got = compiled.columns_at_each(stops, device=device)
     compiled_heaps = [got[k] for k in range(len(got))]
     one_by_one = [compiled.columns_at(i, device=device) for i in stops]
+    again = compiled.columns_at_each(stops, device=device)  # from the checkpoints, packed now
+    _same_heaps([again[k] for k in range(len(again))], compiled_heaps)
     assert isinstance(compiled._devices[compiled._device_id(device)].checkpoints, replay_module._PackedCheckpoints)
     monkeypatch.setenv("GPUVIZ_NATIVE", "0")
     python = replay(log, checkpoint_every=every).columns_at_each(stops, device=device)

@@ -68,17 +68,42 @@ _RECORDS = (_CHUNK_RECORD, _SEGMENT_RECORD)
 
 
 class _PackedCheckpoints:
-    """The C pass's snapshots: snapshot k is records [offsets[k], offsets[k + 1])."""
+    """The C pass's snapshots: snapshot k is records [offsets[k], offsets[k + 1]). Made from
+    the states of a pass instead (``states``: snapshot k + 1 is ``states[k]``, records as bytes),
+    they are packed when first asked for packed (``packed``)."""
 
-    def __init__(self, packed: tuple[bytes, bytes, bytes, bytes]) -> None:
+    def __init__(
+        self, packed: tuple[bytes, bytes, bytes, bytes] | None, states: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self._states = states
+        if packed is not None:
+            self._unpack(packed)
+
+    def _unpack(self, packed: tuple[bytes, bytes, bytes, bytes]) -> None:
         chunks, chunk_offsets, segments, segment_offsets = packed
         self.chunks = np.frombuffer(chunks, dtype=_CHUNK_RECORD)
         self.chunk_offsets = np.frombuffer(chunk_offsets, dtype=np.int64)
         self.segments = np.frombuffer(segments, dtype=_SEGMENT_RECORD)
         self.segment_offsets = np.frombuffer(segment_offsets, dtype=np.int64)
 
+    def packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Chunk records, their offsets, segment records, their offsets (``states``' arguments)."""
+        if self._states is not None:
+            kept, self._states = self._states, None
+            offsets = [
+                np.concatenate(([0, 0], np.cumsum([len(r[i]) // t.itemsize for r in kept], dtype=np.int64))).tobytes()
+                for i, t in enumerate(_RECORDS)
+            ]
+            self._unpack((b"".join(r[0] for r in kept), offsets[0], b"".join(r[1] for r in kept), offsets[1]))
+        return self.chunks, self.chunk_offsets, self.segments, self.segment_offsets
+
     def records(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Snapshot k's chunk and segment records (views)."""
+        if self._states is not None:
+            if k == 0:
+                return np.empty(0, dtype=_CHUNK_RECORD), np.empty(0, dtype=_SEGMENT_RECORD)
+            c, g = self._states[k - 1]
+            return np.frombuffer(c, dtype=_CHUNK_RECORD), np.frombuffer(g, dtype=_SEGMENT_RECORD)
         return (
             self.chunks[self.chunk_offsets[k] : self.chunk_offsets[k + 1]],
             self.segments[self.segment_offsets[k] : self.segment_offsets[k + 1]],
@@ -251,13 +276,7 @@ class Replay:
         at = dict(zip(marks, records, strict=True))
         if len(counts) > 1:
             kept = [at[k] for k in range(self.checkpoint_every, p.count + 1, self.checkpoint_every)]
-            offsets = [
-                np.concatenate(([0, 0], np.cumsum([len(r[i]) // t.itemsize for r in kept], dtype=np.int64))).tobytes()
-                for i, t in enumerate(_RECORDS)
-            ]
-            p.checkpoints = _PackedCheckpoints(
-                (b"".join(r[0] for r in kept), offsets[0], b"".join(r[1] for r in kept), offsets[1])
-            )
+            p.checkpoints = _PackedCheckpoints(None, kept)
         return [at[count] for count in counts]
 
     @staticmethod
@@ -324,7 +343,7 @@ class Replay:
             packed = p.checkpoints
             extra = () if p.positions is None else (p.positions,)
             records = compiled(
-                *p.columns, packed.chunks, packed.chunk_offsets, packed.segments, packed.segment_offsets, step,
+                *p.columns, *packed.packed(), step,
                 np.array(wanted, dtype=np.int64), *extra,
             )  # fmt: skip
         else:
