@@ -48,7 +48,10 @@ def test_the_compiled_pass_gives_the_python_pass_states(every: int, monkeypatch:
     log = two_device_log(3000, seed=every)
     compiled = replay(log, checkpoint_every=every)
     for device in ("GPU:0", "GPU:1"):
-        compiled.state_at(-1, device=device)  # the pass runs at the first query of a device
+        first = compiled.state_at(-1, device=device)  # the first query of a device walks from the empty heap,
+        assert compiled.state_at(-1, device=device) == first  # the same one again is the state kept,
+        compiled.state_at(len(log) // 2, device=device)  # another walks again,
+        compiled.state_at(len(log) // 3, device=device)  # and a third makes the checkpoints
     monkeypatch.setenv("GPUVIZ_NATIVE", "0")
     python = replay(log, checkpoint_every=every)
     assert replay_module._load_kernel() is None
@@ -58,6 +61,23 @@ def test_the_compiled_pass_gives_the_python_pass_states(every: int, monkeypatch:
             assert compiled.state_at(index, device=device) == python.state_at(index, device=device)
     assert isinstance(compiled._devices[0].checkpoints, replay_module._PackedCheckpoints)
     assert isinstance(python._devices[0].checkpoints, replay_module._DictCheckpoints)
+
+
+@needs_kernel
+def test_single_states_walk_on_from_the_last_one_before_the_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUVIZ_NATIVE", "1")
+    log = two_device_log(2000, seed=5)
+    compiled = replay(log, checkpoint_every=64)
+    device = compiled._devices.get(compiled._device_id("GPU:1"))
+    assert device is None
+    positions = [len(log) // 4, len(log) // 2, len(log) - 1, 10]
+    got = [compiled.state_at(i, device="GPU:1") for i in positions[:2]]  # from the empty heap, then on from the first
+    assert compiled._devices[compiled._device_id("GPU:1")].checkpoints is None
+    got += [compiled.state_at(i, device="GPU:1") for i in positions[2:]]  # the checkpoints serve the rest
+    assert isinstance(compiled._devices[compiled._device_id("GPU:1")].checkpoints, replay_module._PackedCheckpoints)
+    monkeypatch.setenv("GPUVIZ_NATIVE", "0")
+    python = replay(log, checkpoint_every=64)
+    assert got == [python.state_at(i, device="GPU:1") for i in positions]
 
 
 _COLUMNS = ("bases", "sizes", "address", "size", "requested", "in_use", "tag", "stack", "owner")
@@ -107,6 +127,8 @@ def _each_both_ways(
     got = compiled.columns_at_each(stops, device=device)
     compiled_heaps = [got[k] for k in range(len(got))]
     one_by_one = [compiled.columns_at(i, device=device) for i in stops]
+    again = compiled.columns_at_each(stops, device=device)  # from the checkpoints, packed now
+    _same_heaps([again[k] for k in range(len(again))], compiled_heaps)
     assert isinstance(compiled._devices[compiled._device_id(device)].checkpoints, replay_module._PackedCheckpoints)
     monkeypatch.setenv("GPUVIZ_NATIVE", "0")
     python = replay(log, checkpoint_every=every).columns_at_each(stops, device=device)

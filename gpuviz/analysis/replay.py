@@ -4,9 +4,11 @@ Replay never re-runs the best-fit policy; it applies what the allocator decided.
 property ties the two: replaying an allocator's log reproduces its state exactly,
 ``replay(alloc.log).state_at(-1) == alloc.state()``.
 
-Random access is served from checkpoints: the first query on a device makes one pass
-over its events and keeps a snapshot every ``checkpoint_every`` events; later queries
-start from the nearest snapshot at or before the index.
+Random access is served from checkpoints: one pass over a device's events keeps a snapshot
+every ``checkpoint_every`` events; later queries start from the nearest snapshot at or before
+the index. In C the pass is made when needed: a first single query walks from the empty heap
+without snapshots, and the first query of several states (a scrubber's stops) makes the
+snapshots in the same pass as those states, so a report replays its events once, not twice.
 
 The pass runs in C (``gpuviz.analysis._replaykernel``, built at install time where a C
 compiler exists; snapshots kept as packed records) or, without it, in Python (snapshots
@@ -52,6 +54,10 @@ assert sorted(int(k) for k in HEAP_KINDS) == [*range(_MERGE + 1), _SEGMENT_MAP, 
 assert max(Kind) == _SEGMENT_UNMAP, "heap_mask takes every kind from segment_map on"
 
 
+_WALKS = 2
+"""``Replay.columns_at`` replays at most this many states without checkpoints (one pass each)."""
+
+
 def _load_kernel() -> Callable[..., tuple[bytes, bytes, bytes, bytes]] | None:
     return kernel_function("checkpoints")
 
@@ -62,17 +68,42 @@ _RECORDS = (_CHUNK_RECORD, _SEGMENT_RECORD)
 
 
 class _PackedCheckpoints:
-    """The C pass's snapshots: snapshot k is records [offsets[k], offsets[k + 1])."""
+    """The C pass's snapshots: snapshot k is records [offsets[k], offsets[k + 1]). Made from
+    the states of a pass instead (``states``: snapshot k + 1 is ``states[k]``, records as bytes),
+    they are packed when first asked for packed (``packed``)."""
 
-    def __init__(self, packed: tuple[bytes, bytes, bytes, bytes]) -> None:
+    def __init__(
+        self, packed: tuple[bytes, bytes, bytes, bytes] | None, states: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self._states = states
+        if packed is not None:
+            self._unpack(packed)
+
+    def _unpack(self, packed: tuple[bytes, bytes, bytes, bytes]) -> None:
         chunks, chunk_offsets, segments, segment_offsets = packed
         self.chunks = np.frombuffer(chunks, dtype=_CHUNK_RECORD)
         self.chunk_offsets = np.frombuffer(chunk_offsets, dtype=np.int64)
         self.segments = np.frombuffer(segments, dtype=_SEGMENT_RECORD)
         self.segment_offsets = np.frombuffer(segment_offsets, dtype=np.int64)
 
+    def packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Chunk records, their offsets, segment records, their offsets (``states``' arguments)."""
+        if self._states is not None:
+            kept, self._states = self._states, None
+            offsets = [
+                np.concatenate(([0, 0], np.cumsum([len(r[i]) // t.itemsize for r in kept], dtype=np.int64))).tobytes()
+                for i, t in enumerate(_RECORDS)
+            ]
+            self._unpack((b"".join(r[0] for r in kept), offsets[0], b"".join(r[1] for r in kept), offsets[1]))
+        return self.chunks, self.chunk_offsets, self.segments, self.segment_offsets
+
     def records(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Snapshot k's chunk and segment records (views)."""
+        if self._states is not None:
+            if k == 0:
+                return np.empty(0, dtype=_CHUNK_RECORD), np.empty(0, dtype=_SEGMENT_RECORD)
+            c, g = self._states[k - 1]
+            return np.frombuffer(c, dtype=_CHUNK_RECORD), np.frombuffer(g, dtype=_SEGMENT_RECORD)
         return (
             self.chunks[self.chunk_offsets[k] : self.chunk_offsets[k + 1]],
             self.segments[self.segment_offsets[k] : self.segment_offsets[k + 1]],
@@ -95,6 +126,8 @@ class _DeviceReplay:
     count: int  # the device's heap events
     columns: tuple[np.ndarray, ...]  # kind, address, size, requested, tag, stack: the whole log's
     checkpoints: Any  # k -> (chunks, segments) after k * checkpoint_every events (copies)
+    walks: int = 0  # single states replayed without checkpoints (``_WALKS`` at most)
+    last: tuple[int, Any] | None = None  # (events applied, records) of the last state of the C pass asked for
 
     def applied_through(self, index: int) -> int:
         """How many of the device's events are at log positions <= ``index``."""
@@ -177,7 +210,8 @@ class Replay:
             raise ValueError(f"the log has several devices ({', '.join(self.devices)}); pass device=")
         return self.log.device_index(device)
 
-    def _prepare(self, device_id: int) -> _DeviceReplay:
+    def _events_of(self, device_id: int) -> _DeviceReplay:
+        """The device's events (its checkpoints not made yet where none was asked for)."""
         prepared = self._devices.get(device_id)
         if prepared is not None:
             return prepared
@@ -193,10 +227,18 @@ class Replay:
             ),
             checkpoints=None,
         )
+        self._devices[device_id] = prepared
+        return prepared
+
+    def _prepare(self, device_id: int) -> _DeviceReplay:
+        """The device's events and checkpoints (made here in one pass where not made yet)."""
+        prepared = self._events_of(device_id)
+        if prepared.checkpoints is not None:
+            return prepared
         step = self.checkpoint_every
         kernel = _load_kernel()
         if kernel is not None:
-            extra = () if positions is None else (positions,)
+            extra = () if prepared.positions is None else (prepared.positions,)
             prepared.checkpoints = _PackedCheckpoints(kernel(*prepared.columns, step, *extra))
         else:
             chunks: _Chunks = {}
@@ -206,8 +248,36 @@ class Replay:
                 _apply(chunks, segments, self._events(prepared, start, start + step))
                 snapshots.append((chunks.copy(), segments.copy()))
             prepared.checkpoints = _DictCheckpoints(snapshots)
-        self._devices[device_id] = prepared
         return prepared
+
+    def _walk(self, p: _DeviceReplay, counts: list[int]) -> list[tuple[Any, Any]] | None:
+        """Before the device has checkpoints, in C: the heaps after the first ``counts`` events
+        (ascending) in one pass from the empty heap, its checkpoints made in the same pass when
+        ``counts`` are several (a scrubber's stops) and kept; None where the pass is not compiled
+        or the checkpoints exist. ``columns_at`` of one position walks from the last state asked
+        for where that one is not later, else from the empty heap, ``_WALKS`` times at most: the
+        next asks for the checkpoints, so that later positions replay from the nearest."""
+        compiled = kernel_function("states")
+        if compiled is None or _load_kernel() is None or p.checkpoints is not None:
+            return None
+        extra = () if p.positions is None else (p.positions,)
+        if len(counts) == 1 and p.walks < _WALKS:
+            p.walks += 1
+            one = kernel_function("state")
+            if one is not None and p.last is not None and p.last[0] <= counts[0]:
+                return [one(*p.columns, *p.last[1], p.last[0], counts[0], *extra)]
+            marks = counts
+        elif len(counts) > 1:
+            marks = sorted(set(counts).union(range(self.checkpoint_every, p.count + 1, self.checkpoint_every)))
+        else:
+            return None
+        none = np.zeros(2, dtype=np.int64)  # one checkpoint, the empty heap: records [0, 0)
+        records = compiled(*p.columns, b"", none, b"", none, p.count + 1, np.array(marks, dtype=np.int64), *extra)
+        at = dict(zip(marks, records, strict=True))
+        if len(counts) > 1:
+            kept = [at[k] for k in range(self.checkpoint_every, p.count + 1, self.checkpoint_every)]
+            p.checkpoints = _PackedCheckpoints(None, kept)
+        return [at[count] for count in counts]
 
     @staticmethod
     def _events(p: _DeviceReplay, start: int, stop: int) -> Iterable[tuple[int, int, int, int, int, int]]:
@@ -229,20 +299,23 @@ class Replay:
         if index < 0:
             index += self._n
         device_id = self._device_id(device)
-        p = self._prepare(device_id)
+        p = self._events_of(device_id)
         applied = p.applied_through(index)
-        checkpoint = applied // self.checkpoint_every
         name = self.log.devices[device_id].name
+        if p.last is not None and p.last[0] == applied:  # the state asked for last (explain's, then a view's)
+            return _heap_columns(name, p.last[1], self.log.strings)
+        walked = self._walk(p, [applied])
+        if walked is not None:
+            p.last = (applied, walked[0])
+            return _heap_columns(name, walked[0], self.log.strings)
+        p = self._prepare(device_id)
+        checkpoint = applied // self.checkpoint_every
         compiled = kernel_function("state") if isinstance(p.checkpoints, _PackedCheckpoints) else None
         if compiled is not None:  # the same rules applied in C to the packed checkpoint
             extra = () if p.positions is None else (p.positions,)
-            return _heap_columns(
-                name,
-                compiled(
-                    *p.columns, *p.checkpoints.records(checkpoint), checkpoint * self.checkpoint_every, applied, *extra
-                ),
-                self.log.strings,
-            )
+            start = checkpoint * self.checkpoint_every
+            p.last = (applied, compiled(*p.columns, *p.checkpoints.records(checkpoint), start, applied, *extra))
+            return _heap_columns(name, p.last[1], self.log.strings)
         chunks, segments = p.checkpoints[checkpoint]
         _apply(chunks, segments, self._events(p, checkpoint * self.checkpoint_every, applied))
         return _heap_columns(name, _dict_records(chunks, segments), self.log.strings)
@@ -255,9 +328,14 @@ class Replay:
             if not -self._n <= index < max(self._n, 1):
                 raise IndexError(f"event index {index} out of range for a log of {self._n} events")
         device_id = self._device_id(device)
-        p = self._prepare(device_id)
+        p = self._events_of(device_id)
         counts = [p.applied_through(i + self._n if i < 0 else i) for i in indices]
         wanted = sorted(set(counts))
+        walked = self._walk(p, wanted) if len(wanted) > 1 else None
+        if walked is not None:
+            heap_of = dict(zip(wanted, walked, strict=True))
+            return HeapsAt(self.log.devices[device_id].name, [heap_of[count] for count in counts], self.log.strings)
+        p = self._prepare(device_id)
         step = self.checkpoint_every
         compiled = kernel_function("states") if isinstance(p.checkpoints, _PackedCheckpoints) else None
         records: list[tuple[Any, Any]]
@@ -265,7 +343,7 @@ class Replay:
             packed = p.checkpoints
             extra = () if p.positions is None else (p.positions,)
             records = compiled(
-                *p.columns, packed.chunks, packed.chunk_offsets, packed.segments, packed.segment_offsets, step,
+                *p.columns, *packed.packed(), step,
                 np.array(wanted, dtype=np.int64), *extra,
             )  # fmt: skip
         else:
