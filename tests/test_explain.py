@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from traces import REASON
 
+import gpuviz
 from gpuviz.analysis.callsites import call_sites, is_library
 from gpuviz.analysis.categories import categories
 from gpuviz.analysis.diagnosis import diagnose
@@ -282,3 +283,14 @@ def test_the_active_memory_view_groups_by_category() -> None:
     assert set(data.groups) == categories_made  # six groups: under the top ten, no "other"
     by_group = dict(zip(data.groups, data.bytes.max(axis=1).tolist(), strict=True))
     assert by_group["optimizer state"] == 10 * MiB and by_group["parameter"] == 2 * MiB
+
+
+def test_devices_are_answered_gpus_first_by_peak() -> None:
+    """The device that held the most comes first (a 4 MiB GPU:0 after a 12 MiB GPU:1), in the
+    answer and in the diagnosis that every summary and report opens with; the CPU last."""
+    log = gpuviz.EventLog()
+    for device, size in (("GPU:0", 4 << 20), ("GPU:1", 12 << 20), ("CPU:0", 64 << 20)):
+        alloc = gpuviz.BFCAllocator(gpuviz.SimUpstream("1GiB"), growth=True, device=device, log=log)
+        alloc.allocate(size, tag=device)
+    assert [a.device for a in explain(log)] == ["GPU:1", "GPU:0", "CPU:0"]
+    assert [d.device for d in diagnose(log).devices] == ["GPU:1", "GPU:0", "CPU:0"]

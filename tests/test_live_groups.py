@@ -110,18 +110,19 @@ def test_cs336_peak_groups_with_exact_counts_and_bytes() -> None:
     assert "All 1,204 allocations live at the peak" in html
 
 
-# per real trace: the first device, allocations live at its moment, groups, the first group's bytes and what
+# per real trace: the first device (GPUs first, by peak), allocations live at its moment, groups, the first
+# group's bytes and what
 REAL = {
     "pt_snapshot_assignment2_2026a.pickle": ("GPU:0", 455, 14, 1_340_080_128, PREEXISTING_LABEL),
     "pt_snapshot_assignment2_2026b.pickle": ("GPU:0", 504, 32, 2_415_919_104, "activation (inferred)"),
-    "pt_snapshot_codelocation_3gpu_expandable_oom.pickle": ("GPU:0", 521, 58, 1_948_581_888, "activation (inferred)"),
+    "pt_snapshot_codelocation_3gpu_expandable_oom.pickle": ("GPU:1", 111, 35, 31_852_167_168, "activation (inferred)"),
     "pt_snapshot_cs336_ctx128_forward_mixed_2025.pickle": ("GPU:0", 1614, 34, 10_066_329_600, PREEXISTING_LABEL),
     "pt_snapshot_cs336_ctx128_fullstep_2025.pickle": ("GPU:0", 1204, 30, 10_066_329_600, PREEXISTING_LABEL),
     "pt_snapshot_ftcourse_2024.pickle": ("GPU:0", 1181, 31, 1_998_848_000, "activation (inferred)"),
     "pt_profiler_cuda_v100_hta_df_index_resolver.json.gz": ("GPU:1", 726, 121, 4_096_614_400, PREEXISTING_LABEL),
     "pt_profiler_cuda_v100_kineto_resnet50_2021_oldschema.json.gz": ("GPU:0", 208, 18, 924_844_032, "unknown"),
     "pt_profiler_h100_owlv2_tracelens.json.gz": ("GPU:0", 13, 7, 917_445_120, PREEXISTING_LABEL),
-    "tb_xplane_gpu_multiworker.xplane.pb": ("GPU:1", 19, 6, 3072, "activation (inferred)"),
+    "tb_xplane_gpu_multiworker.xplane.pb": ("GPU:6", 554, 26, 924_844_032, "activation (inferred)"),
 }
 
 

@@ -26,8 +26,8 @@ from gpuviz.analysis.explain import Answer, explain
 from gpuviz.analysis.livegroups import LIVE_GROUP_COLUMNS, live_groups
 from gpuviz.analysis.moments import Pinning, oom_indices, pinning
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
-from gpuviz.analysis.tables import alive_at, allocation_table, gpus_first, mark_table, oom_table, transfer_table
-from gpuviz.analysis.timeline import Peak, TimelineSeries, series_extremes, timeline_series
+from gpuviz.analysis.tables import alive_at, allocation_table, mark_table, oom_table, transfer_table
+from gpuviz.analysis.timeline import Peak, TimelineSeries, devices_by_peak, series_extremes, timeline_series
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 
@@ -255,13 +255,15 @@ def diagnose(
     # a few states per device: a few checkpoints (each copies the whole heap) serve them best
     heap = heap or replay(log, checkpoint_every=max(8192, len(log) // 8))
     present = np.unique(cols["device"][np.isin(cols["kind"], [int(k) for k in HEAP_KINDS])]).tolist()
-    order = gpus_first([log.devices[i].name for i in present])
+    names = [log.devices[i].name for i in present]
+    timelines = {n: series[n] if series is not None and n in series else timeline_series(log, n) for n in names}
+    order = devices_by_peak({n: series_extremes(timelines[n]).peak.bytes for n in names})  # GPUs first, by peak
     heap_devices = [log.device_index(name) for name in order]
     devices: list[DeviceSummary] = []
     hints: list[str] = []
     for device_id in heap_devices:
         name = log.devices[device_id].name
-        timeline = series[name] if series is not None and name in series else timeline_series(log, name)
+        timeline = timelines[name]
         extremes = series_extremes(timeline)
         top_peak = extremes.peak
         table = allocations[name] if allocations is not None and name in allocations else allocation_table(log, name)

@@ -25,7 +25,7 @@ from gpuviz.analysis.categories import CATEGORIES, UNKNOWN, CategoryCodes, categ
 from gpuviz.analysis.moments import oom_indices
 from gpuviz.analysis.replay import HEAP_KINDS, Replay, replay
 from gpuviz.analysis.tables import allocation_table, gpus_first
-from gpuviz.analysis.timeline import TimelineSeries, series_extremes, timeline_series
+from gpuviz.analysis.timeline import TimelineSeries, devices_by_peak, series_extremes, timeline_series
 from gpuviz.base.units import format_size
 from gpuviz.log.eventlog import EventLog
 
@@ -174,7 +174,7 @@ def explain(
     series: Mapping[str, TimelineSeries] | None = None,
     allocations: Mapping[str, pd.DataFrame] | None = None,
 ) -> list[Answer]:
-    """What held each device's memory (GPUs first; only ``device`` when given) at its first OOM,
+    """What held each device's memory (GPUs first, by peak; only ``device`` when given) at its first OOM,
     else at its peak of bytes in use. ``user_code``: see ``callsites.call_sites``. ``heap``,
     ``series`` and ``allocations`` (per device name): results already computed, reused."""
     cols = log.columns
@@ -184,9 +184,11 @@ def explain(
         if device not in names:
             raise ValueError(f"device {device!r} has no allocator events (devices: {', '.join(names) or 'none'})")
         names = [device]
+    timelines = {n: series[n] if series is not None and n in series else timeline_series(log, n) for n in names}
+    names = devices_by_peak({n: series_extremes(timelines[n]).peak.bytes for n in names})
     answers = []
     for name in names:
-        timeline = series[name] if series is not None and name in series else timeline_series(log, name)
+        timeline = timelines[name]
         peak = series_extremes(timeline).peak
         ooms = oom_indices(log, name)
         index = int(ooms[0]) if len(ooms) else peak.index
