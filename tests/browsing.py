@@ -53,6 +53,18 @@ def run_notebook(browser: Any, lab_server: tuple[str, str, Path], name: str, cel
     return page, errors
 
 
+def open_offline(
+    browser: Any, path: Path, *, viewport: dict[str, int], wait_until: str = "load"
+) -> tuple[Any, list[str]]:
+    """A new page of ``browser`` at the file ``path`` with no network; the page and its errors
+    (uncaught and ``console.error``) as they come."""
+    page = browser.new_page(viewport=viewport)
+    errors = collect_errors(page)
+    offline(page)
+    page.goto(path.as_uri(), wait_until=wait_until)
+    return page, errors
+
+
 def drag_zoom(page: Any, selector: str) -> None:
     """Drag a zoom box with the real mouse across a tenth to a half of the plot ``selector``."""
     area = page.locator(f"{selector} .nsewdrag").first

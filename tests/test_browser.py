@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import collect_errors, drag_zoom, needs_chromium, offline
+from browsing import collect_errors, drag_zoom, needs_chromium, offline, open_offline
 
 import gpuviz
 from gpuviz.analysis.profile import ViewOptions, profile
@@ -117,10 +117,7 @@ def hover_text(page, div: str, trace: str, point: int = 0) -> str:  # type: igno
 def test_report_opens_at_the_oom_with_ghost_bar_and_pinning(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "oom.html"
     addresses = make_oom_report(path)
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto(path.as_uri())
+    page, errors = open_offline(browser, path, viewport={"width": 1300, "height": 900})
     page.wait_for_selector("#map0 .main-svg")
     # the first frame shown is the OOM
     label = page.inner_text("#map0-label")
@@ -186,10 +183,7 @@ def test_report_arrow_keys_step_event_by_event(browser, tmp_path: Path) -> None:
     stops = scrub_positions(dp)
     settled = dp.series.index[dp.series.settled & (log["kind"][dp.series.index] != Kind.OOM)].tolist()
     steps = sorted(set(stops) | set(settled))
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto(path.as_uri())
+    page, errors = open_offline(browser, path, viewport={"width": 1300, "height": 900})
     page.wait_for_selector("#map0 .main-svg")
     oom_label = page.inner_text("#map0-label")
     assert oom_label.startswith("event 18 · ") and "OUT OF MEMORY" in oom_label
@@ -334,10 +328,7 @@ def test_a_two_device_report_survives_hovering_and_scrubbing(browser: Any, tmp_p
                 with contextlib.suppress(gpuviz.OutOfMemoryError):
                     live.append(alloc.allocate(rng.randrange(1, 8) << 20, tag=f"t{i % 7}"))
     write_report(log, tmp_path / "two.html")
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto((tmp_path / "two.html").as_uri())
+    page, errors = open_offline(browser, tmp_path / "two.html", viewport={"width": 1400, "height": 1000})
     page.wait_for_load_state("load")
     frame = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
     plots = page.query_selector_all(".js-plotly-plot")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from browsing import collect_errors, needs_chromium, offline
+from browsing import needs_chromium, open_offline
 from test_frames import definition_frame, training_log
 
 from gpuviz.analysis.profile import profile
@@ -31,10 +31,7 @@ def test_scrubbing_draws_the_per_heapstate_map_at_every_stop(browser, tmp_path: 
     positions = scrub_positions(dp)
     path = tmp_path / "aggregated.html"
     path.write_text(report_html(p), encoding="utf-8")
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto(path.as_uri())
+    page, errors = open_offline(browser, path, viewport={"width": 1300, "height": 900})
     page.wait_for_selector("#map0 .main-svg")
     aggregated = 0
     for k in reversed(range(len(positions))):  # from the last stop back to the first, through the slider

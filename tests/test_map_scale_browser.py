@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import collect_errors, needs_chromium, offline
+from browsing import collect_errors, needs_chromium, offline, open_offline
 from traces import REASON
 
 import gpuviz
@@ -65,10 +65,7 @@ def cs336(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 
 def test_the_map_of_1010_segments_opens_as_an_overview_with_bounded_labels(browser: Any, cs336: Any) -> None:
     report, p = cs336
-    page = browser.new_page(viewport={"width": 1200, "height": 900})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto(report.as_uri(), wait_until="load")
+    page, errors = open_offline(browser, report, viewport={"width": 1200, "height": 900})
     dp = p.devices["GPU:0"]
     state = dp.state_at(dp.opening)
     assert len(state.segments) == 1010

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import collect_errors, needs_chromium, offline
+from browsing import needs_chromium, open_offline
 from scale_maps import USER_FILE, many_segments
 
 import gpuviz
@@ -59,10 +59,7 @@ def hover_text(page: Any, plot: str, row: int) -> str:
 def test_a_dense_size_class_is_one_image_whose_rows_name_their_allocation(browser: Any, many: Any) -> None:
     report, p = many
     assert SEGMENTS > DENSE_ROWS
-    page = browser.new_page(viewport={"width": 1200, "height": 900})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto(report.as_uri(), wait_until="load")
+    page, errors = open_offline(browser, report, viewport={"width": 1200, "height": 900})
     page.wait_for_function("document.getElementById('map0').dataset.view === 'overview'")
     assert page.evaluate("document.getElementById('map0').data.length") == 2
     assert page.locator("#map0 .ytick").count() == 1  # one size class
@@ -96,10 +93,7 @@ def test_a_dense_size_class_is_one_image_whose_rows_name_their_allocation(browse
 
 def test_a_stop_without_segments_shows_the_overview_totals(browser: Any, many: Any) -> None:
     report, _ = many
-    page = browser.new_page(viewport={"width": 1200, "height": 900})
-    errors = collect_errors(page)
-    offline(page)
-    page.goto(report.as_uri(), wait_until="load")
+    page, errors = open_offline(browser, report, viewport={"width": 1200, "height": 900})
     stops = int(page.evaluate("document.getElementById('map0-slider').max"))
     page.evaluate("(v) => { const s = document.getElementById('map0-slider'); s.value = String(v);"
                   " s.dispatchEvent(new Event('input')); }", stops)  # fmt: skip
