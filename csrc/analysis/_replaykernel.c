@@ -63,6 +63,34 @@ static PyObject *bytes_take(bytes_buffer_t *b) {
     return bytes;
 }
 
+/* the event columns a replay reads (``position``: indices into them, or NULL for rows in order) */
+typedef struct {
+    const int64_t *position;
+    const uint8_t *kind;
+    const int64_t *address, *size, *requested;
+    const int32_t *tag, *stack;
+    Py_ssize_t rows;
+} events_t;
+
+/* apply events [from, to) (indices into ``position``, or rows) to the heap: 0, or -1 with an
+ * exception set (an IndexError for a position outside the columns, MemoryError, or apply_event's) */
+static int apply_span(heap_t *h, const events_t *ev, Py_ssize_t from, Py_ssize_t to) {
+    for (Py_ssize_t i = from; i < to; i++) {
+        Py_ssize_t e = ev->position ? ev->position[i] : i;
+        if (e < 0 || e >= ev->rows) {
+            PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
+            return -1;
+        }
+        int failed = apply_event(h, ev->kind[e], ev->address[e], ev->size[e], ev->requested[e], ev->tag[e], ev->stack[e]);
+        if (failed == -1) return -1;
+        if (failed) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* append the heap's records and their new ends: 0, or -1 when out of memory (MemoryError set) */
 static int add_snapshot(heap_t *h, bytes_buffer_t *chunks, buffer_t *chunk_offsets, bytes_buffer_t *segments,
                         buffer_t *segment_offsets) {
@@ -94,26 +122,16 @@ static PyObject *checkpoints(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "columns of unequal length or wrong item size, or every < 1");
         goto done;
     }
-    const int64_t *position = picked.buf; /* the events to apply, in order; NULL: every row */
-    for (Py_ssize_t i = 0; position && i < n; i++)
-        if (position[i] < 0 || position[i] >= rows) {
-            PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
-            goto done;
-        }
-    const uint8_t *kind_of = kinds.buf;
-    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
-    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
+    /* the events to apply, in order (``picked``; NULL: every row) */
+    const events_t ev = {picked.buf, kinds.buf, addresses.buf, sizes.buf, requested.buf, tags.buf, stacks.buf, rows};
     if (map_init(&h.chunk_at, 1024) < 0 || map_init(&h.segment_at, 64) < 0) goto nomem;
     int64_t zeros[2] = {0, 0}; /* snapshot 0, the empty heap: records [0, 0) */
     if (buffer_add(&chunk_offsets, zeros, sizeof zeros) < 0 || buffer_add(&segment_offsets, zeros, sizeof zeros) < 0)
         goto nomem;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t e = position ? position[i] : i;
-        int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
-        if (failed == -1) goto done;
-        if (failed) goto nomem;
-        if ((i + 1) % every == 0 && add_snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0)
-            goto done;
+    for (Py_ssize_t i = 0; i < n; i += every) { /* a snapshot after every ``every`` events */
+        Py_ssize_t to = n - i < every ? n : i + every;
+        if (apply_span(&h, &ev, i, to) < 0) goto done;
+        if (to - i == every && add_snapshot(&h, &chunks, &chunk_offsets, &segments, &segment_offsets) < 0) goto done;
     }
     chunk_bytes = bytes_take(&chunks);
     segment_bytes = chunk_bytes ? bytes_take(&segments) : NULL;
@@ -136,6 +154,25 @@ done:
     return result;
 }
 
+/* heap_load: a fresh heap holding the given records (a checkpoint): 0, or -1 when out of memory */
+static int heap_load(heap_t *h, const chunk_rec *c, size_t n_chunks, const segment_rec *g, size_t n_segments) {
+    heap_free(h);
+    *h = (heap_t){0};
+    if (map_init(&h->chunk_at, 1024) < 0 || map_init(&h->segment_at, 64) < 0) return -1;
+    for (size_t j = 0; j < n_segments; j++)
+        if (set_segment(h, g[j].base, g[j].size) < 0) return -1;
+    for (size_t j = 0; j < n_chunks; j++)
+        if (set_chunk(h, c[j].address, c[j].size, c[j].requested, c[j].tag, c[j].stack) < 0) return -1;
+    return 0;
+}
+
+/* the heap's records as a (chunks, segments) tuple of bytes, or NULL with an exception set */
+static PyObject *heap_records(const heap_t *h) {
+    return Py_BuildValue("(y#y#)", h->chunks ? (const char *)h->chunks : "", (Py_ssize_t)(h->n_chunks * sizeof(chunk_rec)),
+                         h->segments ? (const char *)h->segments : "",
+                         (Py_ssize_t)(h->n_segments * sizeof(segment_rec)));
+}
+
 /* state(kinds, addresses, sizes, requested, tags, stacks, chunks, segments, start, stop[, positions])
  * -> (chunks, segments): the heap after applying events [start, stop) (indices into
  * ``positions``, or rows without it) to a snapshot given as packed chunk and segment records
@@ -156,30 +193,12 @@ static PyObject *state(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "state: columns of unequal length or wrong item size, or a bad range");
         goto done;
     }
-    const int64_t *position = picked.buf;
-    const uint8_t *kind_of = kinds.buf;
-    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
-    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
-    const chunk_rec *c = chunk_recs.buf;
-    const segment_rec *g = segment_recs.buf;
-    size_t n_chunks = chunk_recs.len / sizeof(chunk_rec), n_segments = segment_recs.len / sizeof(segment_rec);
-    if (map_init(&h.chunk_at, 1024) < 0 || map_init(&h.segment_at, 64) < 0) goto nomem;
-    for (size_t j = 0; j < n_segments; j++)
-        if (set_segment(&h, g[j].base, g[j].size) < 0) goto nomem;
-    for (size_t j = 0; j < n_chunks; j++)
-        if (set_chunk(&h, c[j].address, c[j].size, c[j].requested, c[j].tag, c[j].stack) < 0) goto nomem;
-    for (Py_ssize_t i = start; i < stop; i++) {
-        Py_ssize_t e = position ? position[i] : i;
-        if (e < 0 || e >= rows) {
-            PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
-            goto done;
-        }
-        int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
-        if (failed == -1) goto done;
-        if (failed) goto nomem;
-    }
-    result = Py_BuildValue("(y#y#)", h.chunks ? (const char *)h.chunks : "", (Py_ssize_t)(h.n_chunks * sizeof(chunk_rec)),
-                           h.segments ? (const char *)h.segments : "", (Py_ssize_t)(h.n_segments * sizeof(segment_rec)));
+    const events_t ev = {picked.buf, kinds.buf, addresses.buf, sizes.buf, requested.buf, tags.buf, stacks.buf, rows};
+    if (heap_load(&h, chunk_recs.buf, chunk_recs.len / sizeof(chunk_rec), segment_recs.buf,
+                  segment_recs.len / sizeof(segment_rec)) < 0)
+        goto nomem;
+    if (apply_span(&h, &ev, start, stop) < 0) goto done;
+    result = heap_records(&h);
     goto done;
 nomem:
     PyErr_NoMemory();
@@ -190,25 +209,6 @@ done:
     PyBuffer_Release(&segment_recs);
     if (picked.buf) PyBuffer_Release(&picked);
     return result;
-}
-
-/* heap_load: a fresh heap holding the given records (a checkpoint): 0, or -1 when out of memory */
-static int heap_load(heap_t *h, const chunk_rec *c, size_t n_chunks, const segment_rec *g, size_t n_segments) {
-    heap_free(h);
-    *h = (heap_t){0};
-    if (map_init(&h->chunk_at, 1024) < 0 || map_init(&h->segment_at, 64) < 0) return -1;
-    for (size_t j = 0; j < n_segments; j++)
-        if (set_segment(h, g[j].base, g[j].size) < 0) return -1;
-    for (size_t j = 0; j < n_chunks; j++)
-        if (set_chunk(h, c[j].address, c[j].size, c[j].requested, c[j].tag, c[j].stack) < 0) return -1;
-    return 0;
-}
-
-/* the heap's records as a (chunks, segments) tuple of bytes, or NULL with an exception set */
-static PyObject *heap_records(const heap_t *h) {
-    return Py_BuildValue("(y#y#)", h->chunks ? (const char *)h->chunks : "", (Py_ssize_t)(h->n_chunks * sizeof(chunk_rec)),
-                         h->segments ? (const char *)h->segments : "",
-                         (Py_ssize_t)(h->n_segments * sizeof(segment_rec)));
 }
 
 /* states(kinds, addresses, sizes, requested, tags, stacks, chunks, chunk_offsets, segments,
@@ -245,10 +245,7 @@ static PyObject *states(PyObject *module, PyObject *args) {
                                           "or stops out of range or not ascending");
         goto done;
     }
-    const int64_t *position = picked.buf;
-    const uint8_t *kind_of = kinds.buf;
-    const int64_t *address_of = addresses.buf, *size_of = sizes.buf, *req_of = requested.buf;
-    const int32_t *tag_of = tags.buf, *stack_of = stacks.buf;
+    const events_t ev = {picked.buf, kinds.buf, addresses.buf, sizes.buf, requested.buf, tags.buf, stacks.buf, rows};
     const chunk_rec *c = ck_chunks.buf;
     const segment_rec *g = ck_segments.buf;
     list = PyList_New(n_stops);
@@ -263,16 +260,8 @@ static PyObject *states(PyObject *module, PyObject *args) {
                 goto nomem;
             applied = from;
         }
-        for (; applied < stop[i]; applied++) {
-            Py_ssize_t e = position ? position[applied] : applied;
-            if (e < 0 || e >= rows) {
-                PyErr_SetString(PyExc_IndexError, "an event position is outside the columns");
-                goto done;
-            }
-            int failed = apply_event(&h, kind_of[e], address_of[e], size_of[e], req_of[e], tag_of[e], stack_of[e]);
-            if (failed == -1) goto done;
-            if (failed) goto nomem;
-        }
+        if (apply_span(&h, &ev, applied, stop[i]) < 0) goto done;
+        applied = stop[i];
         PyObject *records_now = heap_records(&h);
         if (records_now == NULL) goto done;
         PyList_SET_ITEM(list, i, records_now);
