@@ -137,7 +137,7 @@ _COLUMNS: dict[str, tuple[str, str]] = {  # column -> (header, kind)
 }  # fmt: skip
 
 
-_NO_TOTAL = ("age_ns", "alloc_index", "seq", "free", "largest_free", "each", "share")
+_NO_TOTAL = ("age_ns", "alloc_index", "seq", "free", "largest_free", "each")
 
 
 def _table(
