@@ -40,19 +40,16 @@ def workloads() -> dict[str, tuple[str, Workload]]:
     return found
 
 
-def time_one(name: str, repeats: int) -> float:
-    """Best wall time (seconds) of ``repeats`` runs of ``name``'s workload in this process."""
+def time_one(name: str) -> float:
+    """Wall time (seconds) of one run of ``name``'s workload in this process (its set-up not timed)."""
     _, setup = workloads()[name]
-    best = float("inf")
-    for _ in range(repeats):
-        work = setup()
-        start = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - start)
-    return best
+    work = setup()
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
 
 
-def run_child(name: str, repeats: int, *, python_twin: bool) -> float:
+def run_child(name: str, *, python_twin: bool) -> float:
     env = dict(os.environ)
     env.pop("GPUVIZ_NATIVE", None)
     if python_twin:
@@ -60,7 +57,7 @@ def run_child(name: str, repeats: int, *, python_twin: bool) -> float:
     else:
         env.pop("GPUVIZ_NATIVE_SKIP", None)
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "benchmarks.bench_native", "--child", name, "--repeats", str(repeats)],
+        [sys.executable, "-W", "ignore", "-m", "benchmarks.bench_native", "--child", name],
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     if done.returncode != 0:
@@ -77,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.child:
         warnings.simplefilter("ignore")
-        print(json.dumps({"seconds": time_one(args.child, args.repeats)}))
+        print(json.dumps({"seconds": time_one(args.child)}))
         return
     results = Results("native", "Each C extension against its Python twin (best of repeats, fresh interpreters)",
                       vars(args))  # fmt: skip
@@ -88,8 +85,8 @@ def main(argv: list[str] | None = None) -> None:
         # load falls on both alike; the best of each
         c = py = float("inf")
         for _ in range(args.repeats):
-            c = min(c, run_child(name, 1, python_twin=False))
-            py = min(py, run_child(name, 1, python_twin=True))
+            c = min(c, run_child(name, python_twin=False))
+            py = min(py, run_child(name, python_twin=True))
         results.add(f"{name}: {what}, C", c, "s")
         results.add(f"{name}: {what}, Python", py, "s")
         results.add(f"{name}: Python / C", py / c if c > 0 else float("inf"), "x")
